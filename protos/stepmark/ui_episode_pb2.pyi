@@ -1,0 +1,110 @@
+from protos.llm4mobile import episode_pb2 as _episode_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Action(_message.Message):
+    __slots__ = ("type", "x", "y", "end_x", "end_y", "target_index", "target_id", "text", "duration_ms", "raw_json")
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ACTION_UNSPECIFIED: _ClassVar[Action.Type]
+        TAP: _ClassVar[Action.Type]
+        LONG_PRESS: _ClassVar[Action.Type]
+        SWIPE: _ClassVar[Action.Type]
+        TYPE_TEXT: _ClassVar[Action.Type]
+        BACK: _ClassVar[Action.Type]
+        HOME: _ClassVar[Action.Type]
+        ENTER: _ClassVar[Action.Type]
+        WAIT: _ClassVar[Action.Type]
+        OTHER: _ClassVar[Action.Type]
+    ACTION_UNSPECIFIED: Action.Type
+    TAP: Action.Type
+    LONG_PRESS: Action.Type
+    SWIPE: Action.Type
+    TYPE_TEXT: Action.Type
+    BACK: Action.Type
+    HOME: Action.Type
+    ENTER: Action.Type
+    WAIT: Action.Type
+    OTHER: Action.Type
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    X_FIELD_NUMBER: _ClassVar[int]
+    Y_FIELD_NUMBER: _ClassVar[int]
+    END_X_FIELD_NUMBER: _ClassVar[int]
+    END_Y_FIELD_NUMBER: _ClassVar[int]
+    TARGET_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    RAW_JSON_FIELD_NUMBER: _ClassVar[int]
+    type: Action.Type
+    x: int
+    y: int
+    end_x: int
+    end_y: int
+    target_index: int
+    target_id: str
+    text: str
+    duration_ms: int
+    raw_json: str
+    def __init__(self, type: _Optional[_Union[Action.Type, str]] = ..., x: _Optional[int] = ..., y: _Optional[int] = ..., end_x: _Optional[int] = ..., end_y: _Optional[int] = ..., target_index: _Optional[int] = ..., target_id: _Optional[str] = ..., text: _Optional[str] = ..., duration_ms: _Optional[int] = ..., raw_json: _Optional[str] = ...) -> None: ...
+
+class StepInfo(_message.Message):
+    __slots__ = ("index", "hierarchy_path", "screenshot_path", "hierarchy_width", "hierarchy_height", "scale_x", "scale_y", "screenshot_format", "warnings", "rotation", "hierarchy_format")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    HIERARCHY_PATH_FIELD_NUMBER: _ClassVar[int]
+    SCREENSHOT_PATH_FIELD_NUMBER: _ClassVar[int]
+    HIERARCHY_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HIERARCHY_HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    SCALE_X_FIELD_NUMBER: _ClassVar[int]
+    SCALE_Y_FIELD_NUMBER: _ClassVar[int]
+    SCREENSHOT_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    ROTATION_FIELD_NUMBER: _ClassVar[int]
+    HIERARCHY_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    hierarchy_path: str
+    screenshot_path: str
+    hierarchy_width: int
+    hierarchy_height: int
+    scale_x: float
+    scale_y: float
+    screenshot_format: str
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    rotation: int
+    hierarchy_format: str
+    def __init__(self, index: _Optional[int] = ..., hierarchy_path: _Optional[str] = ..., screenshot_path: _Optional[str] = ..., hierarchy_width: _Optional[int] = ..., hierarchy_height: _Optional[int] = ..., scale_x: _Optional[float] = ..., scale_y: _Optional[float] = ..., screenshot_format: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., rotation: _Optional[int] = ..., hierarchy_format: _Optional[str] = ...) -> None: ...
+
+class UiEpisode(_message.Message):
+    __slots__ = ("episode_id", "episode", "actions", "step_info", "app_package", "source", "source_path", "goal", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    STEP_INFO_FIELD_NUMBER: _ClassVar[int]
+    APP_PACKAGE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_PATH_FIELD_NUMBER: _ClassVar[int]
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    episode_id: str
+    episode: _episode_pb2.Episode
+    actions: _containers.RepeatedCompositeFieldContainer[Action]
+    step_info: _containers.RepeatedCompositeFieldContainer[StepInfo]
+    app_package: str
+    source: str
+    source_path: str
+    goal: str
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, episode_id: _Optional[str] = ..., episode: _Optional[_Union[_episode_pb2.Episode, _Mapping]] = ..., actions: _Optional[_Iterable[_Union[Action, _Mapping]]] = ..., step_info: _Optional[_Iterable[_Union[StepInfo, _Mapping]]] = ..., app_package: _Optional[str] = ..., source: _Optional[str] = ..., source_path: _Optional[str] = ..., goal: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...

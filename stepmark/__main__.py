@@ -1,0 +1,5 @@
+import sys
+
+from stepmark.cli import main
+
+sys.exit(main())

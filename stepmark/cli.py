@@ -1,0 +1,82 @@
+"""The `stepmark` command line: builds the parser from the command modules and dispatches.
+
+Each command group lives in its own module (`stepmark/cmd_*.py`) exposing `register(subparsers, parents)`;
+those modules only parse arguments, call down into `pipelines`/`annotator` and print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from pipelines.errors import StepmarkError
+
+COMMAND_MODULES = (
+    "stepmark.cmd_convert",  # convert-ui, inspect
+    "stepmark.cmd_store",  # study ..., import-ui
+    "stepmark.cmd_record",  # record
+    "stepmark.cmd_export",  # export
+    "stepmark.cmd_annotate",  # annotate
+)
+
+
+def default_user() -> str:
+    """The login name, used when no --user is given."""
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry (containers)
+        return os.environ.get("USER", "unknown")
+
+
+def store_parent() -> argparse.ArgumentParser:
+    """Options every command that touches the store or episode files shares."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument(
+        "--data",
+        default=os.environ.get("STEPMARK_DATA", "./stepmark-data"),
+        help="data directory for the embedded store and episode files (default: ./stepmark-data)",
+    )
+    p.add_argument("--store", default=os.environ.get("STEPMARK_STORE"), help="SQLAlchemy URL of another database")
+    p.add_argument("--user", default=None, help="who is acting (default: the login name)")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stepmark", description="Turn recorded agent episodes into training data."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parents = {"store": store_parent()}
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # command module not written yet
+                continue
+            raise
+        module.register(sub, parents)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if getattr(args, "user", "absent") is None:
+        args.user = default_user()
+    try:
+        code = args.func(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except StepmarkError as exc:
+        print(f"stepmark {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""Shared test helpers: where the real fixtures are, and small factories used across test packages."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Real data lives beside the repository (../shared/fixtures), in CI as on a developer's machine.
+FIXTURES = Path(os.environ.get("STEPMARK_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures")).resolve()
+
+os.environ.setdefault("MUJOCO_GL", "osmesa")
+os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    if not FIXTURES.is_dir():
+        pytest.fail(f"real fixtures not found at {FIXTURES} (expected ../shared/fixtures beside the repo)")
+    return FIXTURES
