@@ -1,0 +1,53 @@
+"""JPEG encoding of real frames at the three SetQualityRequest levels."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from annotator.envs import registry
+from annotator.envs.render import encode_jpeg
+from pipelines.errors import StepmarkError
+from protos.rlds_creator import client_pb2, study_pb2
+
+Q = client_pb2.SetQualityRequest.Quality
+
+
+@pytest.fixture(scope="module")
+def frame() -> np.ndarray:
+    """A real game frame, upscaled the way a display would show it."""
+    spec = study_pb2.EnvironmentSpec(id="pg", sync=True)
+    spec.procgen.id = "starpilot"
+    spec.procgen.rand_seed = 9
+    env = registry.create(spec)
+    env.reset()
+    for _ in range(10):
+        env.step(env.action_from_input(["ArrowRight"]))
+    image = env.render()
+    env.close()
+    return np.kron(image, np.ones((4, 4, 1), np.uint8))
+
+
+def test_quality_levels_order_sizes(frame: np.ndarray):
+    low, medium, high = (encode_jpeg(frame, q) for q in (Q.QUALITY_LOW, Q.QUALITY_MEDIUM, Q.QUALITY_HIGH))
+    assert len(low) < len(medium) < len(high)
+    assert encode_jpeg(frame, Q.QUALITY_UNSPECIFIED) == medium
+    decoded = Image.open(io.BytesIO(high))
+    assert decoded.format == "JPEG" and decoded.size == (frame.shape[1], frame.shape[0])
+    # Higher quality is closer to the source.
+    errors = [
+        np.abs(np.asarray(Image.open(io.BytesIO(b)), np.int16) - frame).mean() for b in (low, medium, high)
+    ]
+    assert errors[0] > errors[1] > errors[2]
+
+
+def test_bad_frames_and_levels_are_refused(frame: np.ndarray):
+    with pytest.raises(StepmarkError, match="HxWx3"):
+        encode_jpeg(np.zeros((4, 4, 5), np.uint8))
+    with pytest.raises(StepmarkError, match="unknown frame quality"):
+        encode_jpeg(frame, 9)
+    grey = encode_jpeg(frame[:, :, 0])  # HxW accepted as grey
+    assert Image.open(io.BytesIO(grey)).mode == "RGB"
