@@ -1,0 +1,238 @@
+"""Schema versioning: an ordered list of migrations and the code that applies them.
+
+Every database, new or old, is brought to `CURRENT_VERSION` by running the missing migrations in order, in one
+transaction (SQLite and PostgreSQL both have transactional DDL), under a lock so two processes opening a new
+database at once do not both build it. Each applied migration adds a row to `schema_version`.
+
+A migration is frozen once released: it must not import the models (they describe only the latest schema).
+To change the schema: edit `models.py`, append a migration here that turns version N into N+1 (DDL plus any
+data backfill), and bump nothing else; `tests/pipelines/store/test_migrations.py` checks that the migrated
+schema equals the models and that an older database keeps its data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from pipelines.store.errors import SchemaVersionError
+
+# Tables stepmark owns; a database holding some of them but no version table is not ours to touch.
+_TABLES = ("studies", "environments", "sessions", "episodes", "episode_tags", "step_tags", "audit_log")
+# Arbitrary constant for pg_advisory_xact_lock ("stepmark" in ASCII, truncated to fit a bigint).
+_PG_LOCK_KEY = 0x737465706D61726B
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    apply: Callable[[Connection], None]
+
+
+def _v1_initial(conn: Connection) -> None:
+    """Version 1: studies, environments, sessions, episodes, tags, audit log."""
+    md = sa.MetaData()
+    id_ = sa.String(64)
+    email = sa.String(320)
+    label = sa.String(256)
+    time = sa.DateTime(timezone=True)
+    sa.Table(
+        "studies",
+        md,
+        sa.Column("id", id_, primary_key=True),
+        sa.Column("name", sa.Text, nullable=False),
+        sa.Column("description", sa.Text),
+        sa.Column("instructions", sa.Text),
+        sa.Column("creator", email, nullable=False, index=True),
+        sa.Column("creation_time", time, nullable=False),
+        sa.Column("state", sa.Integer, nullable=False),
+        sa.Column("updated_time", time, nullable=False),
+    )
+    sa.Table(
+        "environments",
+        md,
+        sa.Column("study_id", id_, sa.ForeignKey("studies.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column("id", sa.String(128), primary_key=True),
+        sa.Column("position", sa.Integer, nullable=False),
+        sa.Column("name", sa.Text),
+        sa.Column("family", sa.String(32)),
+        sa.Column("spec", sa.LargeBinary, nullable=False),
+    )
+    sa.Table(
+        "sessions",
+        md,
+        sa.Column("id", id_, primary_key=True),
+        sa.Column("study_id", id_, sa.ForeignKey("studies.id", ondelete="CASCADE"), nullable=False),
+        sa.Column("user", email, nullable=False),
+        sa.Column("state", sa.Integer, nullable=False),
+        sa.Column("start_time", time),
+        sa.Column("end_time", time),
+        sa.Index("ix_sessions_study_user", "study_id", "user"),
+    )
+    sa.Table(
+        "episodes",
+        md,
+        sa.Column("id", id_, primary_key=True),
+        sa.Column("study_id", id_, sa.ForeignKey("studies.id", ondelete="CASCADE"), nullable=False),
+        sa.Column("session_id", id_, sa.ForeignKey("sessions.id", ondelete="CASCADE")),
+        sa.Column("environment_id", sa.String(128)),
+        sa.Column("user", email, nullable=False),
+        sa.Column("state", sa.Integer, nullable=False),
+        sa.Column("start_time", time),
+        sa.Column("end_time", time),
+        sa.Column("metadata", sa.JSON),
+        sa.Column("num_steps", sa.Integer),
+        sa.Column("total_reward", sa.Float),
+        sa.Column("storage_kind", sa.String(32)),
+        sa.Column("storage_tag_directory", sa.Text),
+        sa.Column("storage_index", sa.Integer),
+        sa.Column("storage_pickle_path", sa.Text),
+        sa.Column("notes", sa.Text),
+        sa.Column("controller_id", sa.String(256)),
+        sa.Column("registered_time", time, nullable=False),
+        sa.Index("ix_episodes_study", "study_id"),
+        sa.Index("ix_episodes_session", "session_id"),
+    )
+    sa.Table(
+        "episode_tags",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("episode_id", id_, sa.ForeignKey("episodes.id", ondelete="CASCADE"), nullable=False),
+        sa.Column("label", label, nullable=False),
+        sa.Column("user", email),
+        sa.Column("created_time", time, nullable=False),
+        sa.UniqueConstraint("episode_id", "label", name="uq_episode_tags_episode_label"),
+    )
+    sa.Table(
+        "step_tags",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("episode_id", id_, sa.ForeignKey("episodes.id", ondelete="CASCADE"), nullable=False),
+        sa.Column("step_index", sa.Integer, nullable=False),
+        sa.Column("label", label, nullable=False),
+        sa.Column("user", email),
+        sa.Column("created_time", time, nullable=False),
+        sa.UniqueConstraint("episode_id", "step_index", "label", name="uq_step_tags_episode_step_label"),
+    )
+    sa.Table(
+        "audit_log",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("time", time, nullable=False),
+        sa.Column("user", email, nullable=False),
+        sa.Column("action", sa.String(64), nullable=False),
+        sa.Column("study_id", id_),
+        sa.Column("session_id", id_),
+        sa.Column("episode_id", id_),
+        sa.Column("step_index", sa.Integer),
+        sa.Column("before", sa.JSON(none_as_null=True)),
+        sa.Column("after", sa.JSON(none_as_null=True)),
+        sa.Column("undo_of", sa.Integer),
+    )
+    md.create_all(conn)
+
+
+def _v2_sources_and_audit_indexes(conn: Connection) -> None:
+    """Version 2: `episodes.source_key` (idempotent imports) and audit-log indexes.
+
+    Backfills `source_key` = "ui:<episode id>" from the metadata of UI episodes imported under version 1. If
+    version 1 let the same record in twice, the oldest copy gets the key and the others keep NULL (no data is
+    dropped; the unique index could not be built otherwise).
+    """
+    conn.execute(sa.text("ALTER TABLE episodes ADD COLUMN source_key VARCHAR(512)"))
+    episodes = sa.table(
+        "episodes",
+        sa.column("id", sa.String),
+        sa.column("study_id", sa.String),
+        sa.column("metadata", sa.JSON),
+        sa.column("registered_time", sa.DateTime(timezone=True)),
+        sa.column("source_key", sa.String),
+    )
+    rows = conn.execute(
+        sa.select(episodes.c.id, episodes.c.study_id, episodes.c.metadata).order_by(
+            episodes.c.registered_time, episodes.c.id
+        )
+    )
+    seen: set[tuple[str, str]] = set()
+    for episode_id, study_id, metadata in rows.all():
+        key = source_key(metadata)
+        if key is None or (study_id, key) in seen:
+            continue
+        seen.add((study_id, key))
+        conn.execute(sa.update(episodes).where(episodes.c.id == episode_id).values(source_key=key))
+    conn.execute(sa.text("CREATE UNIQUE INDEX ux_episodes_study_source ON episodes (study_id, source_key)"))
+    conn.execute(sa.text("CREATE INDEX ix_audit_log_episode ON audit_log (episode_id, id)"))
+    conn.execute(sa.text('CREATE INDEX ix_audit_log_user ON audit_log ("user", id)'))
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial schema", _v1_initial),
+    Migration(
+        2, "episodes.source_key for idempotent imports; audit log indexes", _v2_sources_and_audit_indexes
+    ),
+)
+CURRENT_VERSION = MIGRATIONS[-1].version
+
+
+def source_key(metadata: object) -> str | None:
+    """The import key of an episode from its metadata: "ui:<id>" for a UI record, else None."""
+    if not isinstance(metadata, dict) or metadata.get("kind") != "ui":
+        return None
+    record = metadata.get("ui_record")
+    if isinstance(record, dict) and record.get("episode_id"):
+        return f"ui:{record['episode_id']}"
+    return None
+
+
+def schema_version(conn: Connection) -> int:
+    """The database's schema version: 0 for an empty database."""
+    inspector = sa.inspect(conn)
+    if not inspector.has_table("schema_version"):
+        ours = [t for t in _TABLES if inspector.has_table(t)]
+        if ours:
+            raise SchemaVersionError(
+                f"database has stepmark tables ({', '.join(ours)}) but no schema_version table; "
+                "it was not created by stepmark or is damaged"
+            )
+        return 0
+    version = conn.execute(sa.text("SELECT MAX(version) FROM schema_version")).scalar()
+    return int(version or 0)
+
+
+def migrate(conn: Connection, target: int = CURRENT_VERSION) -> tuple[int, int]:
+    """Bring the database to `target` inside the caller's transaction; returns (old, new) versions.
+
+    Refuses a database newer than this code. The caller holds a write transaction (BEGIN IMMEDIATE on
+    SQLite); on PostgreSQL an advisory lock serializes concurrent first opens.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
+    current = schema_version(conn)
+    if current > CURRENT_VERSION:
+        raise SchemaVersionError(
+            f"database schema version {current} is newer than this stepmark supports ({CURRENT_VERSION}); "
+            "upgrade stepmark to open it"
+        )
+    if current == 0:
+        sa.Table(
+            "schema_version",
+            sa.MetaData(),
+            sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+            sa.Column("applied_time", sa.DateTime(timezone=True), nullable=False),
+            sa.Column("description", sa.Text, nullable=False),
+        ).create(conn)
+    for migration in MIGRATIONS:
+        if current < migration.version <= target:
+            migration.apply(conn)
+            conn.execute(
+                sa.text(
+                    "INSERT INTO schema_version (version, applied_time, description) VALUES (:v, :t, :d)"
+                ),
+                {"v": migration.version, "t": datetime.now(UTC), "d": migration.description},
+            )
+    return current, max(current, target)

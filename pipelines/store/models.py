@@ -1,0 +1,184 @@
+"""SQLAlchemy 2 models of the store: the current (latest) schema.
+
+The rows hold the `rlds_creator` protos field by field so that the database can be queried (listings, filters)
+without decoding blobs. Exceptions, on purpose:
+- an environment spec is kept as the serialized `EnvironmentSpec` proto (`environments.spec`), so every proto2
+  field, default and presence bit round-trips exactly and new spec fields need no migration; the id, name, order
+  and family are copied into columns for look-ups;
+- episode metadata (`google.protobuf.Struct`) is JSON.
+Tags are rows with unique constraints (not a list in a column), so concurrent writers never overwrite each other.
+The audit log is append-only: rows are inserted, never updated or deleted.
+
+Fresh databases are built by running every migration in `migrations.py`, not by `create_all`; a test checks
+that the migrated schema equals these models.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+ID = String(64)
+EMAIL = String(320)
+LABEL = String(256)
+TIME = DateTime(timezone=True)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SchemaVersion(Base):
+    """One row per applied migration; the highest version is the database's schema version."""
+
+    __tablename__ = "schema_version"
+
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    applied_time: Mapped[datetime] = mapped_column(TIME)
+    description: Mapped[str] = mapped_column(Text)
+
+
+class StudyRow(Base):
+    __tablename__ = "studies"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    name: Mapped[str] = mapped_column(Text)
+    description: Mapped[str | None] = mapped_column(Text)
+    instructions: Mapped[str | None] = mapped_column(Text)
+    creator: Mapped[str] = mapped_column(EMAIL, index=True)
+    creation_time: Mapped[datetime] = mapped_column(TIME)
+    state: Mapped[int] = mapped_column(Integer)  # StudySpec.State
+    updated_time: Mapped[datetime] = mapped_column(TIME)
+
+    environments: Mapped[list[EnvironmentRow]] = relationship(
+        back_populates="study", order_by="EnvironmentRow.position", cascade="all, delete-orphan"
+    )
+
+
+class EnvironmentRow(Base):
+    """One `EnvironmentSpec` of a study; `spec` is the serialized proto (the source of truth)."""
+
+    __tablename__ = "environments"
+
+    study_id: Mapped[str] = mapped_column(ID, ForeignKey("studies.id", ondelete="CASCADE"), primary_key=True)
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str | None] = mapped_column(Text)
+    family: Mapped[str | None] = mapped_column(String(32))  # the `type` oneof case, e.g. "procgen"
+    spec: Mapped[bytes] = mapped_column(LargeBinary)
+
+    study: Mapped[StudyRow] = relationship(back_populates="environments")
+
+
+class SessionRow(Base):
+    __tablename__ = "sessions"
+    __table_args__ = (Index("ix_sessions_study_user", "study_id", "user"),)
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    study_id: Mapped[str] = mapped_column(ID, ForeignKey("studies.id", ondelete="CASCADE"))
+    user: Mapped[str] = mapped_column(EMAIL)
+    state: Mapped[int] = mapped_column(Integer)  # Session.State
+    start_time: Mapped[datetime | None] = mapped_column(TIME)
+    end_time: Mapped[datetime | None] = mapped_column(TIME)
+
+
+class EpisodeRow(Base):
+    __tablename__ = "episodes"
+    __table_args__ = (
+        Index("ix_episodes_study", "study_id"),
+        Index("ix_episodes_session", "session_id"),
+        # v2: an imported record is registered once per study (idempotent imports).
+        Index("ux_episodes_study_source", "study_id", "source_key", unique=True),
+    )
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    study_id: Mapped[str] = mapped_column(ID, ForeignKey("studies.id", ondelete="CASCADE"))
+    session_id: Mapped[str | None] = mapped_column(ID, ForeignKey("sessions.id", ondelete="CASCADE"))
+    environment_id: Mapped[str | None] = mapped_column(String(128))
+    user: Mapped[str] = mapped_column(EMAIL)
+    state: Mapped[int] = mapped_column(Integer)  # Episode.State
+    start_time: Mapped[datetime | None] = mapped_column(TIME)
+    end_time: Mapped[datetime | None] = mapped_column(TIME)
+    meta: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
+    num_steps: Mapped[int | None] = mapped_column(Integer)
+    total_reward: Mapped[float | None] = mapped_column(Float)
+    # Episode.storage oneof: "environment_logger" (tag directory + index), "pickle" (path) or NULL (UI records).
+    storage_kind: Mapped[str | None] = mapped_column(String(32))
+    storage_tag_directory: Mapped[str | None] = mapped_column(Text)
+    storage_index: Mapped[int | None] = mapped_column(Integer)
+    storage_pickle_path: Mapped[str | None] = mapped_column(Text)
+    notes: Mapped[str | None] = mapped_column(Text)
+    controller_id: Mapped[str | None] = mapped_column(String(256))
+    registered_time: Mapped[datetime] = mapped_column(TIME)
+    # v2: where an imported episode came from ("ui:<UiEpisode.episode_id>"); NULL for recorded episodes.
+    source_key: Mapped[str | None] = mapped_column(String(512))
+
+    tags: Mapped[list[EpisodeTagRow]] = relationship(
+        order_by="EpisodeTagRow.id", cascade="all, delete-orphan", passive_deletes=True
+    )
+    step_tags: Mapped[list[StepTagRow]] = relationship(
+        order_by="StepTagRow.id", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class EpisodeTagRow(Base):
+    __tablename__ = "episode_tags"
+    __table_args__ = (UniqueConstraint("episode_id", "label", name="uq_episode_tags_episode_label"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    episode_id: Mapped[str] = mapped_column(ID, ForeignKey("episodes.id", ondelete="CASCADE"))
+    label: Mapped[str] = mapped_column(LABEL)
+    user: Mapped[str | None] = mapped_column(EMAIL)
+    created_time: Mapped[datetime] = mapped_column(TIME)
+
+
+class StepTagRow(Base):
+    __tablename__ = "step_tags"
+    __table_args__ = (
+        UniqueConstraint("episode_id", "step_index", "label", name="uq_step_tags_episode_step_label"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    episode_id: Mapped[str] = mapped_column(ID, ForeignKey("episodes.id", ondelete="CASCADE"))
+    step_index: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str] = mapped_column(LABEL)
+    user: Mapped[str | None] = mapped_column(EMAIL)
+    created_time: Mapped[datetime] = mapped_column(TIME)
+
+
+class AuditRow(Base):
+    """Append-only log of every change. No foreign keys: entries outlive the episodes they describe."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (
+        # v2: the Episodes page reads one episode's history; undo reads one user's latest changes.
+        Index("ix_audit_log_episode", "episode_id", "id"),
+        Index("ix_audit_log_user", "user", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[datetime] = mapped_column(TIME)
+    user: Mapped[str] = mapped_column(EMAIL)
+    action: Mapped[str] = mapped_column(String(64))
+    study_id: Mapped[str | None] = mapped_column(ID)
+    session_id: Mapped[str | None] = mapped_column(ID)
+    episode_id: Mapped[str | None] = mapped_column(ID)
+    step_index: Mapped[int | None] = mapped_column(Integer)
+    before: Mapped[Any | None] = mapped_column(JSON(none_as_null=True))
+    after: Mapped[Any | None] = mapped_column(JSON(none_as_null=True))
+    # For an "undo" entry: the id of the entry it reverted.
+    undo_of: Mapped[int | None] = mapped_column(Integer)

@@ -1,0 +1,844 @@
+"""The store's one entry point: every operation is a method, every write one transaction with its audit row.
+
+Methods take and return `rlds_creator` protos (episode references are `client_pb2.EpisodeRef`); rows never
+leave this module. Rules of the reference implemented here:
+- updating a study ignores its read-only fields (creator, creation time, state);
+- only the creator updates, enables or disables a study;
+- a disabled study takes no new sessions and no new episodes;
+- episodes of an INVALID session are left out of listings (unless asked for);
+- an episode may be deleted by its own user or by the study's creator.
+Tags are rows under unique constraints, added with INSERT ... ON CONFLICT DO NOTHING, and notes/state changes
+lock the episode row, so concurrent writers (two annotators, two processes) never lose each other's changes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
+
+from pipelines.store import mapping
+from pipelines.store.audit import UNDOABLE, AuditAction, AuditEntry
+from pipelines.store.database import WRITE
+from pipelines.store.errors import (
+    AlreadyExists,
+    InvalidSpec,
+    NotFound,
+    PermissionDenied,
+    StoreError,
+    StudyDisabled,
+)
+from pipelines.store.migrations import source_key
+from pipelines.store.models import (
+    AuditRow,
+    EnvironmentRow,
+    EpisodeRow,
+    EpisodeTagRow,
+    SessionRow,
+    StepTagRow,
+    StudyRow,
+)
+from protos.rlds_creator import client_pb2, study_pb2
+
+StudySpec = study_pb2.StudySpec
+Episode = study_pb2.Episode
+SessionProto = study_pb2.Session
+EpisodeRef = client_pb2.EpisodeRef
+
+_ENABLED = StudySpec.STATE_ENABLED
+_DISABLED = StudySpec.STATE_DISABLED
+_INVALID = SessionProto.STATE_INVALID
+
+
+def new_id() -> str:
+    """A short random id (uuid4, hex)."""
+    return uuid.uuid4().hex
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _state_name(enum: Any, value: int) -> str:
+    try:
+        return enum.Name(value)
+    except ValueError:
+        return str(value)
+
+
+def _label(label: str) -> str:
+    label = label.strip()
+    if not label:
+        raise StoreError("a tag label must not be empty")
+    if len(label) > 256:
+        raise StoreError(f"tag label is {len(label)} characters long; the limit is 256")
+    return label
+
+
+def _validate_spec(spec: StudySpec) -> None:
+    """Rules a stored study must meet; messages name the field."""
+    if not spec.name.strip():
+        raise InvalidSpec("study spec: field 'name' is required")
+    seen: set[str] = set()
+    for i, env in enumerate(spec.environment_specs):
+        if not env.id.strip():
+            raise InvalidSpec(f"study spec: environment_specs[{i}].id is required (unique in the study)")
+        if len(env.id) > 128:
+            raise InvalidSpec(f"study spec: environment_specs[{i}].id is longer than 128 characters")
+        if env.id in seen:
+            raise InvalidSpec(f"study spec: environment_specs[{i}].id {env.id!r} is used twice")
+        seen.add(env.id)
+
+
+class Repository:
+    """Studies, sessions, episodes, tags and the audit log, over one SQLAlchemy engine."""
+
+    def __init__(self, engine: Engine, data_dir: str | Path | None = None) -> None:
+        self.engine = engine
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self._write_engine = engine.execution_options(**{WRITE: True})
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Repository:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        """One write transaction (BEGIN IMMEDIATE on SQLite); commits on success, rolls back on error."""
+        with Session(self._write_engine, expire_on_commit=False) as s, s.begin():
+            yield s
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with Session(self.engine) as s, s.begin():
+            yield s
+
+    @staticmethod
+    def _audit(
+        s: Session,
+        user: str,
+        action: AuditAction,
+        *,
+        study_id: str | None = None,
+        session_id: str | None = None,
+        episode_id: str | None = None,
+        step_index: int | None = None,
+        before: Any = None,
+        after: Any = None,
+        undo_of: int | None = None,
+    ) -> AuditRow:
+        row = AuditRow(
+            time=_now(),
+            user=user,
+            action=str(action),
+            study_id=study_id,
+            session_id=session_id,
+            episode_id=episode_id,
+            step_index=step_index,
+            before=before,
+            after=after,
+            undo_of=undo_of,
+        )
+        s.add(row)
+        s.flush()
+        return row
+
+    @staticmethod
+    def _insert_ignore(s: Session, table: sa.Table, values: dict[str, Any]) -> bool:
+        """Insert unless a unique constraint says the row exists; True if inserted. Race-free."""
+        dialect = s.get_bind().dialect.name
+        if dialect in ("sqlite", "postgresql"):
+            insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
+            result = s.execute(insert(table).values(**values).on_conflict_do_nothing())
+            return result.rowcount == 1  # type: ignore[attr-defined]
+        try:
+            with s.begin_nested():
+                s.execute(sa.insert(table).values(**values))
+        except IntegrityError:
+            return False
+        return True
+
+    @staticmethod
+    def _study_row(s: Session, study_id: str, *, lock: bool = False) -> StudyRow:
+        row = s.get(StudyRow, study_id, with_for_update=lock or None)
+        if row is None:
+            raise NotFound(f"study {study_id!r} not found")
+        return row
+
+    @staticmethod
+    def _episode_row(s: Session, ref: EpisodeRef, *, lock: bool = False) -> EpisodeRow:
+        if not ref.episode_id:
+            raise NotFound("episode reference has no episode_id")
+        row = s.get(EpisodeRow, ref.episode_id, with_for_update={"key_share": True} if lock else None)
+        if (
+            row is None
+            or (ref.study_id and row.study_id != ref.study_id)
+            or (ref.session_id and row.session_id != ref.session_id)
+        ):
+            raise NotFound(
+                f"episode {ref.episode_id!r} not found"
+                + (f" in study {ref.study_id!r}" if ref.study_id else "")
+                + (f" session {ref.session_id!r}" if ref.session_id else "")
+            )
+        return row
+
+    @staticmethod
+    def _where(row: EpisodeRow) -> dict[str, Any]:
+        return {"study_id": row.study_id, "session_id": row.session_id, "episode_id": row.id}
+
+    @staticmethod
+    def ref(episode: Episode) -> EpisodeRef:
+        """The reference of an episode proto."""
+        return EpisodeRef(study_id=episode.study_id, session_id=episode.session_id, episode_id=episode.id)
+
+    # -- studies ----------------------------------------------------------------------------------------------
+
+    def create_study(self, spec: StudySpec, creator: str) -> StudySpec:
+        """Store a new study (id from the spec or a new one); creator, creation time and state are set here."""
+        _validate_spec(spec)
+        if not creator:
+            raise StoreError("a study needs a creator")
+        study_id = spec.id or new_id()
+        now = _now()
+        with self._write() as s:
+            if s.get(StudyRow, study_id) is not None:
+                raise AlreadyExists(f"study {study_id!r} already exists")
+            row = StudyRow(
+                id=study_id,
+                name=spec.name,
+                description=spec.description if spec.HasField("description") else None,
+                instructions=spec.instructions if spec.HasField("instructions") else None,
+                creator=creator,
+                creation_time=now,
+                state=_ENABLED,
+                updated_time=now,
+            )
+            row.environments = [
+                mapping.environment_row(env, i) for i, env in enumerate(spec.environment_specs)
+            ]
+            s.add(row)
+            s.flush()
+            result = mapping.study_spec(row)
+            self._audit(
+                s, creator, AuditAction.STUDY_CREATE, study_id=study_id, after=mapping.message_json(result)
+            )
+            return result
+
+    def save_study(self, spec: StudySpec, user: str) -> StudySpec:
+        """Update a study's name, description, instructions and environments; read-only fields are ignored.
+
+        Only the creator may do it. An environment that already has episodes cannot be removed.
+        """
+        if not spec.id:
+            raise InvalidSpec("study spec has no id; use create_study for a new study")
+        _validate_spec(spec)
+        with self._write() as s:
+            row = self._study_row(s, spec.id, lock=True)
+            if row.creator != user:
+                raise PermissionDenied(f"only the creator ({row.creator}) may update study {row.id!r}")
+            before = mapping.study_spec(row)
+            new_ids = {env.id for env in spec.environment_specs}
+            for env in row.environments:
+                if env.id not in new_ids:
+                    used = s.scalar(
+                        sa.select(sa.func.count())
+                        .select_from(EpisodeRow)
+                        .where(EpisodeRow.study_id == row.id, EpisodeRow.environment_id == env.id)
+                    )
+                    if used:
+                        raise InvalidSpec(
+                            f"study {row.id!r}: environment {env.id!r} has {used} episode(s) and cannot be removed"
+                        )
+            row.name = spec.name
+            row.description = spec.description if spec.HasField("description") else None
+            row.instructions = spec.instructions if spec.HasField("instructions") else None
+            row.updated_time = _now()
+            existing = {env.id: env for env in row.environments}
+            envs: list[EnvironmentRow] = []
+            for i, env_spec in enumerate(spec.environment_specs):
+                fresh = mapping.environment_row(env_spec, i)
+                env = existing.get(env_spec.id)
+                if env is None:
+                    envs.append(fresh)
+                else:
+                    env.position, env.name, env.family, env.spec = (
+                        fresh.position,
+                        fresh.name,
+                        fresh.family,
+                        fresh.spec,
+                    )
+                    envs.append(env)
+            row.environments = envs
+            s.flush()
+            result = mapping.study_spec(row)
+            self._audit(
+                s,
+                user,
+                AuditAction.STUDY_UPDATE,
+                study_id=row.id,
+                before=mapping.message_json(before),
+                after=mapping.message_json(result),
+            )
+            return result
+
+    def get_study(self, study_id: str) -> StudySpec:
+        with self._read() as s:
+            return mapping.study_spec(self._study_row(s, study_id))
+
+    def list_studies(self, creator: str | None = None) -> list[StudySpec]:
+        """All studies (or one creator's), oldest first."""
+        with self._read() as s:
+            query = sa.select(StudyRow).options(selectinload(StudyRow.environments))
+            if creator is not None:
+                query = query.where(StudyRow.creator == creator)
+            rows = s.scalars(query.order_by(StudyRow.creation_time, StudyRow.id)).all()
+            return [mapping.study_spec(row) for row in rows]
+
+    def enable_study(self, study_id: str, enable: bool, user: str) -> StudySpec:
+        """Enable or disable a study; only its creator may."""
+        with self._write() as s:
+            row = self._study_row(s, study_id, lock=True)
+            if row.creator != user:
+                action = "enable" if enable else "disable"
+                raise PermissionDenied(f"only the creator ({row.creator}) may {action} study {study_id!r}")
+            before = row.state
+            row.state = _ENABLED if enable else _DISABLED
+            row.updated_time = _now()
+            self._audit(
+                s,
+                user,
+                AuditAction.STUDY_ENABLE if enable else AuditAction.STUDY_DISABLE,
+                study_id=study_id,
+                before={"state": _state_name(StudySpec.State, before)},
+                after={"state": _state_name(StudySpec.State, row.state)},
+            )
+            s.flush()
+            return mapping.study_spec(row)
+
+    def get_environment(self, study_id: str, env_id: str) -> study_pb2.EnvironmentSpec:
+        with self._read() as s:
+            row = s.get(EnvironmentRow, (study_id, env_id))
+            if row is None:
+                self._study_row(s, study_id)  # NotFound for the study first
+                raise NotFound(f"study {study_id!r} has no environment {env_id!r}")
+            return mapping.environment_spec(row)
+
+    def episode_counts(self, *, include_invalid_sessions: bool = False) -> dict[str, int]:
+        """Number of episodes per study id (studies without episodes are absent)."""
+        with self._read() as s:
+            query = sa.select(EpisodeRow.study_id, sa.func.count()).group_by(EpisodeRow.study_id)
+            if not include_invalid_sessions:
+                query = self._valid_sessions_only(query)
+            return {study_id: count for study_id, count in s.execute(query).all()}
+
+    # -- sessions ---------------------------------------------------------------------------------------------
+
+    def create_session(self, study_id: str, user: str) -> SessionProto:
+        """A new VALID session of `user` in an enabled study."""
+        with self._write() as s:
+            study = self._study_row(s, study_id)
+            if study.state == _DISABLED:
+                raise StudyDisabled(f"study {study_id!r} is disabled and takes no new sessions")
+            row = SessionRow(
+                id=new_id(), study_id=study_id, user=user, state=SessionProto.STATE_VALID, start_time=_now()
+            )
+            s.add(row)
+            s.flush()
+            result = mapping.session_proto(row)
+            self._audit(
+                s, user, AuditAction.SESSION_CREATE, study_id=study_id, session_id=row.id,
+                after=mapping.message_json(result),
+            )  # fmt: skip
+            return result
+
+    def get_session(self, session_id: str) -> SessionProto:
+        with self._read() as s:
+            row = s.get(SessionRow, session_id)
+            if row is None:
+                raise NotFound(f"session {session_id!r} not found")
+            return mapping.session_proto(row)
+
+    def list_sessions(self, study_id: str | None = None, user: str | None = None) -> list[SessionProto]:
+        with self._read() as s:
+            query = sa.select(SessionRow)
+            if study_id is not None:
+                query = query.where(SessionRow.study_id == study_id)
+            if user is not None:
+                query = query.where(SessionRow.user == user)
+            rows = s.scalars(query.order_by(SessionRow.start_time, SessionRow.id)).all()
+            return [mapping.session_proto(row) for row in rows]
+
+    def set_session_state(self, session_id: str, state: int, user: str | None = None) -> SessionProto:
+        """Mark a session VALID or INVALID (episodes of an invalid session are ignored by listings)."""
+        if state not in SessionProto.State.values():
+            raise StoreError(f"unknown session state {state}")
+        with self._write() as s:
+            row = s.get(SessionRow, session_id, with_for_update=True)
+            if row is None:
+                raise NotFound(f"session {session_id!r} not found")
+            before = row.state
+            row.state = state
+            self._audit(
+                s, user or row.user, AuditAction.SESSION_STATE, study_id=row.study_id, session_id=row.id,
+                before={"state": _state_name(SessionProto.State, before)},
+                after={"state": _state_name(SessionProto.State, state)},
+            )  # fmt: skip
+            return mapping.session_proto(row)
+
+    def end_session(self, session_id: str, user: str | None = None) -> SessionProto:
+        """Set the session's end time (now)."""
+        with self._write() as s:
+            row = s.get(SessionRow, session_id, with_for_update=True)
+            if row is None:
+                raise NotFound(f"session {session_id!r} not found")
+            row.end_time = _now()
+            self._audit(
+                s, user or row.user, AuditAction.SESSION_END, study_id=row.study_id, session_id=row.id,
+                after={"end_time": row.end_time.isoformat()},
+            )  # fmt: skip
+            return mapping.session_proto(row)
+
+    # -- episodes ---------------------------------------------------------------------------------------------
+
+    def _insert_episode(self, s: Session, episode: Episode, studies: dict[str, StudyRow]) -> EpisodeRow:
+        if not episode.study_id:
+            raise StoreError("episode has no study_id")
+        if not episode.user.email:
+            raise StoreError("episode has no user")
+        study = studies.get(episode.study_id) or self._study_row(s, episode.study_id)
+        studies[study.id] = study
+        if study.state == _DISABLED:
+            raise StudyDisabled(f"study {study.id!r} is disabled and takes no new episodes")
+        if not episode.environment_id:
+            raise StoreError(f"episode for study {study.id!r} has no environment_id")
+        if episode.environment_id not in {env.id for env in study.environments}:
+            raise NotFound(f"study {study.id!r} has no environment {episode.environment_id!r}")
+        if episode.session_id:
+            session = s.get(SessionRow, episode.session_id)
+            if session is None or session.study_id != study.id:
+                raise NotFound(f"session {episode.session_id!r} not found in study {study.id!r}")
+        episode_id = episode.id or new_id()
+        if s.get(EpisodeRow, episode_id) is not None:
+            raise AlreadyExists(f"episode {episode_id!r} already exists")
+        columns = mapping.episode_columns(episode)
+        key = source_key(columns["meta"])
+        if key is not None:
+            existing = s.scalar(
+                sa.select(EpisodeRow.id).where(EpisodeRow.study_id == study.id, EpisodeRow.source_key == key)
+            )
+            if existing is not None:
+                raise AlreadyExists(f"study {study.id!r} already has {key} as episode {existing!r}")
+        now = _now()
+        row = EpisodeRow(id=episode_id, registered_time=now, source_key=key, **columns)
+        row.tags = [
+            EpisodeTagRow(label=_label(t.label), user=row.user, created_time=now) for t in episode.tags
+        ]
+        row.step_tags = [
+            StepTagRow(step_index=index, label=_label(t.label), user=row.user, created_time=now)
+            for index, meta in sorted(episode.step_metadata.items())
+            for t in meta.tags
+        ]
+        s.add(row)
+        s.flush()
+        self._audit(
+            s, row.user, AuditAction.EPISODE_ADD, **self._where(row),
+            after=mapping.message_json(mapping.episode_proto(row)),
+        )  # fmt: skip
+        return row
+
+    def add_episode(self, episode: Episode) -> Episode:
+        """Register a finished episode (its files complete); refused if the study is disabled."""
+        with self._write() as s:
+            return mapping.episode_proto(self._insert_episode(s, episode, {}))
+
+    def add_episodes(
+        self, episodes: Iterable[Episode], *, skip_existing_sources: bool = True
+    ) -> list[Episode]:
+        """Register many episodes in one transaction; returns those added.
+
+        With `skip_existing_sources`, an episode whose source (e.g. UI record id) is already in its study is
+        skipped instead of failing the batch: re-importing the same records adds nothing.
+        """
+        added: list[Episode] = []
+        studies: dict[str, StudyRow] = {}
+        with self._write() as s:
+            for episode in episodes:
+                if skip_existing_sources:
+                    meta = mapping.struct_to_json(episode.metadata) if episode.HasField("metadata") else None
+                    key = source_key(meta)
+                    if key is not None and s.scalar(
+                        sa.select(EpisodeRow.id).where(
+                            EpisodeRow.study_id == episode.study_id, EpisodeRow.source_key == key
+                        )
+                    ):
+                        continue
+                added.append(mapping.episode_proto(self._insert_episode(s, episode, studies)))
+        return added
+
+    def source_keys(self, study_id: str) -> dict[str, str]:
+        """Import keys already in a study ("ui:<id>" -> episode id)."""
+        with self._read() as s:
+            rows = s.execute(
+                sa.select(EpisodeRow.source_key, EpisodeRow.id).where(
+                    EpisodeRow.study_id == study_id, EpisodeRow.source_key.is_not(None)
+                )
+            )
+            return {key: episode_id for key, episode_id in rows.all()}
+
+    def get_episode(self, ref: EpisodeRef) -> Episode:
+        """The episode with its tags, notes and step_metadata."""
+        with self._read() as s:
+            return mapping.episode_proto(self._episode_row(s, ref))
+
+    def episodes_by_refs(self, refs: Sequence[EpisodeRef]) -> list[Episode]:
+        """Episodes in the order of `refs`; NotFound if any is missing."""
+        with self._read() as s:
+            rows = s.scalars(
+                sa.select(EpisodeRow)
+                .where(EpisodeRow.id.in_([r.episode_id for r in refs]))
+                .options(selectinload(EpisodeRow.tags), selectinload(EpisodeRow.step_tags))
+            ).all()
+            by_id = {row.id: row for row in rows}
+            result = []
+            for ref in refs:
+                row = by_id.get(ref.episode_id)
+                if row is None or (ref.study_id and row.study_id != ref.study_id):
+                    raise NotFound(f"episode {ref.episode_id!r} not found")
+                result.append(mapping.episode_proto(row))
+            return result
+
+    @staticmethod
+    def _valid_sessions_only(query: sa.Select) -> sa.Select:
+        return query.outerjoin(SessionRow, SessionRow.id == EpisodeRow.session_id).where(
+            sa.or_(SessionRow.id.is_(None), SessionRow.state != _INVALID)
+        )
+
+    def list_episodes(
+        self,
+        *,
+        study_id: str | None = None,
+        session_id: str | None = None,
+        env_id: str | None = None,
+        states: Iterable[int] | None = None,
+        tag: str | None = None,
+        user: str | None = None,
+        notes_query: str | None = None,
+        include_invalid_sessions: bool = False,
+    ) -> list[Episode]:
+        """Episodes matching every given filter, in registration order.
+
+        `tag` matches an episode tag or a tag on any of its steps; `notes_query` is a case-insensitive
+        substring of the notes. Episodes of INVALID sessions are left out unless `include_invalid_sessions`.
+        """
+        query = sa.select(EpisodeRow).options(
+            selectinload(EpisodeRow.tags), selectinload(EpisodeRow.step_tags)
+        )
+        if study_id is not None:
+            query = query.where(EpisodeRow.study_id == study_id)
+        if session_id is not None:
+            query = query.where(EpisodeRow.session_id == session_id)
+        if env_id is not None:
+            query = query.where(EpisodeRow.environment_id == env_id)
+        if states is not None:
+            query = query.where(EpisodeRow.state.in_(list(states)))
+        if user is not None:
+            query = query.where(EpisodeRow.user == user)
+        if tag is not None:
+            query = query.where(
+                sa.or_(
+                    sa.exists().where(EpisodeTagRow.episode_id == EpisodeRow.id, EpisodeTagRow.label == tag),
+                    sa.exists().where(StepTagRow.episode_id == EpisodeRow.id, StepTagRow.label == tag),
+                )
+            )
+        if notes_query:
+            query = query.where(
+                sa.func.lower(EpisodeRow.notes).contains(notes_query.lower(), autoescape=True)
+            )
+        if not include_invalid_sessions:
+            query = self._valid_sessions_only(query)
+        with self._read() as s:
+            rows = s.scalars(query.order_by(EpisodeRow.registered_time, EpisodeRow.id)).all()
+            return [mapping.episode_proto(row) for row in rows]
+
+    def set_episode_state(self, ref: EpisodeRef, state: int, user: str) -> Episode:
+        if state not in Episode.State.values():
+            raise StoreError(f"unknown episode state {state}")
+        with self._write() as s:
+            row = self._episode_row(s, ref, lock=True)
+            if row.state != state:
+                before = row.state
+                row.state = state
+                self._audit(
+                    s, user, AuditAction.EPISODE_STATE, **self._where(row),
+                    before={"state": _state_name(Episode.State, before)},
+                    after={"state": _state_name(Episode.State, state)},
+                )  # fmt: skip
+            s.flush()
+            return mapping.episode_proto(row)
+
+    def _set_episode_tag(self, s: Session, row: EpisodeRow, label: str, user: str, present: bool) -> bool:
+        if present:
+            changed = self._insert_ignore(
+                s,
+                EpisodeTagRow.__table__,  # type: ignore[arg-type]
+                {"episode_id": row.id, "label": label, "user": user, "created_time": _now()},
+            )
+        else:
+            result = s.execute(
+                sa.delete(EpisodeTagRow).where(
+                    EpisodeTagRow.episode_id == row.id, EpisodeTagRow.label == label
+                )
+            )
+            changed = result.rowcount > 0  # type: ignore[attr-defined]
+        return changed
+
+    def _set_step_tag(
+        self, s: Session, row: EpisodeRow, index: int, label: str, user: str, present: bool
+    ) -> bool:
+        if present:
+            return self._insert_ignore(
+                s,
+                StepTagRow.__table__,  # type: ignore[arg-type]
+                {
+                    "episode_id": row.id,
+                    "step_index": index,
+                    "label": label,
+                    "user": user,
+                    "created_time": _now(),
+                },
+            )
+        result = s.execute(
+            sa.delete(StepTagRow).where(
+                StepTagRow.episode_id == row.id, StepTagRow.step_index == index, StepTagRow.label == label
+            )
+        )
+        return result.rowcount > 0  # type: ignore[attr-defined]
+
+    def add_episode_tag(self, ref: EpisodeRef, label: str, user: str) -> bool:
+        """Tag an episode; False if it already has the tag."""
+        label = _label(label)
+        with self._write() as s:
+            row = self._episode_row(s, ref)
+            changed = self._set_episode_tag(s, row, label, user, True)
+            if changed:
+                self._audit(s, user, AuditAction.EPISODE_TAG_ADD, **self._where(row), after={"label": label})
+            return changed
+
+    def remove_episode_tag(self, ref: EpisodeRef, label: str, user: str) -> bool:
+        """Untag an episode; False if it did not have the tag."""
+        label = label.strip()
+        with self._write() as s:
+            row = self._episode_row(s, ref)
+            changed = self._set_episode_tag(s, row, label, user, False)
+            if changed:
+                self._audit(
+                    s, user, AuditAction.EPISODE_TAG_REMOVE, **self._where(row), before={"label": label}
+                )
+            return changed
+
+    @staticmethod
+    def _check_step(row: EpisodeRow, index: int) -> None:
+        if index < 0 or (row.num_steps and index >= row.num_steps):
+            raise StoreError(
+                f"step {index} is out of range for episode {row.id!r} with {row.num_steps} steps"
+            )
+
+    def add_step_tag(self, ref: EpisodeRef, index: int, label: str, user: str) -> bool:
+        """Tag step `index` (0-based) of an episode; False if the step already has the tag."""
+        label = _label(label)
+        with self._write() as s:
+            row = self._episode_row(s, ref)
+            self._check_step(row, index)
+            changed = self._set_step_tag(s, row, index, label, user, True)
+            if changed:
+                self._audit(
+                    s,
+                    user,
+                    AuditAction.STEP_TAG_ADD,
+                    **self._where(row),
+                    step_index=index,
+                    after={"label": label},
+                )
+            return changed
+
+    def remove_step_tag(self, ref: EpisodeRef, index: int, label: str, user: str) -> bool:
+        """Untag a step; False if the step did not have the tag."""
+        label = label.strip()
+        with self._write() as s:
+            row = self._episode_row(s, ref)
+            changed = self._set_step_tag(s, row, index, label, user, False)
+            if changed:
+                self._audit(
+                    s,
+                    user,
+                    AuditAction.STEP_TAG_REMOVE,
+                    **self._where(row),
+                    step_index=index,
+                    before={"label": label},
+                )
+            return changed
+
+    def set_notes(self, ref: EpisodeRef, notes: str, user: str) -> bool:
+        """Replace the episode's notes (the row is locked while read and written); False if unchanged."""
+        with self._write() as s:
+            row = self._episode_row(s, ref, lock=True)
+            before = row.notes or ""
+            if before == notes:
+                return False
+            row.notes = notes or None
+            self._audit(
+                s,
+                user,
+                AuditAction.EPISODE_NOTES,
+                **self._where(row),
+                before={"notes": before},
+                after={"notes": notes},
+            )
+            return True
+
+    def can_delete(self, episode: Episode, user: str) -> bool:
+        """Only the episode's own user or the study's creator may delete it."""
+        if episode.user.email and episode.user.email == user:
+            return True
+        with self._read() as s:
+            creator = s.scalar(sa.select(StudyRow.creator).where(StudyRow.id == episode.study_id))
+        return creator is not None and creator == user
+
+    def delete_episode(self, ref: EpisodeRef, user: str) -> bool:
+        """Delete an episode's row, tags included (not its files); False if it was already gone.
+
+        PermissionDenied unless `user` is the episode's user or the study's creator. The full episode is kept in
+        the audit entry's `before`.
+        """
+        with self._write() as s:
+            try:
+                row = self._episode_row(s, ref, lock=True)
+            except NotFound:
+                return False
+            creator = s.scalar(sa.select(StudyRow.creator).where(StudyRow.id == row.study_id))
+            if user not in (row.user, creator):
+                raise PermissionDenied(
+                    f"{user} may not delete episode {row.id!r}: only its user ({row.user}) or the study's "
+                    f"creator ({creator})"
+                )
+            before = mapping.message_json(mapping.episode_proto(row))
+            where = self._where(row)
+            s.delete(row)
+            s.flush()
+            self._audit(s, user, AuditAction.EPISODE_DELETE, **where, before=before)
+            return True
+
+    def recent_tags(self, study_id: str, limit: int = 10) -> list[str]:
+        """Labels used in a study (episode and step tags), most recently added first."""
+        episode_tags = (
+            sa.select(EpisodeTagRow.label.label("label"), EpisodeTagRow.created_time.label("t"))
+            .join(EpisodeRow, EpisodeRow.id == EpisodeTagRow.episode_id)
+            .where(EpisodeRow.study_id == study_id)
+        )
+        step_tags = (
+            sa.select(StepTagRow.label.label("label"), StepTagRow.created_time.label("t"))
+            .join(EpisodeRow, EpisodeRow.id == StepTagRow.episode_id)
+            .where(EpisodeRow.study_id == study_id)
+        )
+        tags = sa.union_all(episode_tags, step_tags).subquery()
+        latest = sa.func.max(tags.c.t)
+        query = (
+            sa.select(tags.c.label).group_by(tags.c.label).order_by(latest.desc(), tags.c.label).limit(limit)
+        )
+        with self._read() as s:
+            return list(s.scalars(query).all())
+
+    # -- audit log and undo -----------------------------------------------------------------------------------
+
+    def audit_log(
+        self,
+        ref: EpisodeRef | None = None,
+        limit: int | None = None,
+        *,
+        user: str | None = None,
+        study_id: str | None = None,
+    ) -> list[AuditEntry]:
+        """Audit entries, newest first; for one episode when `ref` is given."""
+        query = sa.select(AuditRow)
+        if ref is not None:
+            query = query.where(AuditRow.episode_id == ref.episode_id)
+        if user is not None:
+            query = query.where(AuditRow.user == user)
+        if study_id is not None:
+            query = query.where(AuditRow.study_id == study_id)
+        query = query.order_by(AuditRow.id.desc())
+        if limit is not None:
+            query = query.limit(limit)
+        with self._read() as s:
+            return [mapping.audit_entry(row) for row in s.scalars(query).all()]
+
+    def undo_last(self, user: str) -> AuditEntry | None:
+        """Revert `user`'s most recent undoable change (tag add/remove, notes, state) not yet undone.
+
+        Changes to episodes that were deleted since are skipped. The undo itself is logged (action "undo",
+        `undo_of` = the reverted entry) and returned; None when there is nothing to undo.
+        """
+        undone = sa.select(AuditRow.undo_of).where(AuditRow.undo_of.is_not(None))
+        query = (
+            sa.select(AuditRow)
+            .join(EpisodeRow, EpisodeRow.id == AuditRow.episode_id)
+            .where(
+                AuditRow.user == user,
+                AuditRow.action.in_([str(a) for a in UNDOABLE]),
+                AuditRow.id.not_in(undone),
+            )
+            .order_by(AuditRow.id.desc())
+            .limit(1)
+        )
+        with self._write() as s:
+            entry = s.scalars(query).first()
+            if entry is None:
+                return None
+            row = s.get(EpisodeRow, entry.episode_id, with_for_update={"key_share": True})
+            assert row is not None  # joined above, locked now
+            action = AuditAction(entry.action)
+            before: Any
+            after: Any
+            if action in (AuditAction.EPISODE_TAG_ADD, AuditAction.EPISODE_TAG_REMOVE):
+                label = (entry.after or entry.before)["label"]
+                restore = action == AuditAction.EPISODE_TAG_REMOVE
+                self._set_episode_tag(s, row, label, user, restore)
+                before, after = (None, {"label": label}) if restore else ({"label": label}, None)
+            elif action in (AuditAction.STEP_TAG_ADD, AuditAction.STEP_TAG_REMOVE):
+                label = (entry.after or entry.before)["label"]
+                restore = action == AuditAction.STEP_TAG_REMOVE
+                self._set_step_tag(s, row, entry.step_index or 0, label, user, restore)
+                before, after = (None, {"label": label}) if restore else ({"label": label}, None)
+            elif action == AuditAction.EPISODE_NOTES:
+                before, after = {"notes": row.notes or ""}, {"notes": entry.before["notes"]}
+                row.notes = entry.before["notes"] or None
+            else:  # EPISODE_STATE
+                previous = Episode.State.Value(entry.before["state"])
+                before = {"state": _state_name(Episode.State, row.state)}
+                after = {"state": entry.before["state"]}
+                row.state = previous
+            undo = self._audit(
+                s, user, AuditAction.UNDO, **self._where(row), step_index=entry.step_index,
+                before=before, after=after, undo_of=entry.id,
+            )  # fmt: skip
+            return mapping.audit_entry(undo)
