@@ -1,0 +1,69 @@
+"""View hierarchies (uiautomator XML, Rico JSON, DroidBot JSON) -> `Screen`s of llm4mobile `Object`s.
+
+Pure functions from bytes: no file or network I/O. `parse` detects the format; the per-format modules hold the
+syntax, `objects` every computed field (defined in `schemas/objects.md`).
+"""
+
+from __future__ import annotations
+
+import codecs
+
+from . import droidbot, rico, uiautomator
+from .bounds import Box, parse_bounds
+from .errors import REASONS, HierarchyError
+from .jsonio import load_json
+from .objects import MAX_DEPTH, RawNode, Screen, build_screen, grid_location, object_at, rescale
+from .screenshot import ImageInfo, image_info
+
+__all__ = [
+    "FORMATS", "MAX_DEPTH", "REASONS", "Box", "HierarchyError", "ImageInfo", "RawNode", "Screen",
+    "build_screen", "detect_format", "grid_location", "image_info", "object_at", "parse", "parse_bounds",
+    "rescale",
+]  # fmt: skip
+
+FORMATS = ("uiautomator", "rico", "droidbot")
+
+
+def detect_format(data: bytes) -> str:
+    """'uiautomator' for XML (and dump error text), 'json' for JSON; raises `empty`/`unknown_format`."""
+    head = bytes(data[:4096])
+    if not head.strip():
+        raise HierarchyError("empty", "the hierarchy file is empty")
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        head = head.decode("utf-16", errors="replace").encode("utf-8")
+    elif head.startswith(codecs.BOM_UTF8):
+        head = head[len(codecs.BOM_UTF8) :]
+    elif head.count(b"\x00") > len(head) // 4:
+        head = head.replace(b"\x00", b"")
+    stripped = head.lstrip()
+    if stripped[:1] in (b"{", b"["):
+        return "json"
+    if b"<" in head or b"ERROR:" in head:
+        return "uiautomator"
+    raise HierarchyError("unknown_format", f"neither XML nor JSON (starts with {stripped[:40]!r})")
+
+
+def parse(data: bytes, *, fmt: str | None = None, drop_invisible: bool = False) -> Screen:
+    """A `Screen` from hierarchy bytes in `fmt` ('uiautomator', 'rico', 'droidbot'), detected when None.
+
+    JSON is told apart by its keys: Rico documents have `activity`, DroidBot states have `views`.
+    """
+    if fmt == "uiautomator":
+        return uiautomator.parse(data, drop_invisible=drop_invisible)
+    if fmt == "rico":
+        return rico.parse(data, drop_invisible=drop_invisible)
+    if fmt == "droidbot":
+        return droidbot.parse(data, drop_invisible=drop_invisible)
+    if fmt is not None:
+        raise ValueError(f"unknown hierarchy format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if detect_format(data) == "uiautomator":
+        return uiautomator.parse(data, drop_invisible=drop_invisible)
+    doc = load_json(bytes(data))
+    if isinstance(doc, dict) and "activity" in doc:
+        return rico.from_document(doc, drop_invisible=drop_invisible)
+    if isinstance(doc, dict) and "views" in doc:
+        return droidbot.from_document(doc, drop_invisible=drop_invisible)
+    keys = ", ".join(sorted(doc)[:8]) if isinstance(doc, dict) else type(doc).__name__
+    raise HierarchyError(
+        "unknown_format", f"JSON that is neither Rico (activity) nor DroidBot (views): {keys}"
+    )

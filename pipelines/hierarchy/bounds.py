@@ -1,0 +1,95 @@
+"""The one parser of bounding boxes, for every hierarchy format.
+
+Boxes are kept exactly as the source wrote them (no clamping): an inverted or off-screen box is evidence of
+what the device reported, and the caller flags it instead of silently repairing it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import NamedTuple
+
+_NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
+_BOUNDS_RE = re.compile(rf"\[{_NUM},{_NUM}\]\s*\[{_NUM},{_NUM}\]")
+
+
+class Box(NamedTuple):
+    """Pixel box with exclusive right/bottom edges, as uiautomator, Rico and DroidBot write them."""
+
+    left: int
+    top: int
+    right: int
+    bottom: int
+
+    @property
+    def width(self) -> int:
+        return self.right - self.left
+
+    @property
+    def height(self) -> int:
+        return self.bottom - self.top
+
+    @property
+    def valid(self) -> bool:
+        """True when the box has a positive area (not inverted, not zero-size)."""
+        return self.right > self.left and self.bottom > self.top
+
+    def contains(self, x: float, y: float) -> bool:
+        return self.left <= x < self.right and self.top <= y < self.bottom
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool):
+        raise TypeError("boolean is not a coordinate")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return round(value)
+    if isinstance(value, str):
+        return round(float(value)) if "." in value else int(value)
+    raise TypeError(f"not a coordinate: {value!r}")
+
+
+def from_string(text: str) -> Box | None:
+    """uiautomator `"[x1,y1][x2,y2]"`; None when the text is not a bounds string."""
+    # Fast path for the canonical form; the regex copes with spaces and decimals.
+    if text[:1] == "[" and text[-1:] == "]":
+        parts = text[1:-1].replace("][", ",").split(",")
+        if len(parts) == 4:
+            try:
+                return Box(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]))
+            except ValueError:
+                pass
+    m = _BOUNDS_RE.fullmatch(text.strip())
+    if m is None:
+        return None
+    return Box(*(_int(g) for g in m.groups()))
+
+
+def from_pairs(pairs: object) -> Box | None:
+    """DroidBot `[[x1,y1],[x2,y2]]`; None when malformed."""
+    try:
+        (x1, y1), (x2, y2) = pairs  # type: ignore[misc]
+        return Box(_int(x1), _int(y1), _int(x2), _int(y2))
+    except (TypeError, ValueError):
+        return None
+
+
+def from_ltrb(values: object) -> Box | None:
+    """Rico `[left, top, right, bottom]`; None when malformed."""
+    if not isinstance(values, Sequence) or isinstance(values, str) or len(values) != 4:
+        return None
+    try:
+        return Box(_int(values[0]), _int(values[1]), _int(values[2]), _int(values[3]))
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_bounds(value: object) -> Box | None:
+    """Any of the three notations above; None when the value is none of them."""
+    if isinstance(value, str):
+        return from_string(value)
+    if isinstance(value, Sequence) and len(value) == 2:
+        return from_pairs(value)
+    return from_ltrb(value)

@@ -1,0 +1,149 @@
+"""DroidBot state JSON (flat `views` list linked by `temp_id`/`parent`/`children`) -> `Screen`."""
+
+from __future__ import annotations
+
+from .bounds import Box, from_pairs
+from .errors import HierarchyError
+from .jsonio import load_json
+from .objects import MAX_DEPTH, RawNode, Screen, build_screen, window_size
+
+FORMAT = "droidbot"
+
+
+def _string(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def parse(
+    data: bytes,
+    *,
+    drop_invisible: bool = False,
+    screen_size: tuple[int, int] | None = None,
+) -> Screen:
+    """Objects of a DroidBot state in pre-order; see `schemas/objects.md` for every field.
+
+    `Screen.width/height`: `screen_size` when given (the screenshot's size: DroidBot captures the native
+    resolution), else top-level `width`/`height` if the state has them, else the window roots' extent
+    (with a warning when no root starts at the origin, e.g. a state holding only a dialog).
+    """
+    return from_document(load_json(bytes(data)), drop_invisible=drop_invisible, screen_size=screen_size)
+
+
+def from_document(
+    doc: object,
+    *,
+    drop_invisible: bool = False,
+    screen_size: tuple[int, int] | None = None,
+) -> Screen:
+    """Same as `parse`, from the already-decoded JSON document."""
+    views = doc.get("views") if isinstance(doc, dict) else None
+    if not isinstance(views, list):
+        raise HierarchyError("malformed", "DroidBot state JSON without a 'views' list")
+    warnings: list[str] = []
+    by_id: dict[int, dict] = {}
+    for position, view in enumerate(views):
+        if not isinstance(view, dict):
+            raise HierarchyError("malformed", f"views[{position}] is not an object")
+        temp_id = view.get("temp_id", position)
+        if not isinstance(temp_id, int) or temp_id in by_id:
+            raise HierarchyError("malformed", f"views[{position}] has a missing or repeated temp_id")
+        by_id[temp_id] = view
+    roots = [v for v in views if v.get("parent", -1) not in by_id]
+    orphans = sum(1 for v in roots if v.get("parent", -1) not in (-1, None))
+    if orphans:
+        warnings.append(f"{orphans} view(s) whose parent is missing treated as window roots")
+    if views and not roots:
+        raise HierarchyError("malformed", "DroidBot views form a cycle: no view without a parent")
+
+    nodes: list[RawNode] = []
+    seen: set[int] = set()
+    child_counts: list[int] = []
+    dropped = bad_links = 0
+    root_boxes: list[Box | None] = []
+    stack: list[tuple[dict, int, int, int]] = [(roots[i], -1, 0, i) for i in range(len(roots) - 1, -1, -1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        view, p, depth, sibling = pop()
+        temp_id = view.get("temp_id")
+        if temp_id in seen:
+            bad_links += 1
+            continue
+        seen.add(temp_id)
+        get = view.get
+        visible = get("visible", True) is not False
+        if p == -2 or (drop_invisible and not visible):
+            # Dropped with its whole subtree; walk the subtree anyway so it is counted, not "unreachable".
+            dropped += 1
+            for child_id in get("children") or ():
+                child = by_id.get(child_id) if isinstance(child_id, int) else None
+                if child is not None:
+                    push((child, -2, depth + 1, 0))
+            continue
+        if depth > MAX_DEPTH:
+            raise HierarchyError("too_deep", f"DroidBot views nested deeper than {MAX_DEPTH} levels")
+        box = from_pairs(get("bounds"))
+        if p < 0:
+            root_boxes.append(box)
+        editable = get("editable")
+        flags = (
+            get("clickable") is True,
+            visible,
+            get("enabled", True) is not False,
+            get("focusable") is True,
+            get("focused") is True,
+            get("scrollable") is True,
+            get("long_clickable") is True,
+            get("selected") is True,
+            get("checkable") is True,
+            get("checked") is True,
+        )
+        index = len(nodes)
+        nodes.append(
+            RawNode(
+                p,
+                depth,
+                sibling,
+                _string(get("class")),
+                _string(get("package")),
+                _string(get("text")),
+                _string(get("content_description")),
+                _string(get("resource_id")),
+                "",
+                box,
+                flags,
+                editable if isinstance(editable, bool) else None,
+            )
+        )
+        child_counts.append(0)
+        children = get("children") or []
+        if not isinstance(children, list):
+            bad_links += 1
+            continue
+        for position in range(len(children) - 1, -1, -1):
+            child = by_id.get(children[position]) if isinstance(children[position], int) else None
+            if child is None:
+                bad_links += 1
+                continue
+            push((child, index, depth + 1, position))
+    unreachable = len(views) - len(seen)
+    if unreachable:
+        warnings.append(f"{unreachable} view(s) unreachable from any root (a parent/children cycle) left out")
+    if bad_links:
+        warnings.append(f"{bad_links} child link(s) to missing or already placed views ignored")
+    if dropped:
+        warnings.append(f"dropped {dropped} view(s): invisible ones and their subtrees")
+
+    if screen_size is not None:
+        width, height = screen_size
+    elif isinstance(doc.get("width"), int) and isinstance(doc.get("height"), int):
+        width, height = doc["width"], doc["height"]
+    else:
+        width, height = window_size(root_boxes)
+        boxes = [b for b in root_boxes if b is not None]
+        if boxes and (min(b.left for b in boxes) > 0 or min(b.top for b in boxes) > 0):
+            warnings.append(
+                f"screen size {width}x{height} estimated from windows that do not start at the origin"
+            )
+    if width <= 0 or height <= 0:
+        warnings.append("screen size unknown (no window bounds): every grid location is UNKNOWN_LOCATION")
+    return build_screen(nodes, width, height, fmt=FORMAT, warnings=warnings)

@@ -1,0 +1,335 @@
+"""What every hierarchy format shares: the format-neutral node, the computed fields, and `Screen`.
+
+Format parsers (`uiautomator`, `rico`, `droidbot`) only read their syntax into `RawNode`s, in pre-order with
+parent links; `build_screen` computes everything else once, the same way for all formats (definitions in
+`schemas/objects.md`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from protos.llm4mobile import episode_pb2
+
+from .bounds import Box
+from .classes import EDITABLE_TYPES, classify
+
+G = episode_pb2.GridLocation
+UNKNOWN_LOCATION = G.UNKNOWN_LOCATION
+
+#: Deepest node level (0 = window root) any parser accepts; deeper input fails with reason `too_deep`.
+#: libxml2 (with XML_PARSE_HUGE) refuses element depth 2048, and a dump spends one level on <hierarchy>.
+MAX_DEPTH = 2000
+
+_Object = episode_pb2.Object
+_FromString = episode_pb2.Object.FromString
+
+
+class RawNode:
+    """One view as a parser read it, before any computed field. Strings are "" when the source has none."""
+
+    __slots__ = (
+        "parent", "depth", "sibling", "android_class", "package", "text", "content_desc", "resource_id",
+        "hint", "box", "flags", "editable", "ancestors", "naf",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        parent: int,
+        depth: int,
+        sibling: int,
+        android_class: str,
+        package: str,
+        text: str,
+        content_desc: str,
+        resource_id: str,
+        hint: str,
+        box: Box | None,
+        flags: tuple[bool, ...],
+        editable: bool | None = None,
+        ancestors: tuple[str, ...] = (),
+        naf: bool = False,
+    ) -> None:
+        self.parent = parent  # index of the parent in the node list, -1 for a window root
+        self.depth = depth  # 0 for a window root
+        self.sibling = sibling  # position among the parent's children in the source (window number for roots)
+        self.android_class = android_class
+        self.package = package
+        self.text = text
+        self.content_desc = content_desc
+        self.resource_id = resource_id
+        self.hint = hint
+        self.box = box
+        # (clickable, visible, enabled, focusable, focused, scrollable, long_clickable, selected, checkable,
+        #  checked) in this order: the order of the Object fields.
+        self.flags = flags
+        self.editable = editable  # None: decided from the type (EditText and subclasses)
+        self.ancestors = ancestors  # Rico super-classes, nearest first
+        self.naf = naf  # uiautomator NAF="true": actionable but not accessibility-friendly (no label)
+
+
+FLAG_NAMES = (
+    "clickable", "visible", "enabled", "focusable", "focused", "scrollable", "long_clickable", "selected",
+    "checkable", "checked",
+)  # fmt: skip
+_CLICKABLE, _VISIBLE, _ENABLED, _SCROLLABLE, _LONG, _CHECKABLE = 0, 1, 2, 5, 6, 8
+
+
+@dataclass
+class Screen:
+    """The objects of one screen, in pre-order, in the hierarchy's coordinate space `width` x `height`."""
+
+    objects: list[episode_pb2.Object]
+    width: int
+    height: int
+    rotation: int = 0
+    format: str = ""
+    warnings: list[str] = field(default_factory=list)
+    #: Indices of uiautomator NAF nodes (not accessibility friendly); the Object proto has no field for it.
+    naf: list[int] = field(default_factory=list)
+    #: (sx, sy) applied by `rescale` to reach this coordinate space from the parsed one; (1, 1) when parsed.
+    scale: tuple[float, float] = (1.0, 1.0)
+
+
+def grid_location(box: Box | None, width: int, height: int) -> int:
+    """3x3 cell (1-9, row-major from TOP_LEFT) holding the box centre; UNKNOWN_LOCATION if invalid/off-screen.
+
+    Exact integer arithmetic: column = floor(3 * (left + right) / (2 * width)), same for rows, and the centre
+    must satisfy 0 <= centre < size on both axes.
+    """
+    if box is None or width <= 0 or height <= 0:
+        return UNKNOWN_LOCATION
+    left, top, right, bottom = box
+    if right <= left or bottom <= top:
+        return UNKNOWN_LOCATION
+    sx = left + right
+    sy = top + bottom
+    if sx < 0 or sy < 0 or sx >= 2 * width or sy >= 2 * height:
+        return UNKNOWN_LOCATION
+    return 1 + (3 * sy // (2 * height)) * 3 + 3 * sx // (2 * width)
+
+
+def readable_name(text: str, content_desc: str, resource_id: str, hint: str) -> str:
+    """First non-empty of text, content-desc, hint, resource-id entry name; whitespace collapsed."""
+    for value in (text, content_desc, hint):
+        if value:
+            collapsed = " ".join(value.split())
+            if collapsed:
+                return collapsed
+    if resource_id:
+        return resource_id.rsplit("/", 1)[-1]
+    return ""
+
+
+def _object_id(parent_id: str, sibling: int, android_class: str, box: Box | None) -> str:
+    where = "" if box is None else f"{box[0]},{box[1]},{box[2]},{box[3]}"
+    key = f"{parent_id}/{sibling}|{android_class}|{where}"
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def _template(android_class: str, package: str, ancestors: tuple[str, ...], flags: tuple[bool, ...]) -> bytes:
+    object_type, multi = classify(android_class, ancestors)
+    proto = _Object(
+        android_class=android_class,
+        android_package=package,
+        type=object_type,
+        multi_types=multi,
+        **dict(zip(FLAG_NAMES, flags, strict=True)),
+    )
+    return proto.SerializeToString()
+
+
+def build_screen(
+    nodes: Sequence[RawNode],
+    width: int,
+    height: int,
+    *,
+    rotation: int = 0,
+    fmt: str = "",
+    warnings: list[str] | None = None,
+) -> Screen:
+    """Objects with every computed field from pre-ordered nodes (parents before children)."""
+    warnings = list(warnings or ())
+    n = len(nodes)
+    size = [1] * n
+    children = [0] * n
+    for i in range(n - 1, -1, -1):
+        p = nodes[i].parent
+        if p >= 0:
+            size[p] += size[i]
+            children[p] += 1
+
+    ids: list[str] = [""] * n
+    objects: list[episode_pb2.Object] = []
+    templates: dict[tuple, tuple[bytes, bool]] = {}
+    naf: list[int] = []
+    missing = invalid = off_screen = outside = 0
+    w2, h2 = 2 * width, 2 * height
+    for i, nd in enumerate(nodes):
+        key = (nd.android_class, nd.package, nd.ancestors, nd.flags)
+        cached = templates.get(key)
+        if cached is None:
+            object_type, multi = classify(nd.android_class, nd.ancestors)
+            cached = (
+                _template(*key),
+                object_type in EDITABLE_TYPES or any(t in EDITABLE_TYPES for t in multi),
+            )
+            templates[key] = cached
+        tmpl, type_editable = cached
+        o = _FromString(tmpl)
+        p = nd.parent
+        parent_id = ids[p] if p >= 0 else ""
+        box = nd.box
+        oid = _object_id(parent_id, nd.sibling, nd.android_class, box)
+        ids[i] = oid
+        o.id = oid
+        o.index = i
+        if p >= 0:
+            o.parent_id = parent_id
+            o.parent_index = p
+        else:
+            o.parent_index = -1
+        name = readable_name(nd.text, nd.content_desc, nd.resource_id, nd.hint)
+        if name:
+            o.name = name
+        if nd.text:
+            o.text = nd.text
+        if nd.content_desc:
+            o.content_desc = nd.content_desc
+        if nd.resource_id:
+            o.resource_id = nd.resource_id
+        if nd.hint:
+            o.text_hint = nd.hint
+        grid = UNKNOWN_LOCATION
+        if box is None:
+            missing += 1
+        else:
+            left, top, right, bottom = box
+            b = o.bbox
+            b.left = left
+            b.top = top
+            b.right = right
+            b.bottom = bottom
+            if right <= left or bottom <= top:
+                invalid += 1
+            else:
+                sx = left + right
+                sy = top + bottom
+                if sx < 0 or sy < 0 or sx >= w2 or sy >= h2:
+                    off_screen += 1
+                else:
+                    grid = 1 + (3 * sy // h2) * 3 + 3 * sx // w2
+                    if left < 0 or top < 0 or right > width or bottom > height:
+                        outside += 1
+            if grid:
+                o.grid_location = grid
+        depth = nd.depth
+        d = o.dom_position
+        d.depth = depth
+        d.pre_order_id = i
+        d.post_order_id = i - depth + size[i] - 1
+        if not children[i]:
+            o.is_leaf = True
+        flags = nd.flags
+        if (
+            grid
+            and flags[_VISIBLE]
+            and flags[_ENABLED]
+            and (
+                flags[_CLICKABLE]
+                or flags[_LONG]
+                or flags[_CHECKABLE]
+                or flags[_SCROLLABLE]
+                or (type_editable if nd.editable is None else nd.editable)
+            )
+        ):
+            o.is_actionable = True
+        if nd.naf:
+            naf.append(i)
+        objects.append(o)
+    if missing:
+        warnings.append(f"{missing} object(s) without parseable bounds: bbox unset, grid UNKNOWN_LOCATION")
+    if invalid:
+        warnings.append(f"{invalid} object(s) with inverted or zero-size bounds: grid UNKNOWN_LOCATION")
+    if off_screen:
+        warnings.append(f"{off_screen} object(s) with the box centre off-screen: grid UNKNOWN_LOCATION")
+    if outside:
+        warnings.append(f"{outside} object(s) partly outside the {width}x{height} screen (boxes kept as is)")
+    return Screen(objects, width, height, rotation, fmt, warnings, naf)
+
+
+def window_size(boxes: Sequence[Box | None]) -> tuple[int, int]:
+    """Screen size from the window roots' boxes: the largest right and bottom edges (0 when none)."""
+    width = max((b.right for b in boxes if b is not None), default=0)
+    height = max((b.bottom for b in boxes if b is not None), default=0)
+    return max(width, 0), max(height, 0)
+
+
+def _scale(value: int, new: int, old: int) -> int:
+    # round(value * new / old), half away from zero, in exact integer arithmetic.
+    num = value * new
+    if num >= 0:
+        return (2 * num + old) // (2 * old)
+    return -((-2 * num + old) // (2 * old))
+
+
+def rescale(screen: Screen, width: int, height: int) -> Screen:
+    """A copy of `screen` with boxes mapped to a `width` x `height` image and grid locations recomputed.
+
+    Each coordinate c becomes round(c * width / screen.width) (x) or round(c * height / screen.height) (y),
+    half away from zero; nothing is clamped. `Screen.scale` records the factors applied (composed with any
+    earlier rescale). Warnings are carried over with one line naming the mapping.
+    """
+    if width <= 0 or height <= 0:
+        raise ValueError(f"cannot rescale to {width}x{height}")
+    if screen.width <= 0 or screen.height <= 0:
+        raise ValueError(f"cannot rescale a screen of unknown size {screen.width}x{screen.height}")
+    old_w, old_h = screen.width, screen.height
+    objects = []
+    for src in screen.objects:
+        o = _Object()
+        o.CopyFrom(src)
+        if src.HasField("bbox"):
+            b = o.bbox
+            b.left = _scale(src.bbox.left, width, old_w)
+            b.right = _scale(src.bbox.right, width, old_w)
+            b.top = _scale(src.bbox.top, height, old_h)
+            b.bottom = _scale(src.bbox.bottom, height, old_h)
+            o.grid_location = grid_location(Box(b.left, b.top, b.right, b.bottom), width, height)
+        objects.append(o)
+    sx, sy = screen.scale
+    warnings = list(screen.warnings)
+    if (old_w, old_h) != (width, height):
+        warnings.append(f"boxes rescaled from {old_w}x{old_h} to {width}x{height}")
+    return Screen(
+        objects,
+        width,
+        height,
+        screen.rotation,
+        screen.format,
+        warnings,
+        list(screen.naf),
+        (sx * width / old_w, sy * height / old_h),
+    )
+
+
+def object_at(objects: Sequence[episode_pb2.Object], x: int, y: int) -> int | None:
+    """Index of the deepest visible object whose box contains (x, y); None when no object does.
+
+    Containment is left <= x < right and top <= y < bottom. Among equally deep objects the later one in
+    pre-order wins (it is drawn on top). Objects without a valid box never match.
+    """
+    best: int | None = None
+    best_depth = -1
+    for o in objects:
+        if not o.visible:
+            continue
+        b = o.bbox
+        if b.left <= x < b.right and b.top <= y < b.bottom:
+            depth = o.dom_position.depth
+            if depth >= best_depth:
+                best_depth = depth
+                best = o.index
+    return best

@@ -1,0 +1,108 @@
+"""Rico view hierarchy JSON (`activity.root`, nested `children`) -> `Screen`.
+
+Rico boxes live in the 1440x2560 space of the capture device whatever the size of the screenshot (540x960 or
+1080x1920): `Screen.width/height` are that space and the converter maps boxes to the image with
+`objects.rescale`, which records the factors in `Screen.scale`.
+"""
+
+from __future__ import annotations
+
+from .bounds import from_ltrb
+from .errors import HierarchyError
+from .jsonio import load_json
+from .objects import MAX_DEPTH, RawNode, Screen, build_screen
+
+FORMAT = "rico"
+RICO_WIDTH = 1440
+RICO_HEIGHT = 2560
+
+
+def _string(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _content_desc(value: object) -> str:
+    """Rico stores content-desc as a list (usually `[null]`): non-null entries joined by one space."""
+    if isinstance(value, list):
+        return " ".join(v for v in value if isinstance(v, str) and v)
+    return _string(value)
+
+
+def parse(data: bytes, *, drop_invisible: bool = False) -> Screen:
+    """Objects of a Rico hierarchy in pre-order; see `schemas/objects.md` for every field."""
+    return from_document(load_json(bytes(data)), drop_invisible=drop_invisible)
+
+
+def from_document(doc: object, *, drop_invisible: bool = False) -> Screen:
+    """Same as `parse`, from the already-decoded JSON document."""
+    activity = doc.get("activity") if isinstance(doc, dict) else None
+    root = activity.get("root") if isinstance(activity, dict) else None
+    if not isinstance(root, dict):
+        raise HierarchyError("malformed", "Rico JSON without an object at activity.root")
+    warnings: list[str] = []
+    nodes: list[RawNode] = []
+    child_counts: list[int] = []
+    not_nodes = dropped = 0
+    stack: list[tuple[object, int, int, int]] = [(root, -1, 0, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, p, depth, sibling = pop()
+        if not isinstance(node, dict):
+            not_nodes += 1
+            continue
+        get = node.get
+        visible = get("visible-to-user", True) is not False and get("visibility", "visible") == "visible"
+        if drop_invisible and not visible:
+            dropped += 1
+            continue
+        if depth > MAX_DEPTH:
+            raise HierarchyError("too_deep", f"Rico hierarchy nested deeper than {MAX_DEPTH} levels")
+        ancestors = get("ancestors")
+        text = get("text")
+        flags = (
+            get("clickable") is True,
+            visible,
+            get("enabled", True) is not False,
+            get("focusable") is True,
+            get("focused") is True,
+            get("scrollable-vertical") is True or get("scrollable-horizontal") is True,
+            get("long-clickable") is True,
+            get("selected") is True,
+            get("checkable") is True,
+            get("checked") is True,
+        )
+        index = len(nodes)
+        nodes.append(
+            RawNode(
+                p,
+                depth,
+                sibling,
+                _string(get("class")),
+                _string(get("package")),
+                text if isinstance(text, str) else "",
+                _content_desc(get("content-desc")),
+                _string(get("resource-id")),
+                _string(get("text-hint")),
+                from_ltrb(get("bounds")),
+                flags,
+                None,
+                tuple(a for a in ancestors if isinstance(a, str)) if isinstance(ancestors, list) else (),
+            )
+        )
+        child_counts.append(0)
+        children = get("children")
+        if isinstance(children, list) and children:
+            for position in range(len(children) - 1, -1, -1):
+                push((children[position], index, depth + 1, position))
+        elif children is not None and not isinstance(children, list):
+            not_nodes += 1
+    if not_nodes:
+        warnings.append(f"skipped {not_nodes} child entr(ies) that are not node objects (e.g. null)")
+    if dropped:
+        warnings.append(f"dropped {dropped} invisible node(s) with their subtrees")
+    width, height = RICO_WIDTH, RICO_HEIGHT
+    box = nodes[0].box
+    if box is not None and box.right > RICO_WIDTH and box.right >= box.bottom:
+        width, height = RICO_HEIGHT, RICO_WIDTH
+        warnings.append("landscape Rico screen: coordinate space 2560x1440")
+    return build_screen(nodes, width, height, fmt=FORMAT, warnings=warnings)

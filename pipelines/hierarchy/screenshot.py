@@ -1,0 +1,55 @@
+"""Screenshot format and size from the bytes (never from the file name: DroidBot saves JPEG as .png)."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+from PIL import Image, UnidentifiedImageError
+
+from .errors import HierarchyError
+
+_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "png"),
+    (b"\xff\xd8\xff", "jpeg"),
+    (b"GIF87a", "gif"),
+    (b"GIF89a", "gif"),
+)
+_PIL_FORMATS = {"PNG": "png", "JPEG": "jpeg", "GIF": "gif", "WEBP": "webp"}
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    format: str  # "png", "jpeg", "webp" or "gif"
+    width: int
+    height: int
+
+
+def sniff_format(data: bytes) -> str | None:
+    """Image format from the magic bytes alone, None when unknown."""
+    for magic, name in _MAGIC:
+        if data.startswith(magic):
+            return name
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+def image_info(data: bytes) -> ImageInfo:
+    """Format and size read from the header (Pillow's `open` does not decode pixels); `bad_screenshot` else."""
+    data = bytes(data)
+    if not data:
+        raise HierarchyError("bad_screenshot", "the screenshot file is empty")
+    sniffed = sniff_format(data)
+    if sniffed is None:
+        raise HierarchyError("bad_screenshot", f"not a PNG/JPEG/WebP/GIF image (starts with {data[:8]!r})")
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+            pil_format = image.format
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise HierarchyError("bad_screenshot", f"unreadable {sniffed} image: {exc}") from None
+    name = _PIL_FORMATS.get(pil_format or "", sniffed)
+    if width <= 0 or height <= 0:
+        raise HierarchyError("bad_screenshot", f"{name} image with size {width}x{height}")
+    return ImageInfo(name, width, height)

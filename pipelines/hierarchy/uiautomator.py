@@ -1,0 +1,298 @@
+"""uiautomator XML dumps (and the Appium UiAutomator2 page source) -> `Screen`.
+
+Well-formed UTF-8 dumps take a fast path straight into lxml. Anything lxml refuses goes through a repair pass
+that undoes what shell redirects do to dumps (UTF-16 with a BOM under a UTF-8 declaration, log lines before or
+after the XML, CR CR LF line endings) and strips characters XML forbids; each repair adds a warning. Dumps that
+are an error message (`ERROR: null root node returned by UiTestAutomationBridge.`) raise `failed_dump`.
+DOCTYPE and ENTITY declarations are refused before lxml sees the bytes, so no entity is ever expanded and no
+file or URL is ever read.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import threading
+
+from lxml import etree
+
+from .bounds import Box, from_string
+from .errors import HierarchyError
+from .objects import MAX_DEPTH, RawNode, Screen, build_screen, window_size
+
+FORMAT = "uiautomator"
+
+_FORBIDDEN_BYTES = re.compile(rb"<!\s*(?i:doctype|entity)")
+_FORBIDDEN_TEXT = re.compile(r"<!\s*(?i:doctype|entity)")
+_XML_START = re.compile(r"<(?:\?xml|hierarchy)\b")
+_DECLARATION = re.compile(r"\A\s*<\?xml[^>]*\?>")
+_DECLARED_ENCODING = re.compile(rb"""encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
+_INVALID_RAW = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+_CHAR_REF = re.compile(r"&#(x[0-9A-Fa-f]+|[0-9]+);")
+_ERROR_LINE = re.compile(r"^\s*(ERROR:.*)$", re.MULTILINE)
+
+_local = threading.local()
+
+
+def _parser() -> etree.XMLParser:
+    """One hardened parser per thread (lxml parsers must not be shared between threads)."""
+    parser = getattr(_local, "parser", None)
+    if parser is None:
+        parser = etree.XMLParser(
+            resolve_entities=False,
+            no_network=True,
+            load_dtd=False,
+            dtd_validation=False,
+            huge_tree=True,  # lifts libxml2's depth limit from 256 to 2048; MAX_DEPTH (2000) is ours
+            remove_comments=True,
+            remove_pis=True,
+        )
+        _local.parser = parser
+    return parser
+
+
+def _valid_xml_char(code: int) -> bool:
+    return (
+        code in (0x9, 0xA, 0xD)
+        or 0x20 <= code <= 0xD7FF
+        or 0xE000 <= code <= 0xFFFD
+        or 0x10000 <= code <= 0x10FFFF
+    )
+
+
+def _decode(data: bytes, warnings: list[str]) -> str:
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        declared = _DECLARED_ENCODING.search(data[:400].replace(b"\x00", b""))
+        if declared and declared.group(1).lower().replace("_", "-") in ("utf-8", "utf8"):
+            warnings.append("UTF-16 text with a BOM under a UTF-8 declaration (decoded as UTF-16)")
+        else:
+            warnings.append("UTF-16 text with a BOM (decoded as UTF-16)")
+        return data.decode("utf-16", errors="replace")
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8) :]
+    head = data[:200]
+    if head.count(b"\x00") > len(head) // 4:
+        encoding = "utf-16-be" if head[:1] == b"\x00" else "utf-16-le"
+        warnings.append(f"UTF-16 text without a BOM (decoded as {encoding})")
+        return data.decode(encoding, errors="replace")
+    declared = _DECLARED_ENCODING.search(data[:200])
+    encoding = declared.group(1).decode("ascii").lower() if declared else "utf-8"
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        warnings.append(f"unknown declared encoding {encoding!r} (decoded as UTF-8)")
+        encoding = "utf-8"
+    if encoding.replace("_", "-") in ("utf-16", "utf-16le", "utf-16be", "utf-16-le", "utf-16-be"):
+        encoding = "utf-8"  # a UTF-16 declaration on 8-bit bytes is a lie the BOM check already ruled out
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        warnings.append(f"bytes invalid in {encoding} replaced by U+FFFD (first at byte {exc.start})")
+        return data.decode(encoding, errors="replace")
+
+
+def _excerpt(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _repair(data: bytes, warnings: list[str]) -> bytes:
+    """Text of a damaged dump made parseable, or the HierarchyError that explains why it cannot be."""
+    text = _decode(data, warnings)
+    if not text.strip():
+        raise HierarchyError("empty", "the hierarchy file holds only whitespace")
+    start = _XML_START.search(text)
+    if start is None:
+        error = _ERROR_LINE.search(text)
+        if error is not None:
+            raise HierarchyError("failed_dump", f"uiautomator failed: {error.group(1).strip()}")
+        first = text.find("<")
+        if first < 0:
+            raise HierarchyError("malformed", f"no XML in the file (starts with {_excerpt(text)!r})")
+        start_at = first
+    else:
+        start_at = start.start()
+    prefix = text[:start_at]
+    if prefix.strip():
+        warnings.append(f"ignored text before the XML: {_excerpt(prefix)!r}")
+    end = text.rfind("</hierarchy>")
+    end_at = end + len("</hierarchy>") if end >= 0 else text.rfind(">") + 1
+    suffix = text[end_at:]
+    if suffix.strip():
+        warnings.append(f"ignored text after the XML: {_excerpt(suffix)!r}")
+    text = _DECLARATION.sub("", text[start_at:end_at], count=1)
+    if _FORBIDDEN_TEXT.search(text):
+        raise HierarchyError("forbidden_entity", "XML with a DOCTYPE/ENTITY declaration is refused")
+    if "\r" in text:
+        if "\r\r\n" in text:
+            warnings.append("CR CR LF line endings (a shell redirect) normalised")
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    stripped = 0
+
+    def drop_ref(match: re.Match[str]) -> str:
+        nonlocal stripped
+        ref = match.group(1)
+        code = int(ref[1:], 16) if ref[0] in "xX" else int(ref)
+        if _valid_xml_char(code):
+            return match.group(0)
+        stripped += 1
+        return ""
+
+    text, raw = _INVALID_RAW.subn("", text)
+    if "&#" in text:
+        text = _CHAR_REF.sub(drop_ref, text)
+    if raw or stripped:
+        warnings.append(f"removed {raw + stripped} character(s) not allowed in XML")
+    return text.encode("utf-8")
+
+
+def _fromstring(data: bytes) -> etree._Element:
+    try:
+        return etree.fromstring(data, _parser())
+    except etree.XMLSyntaxError as exc:
+        if "Excessive depth" in str(exc):
+            raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels") from None
+        raise
+
+
+def _load(data: bytes, warnings: list[str]) -> etree._Element:
+    if not data or not data.strip():
+        raise HierarchyError("empty", "the hierarchy file is empty")
+    if b"<!" in data and _FORBIDDEN_BYTES.search(data):
+        raise HierarchyError("forbidden_entity", "XML with a DOCTYPE/ENTITY declaration is refused")
+    if data.lstrip()[:1] == b"<":
+        try:
+            return _fromstring(data)
+        except etree.XMLSyntaxError:
+            pass  # damaged: repair below and try once more
+    repaired = _repair(data, warnings)
+    try:
+        return _fromstring(repaired)
+    except etree.XMLSyntaxError as exc:
+        raise HierarchyError("malformed", f"not well-formed XML: {exc}") from None
+
+
+def _int_attr(value: str | None, default: int = 0) -> int:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def parse(
+    data: bytes,
+    *,
+    drop_invisible: bool = False,
+    screen_size: tuple[int, int] | None = None,
+) -> Screen:
+    """Objects of a uiautomator/Appium dump in pre-order; see `schemas/objects.md` for every field.
+
+    `Screen.width`/`height`: `screen_size` when given, else the `<hierarchy width height>` attributes (Appium),
+    else the largest right/bottom edge of the window roots. They are in the dump's own coordinates: for a
+    rotated screen (`rotation` 1 or 3) that is the rotated, landscape display (no transform is applied).
+    `drop_invisible` leaves out nodes with `visible-to-user="false"` (or Appium `displayed="false"`) together
+    with their subtrees.
+    """
+    warnings: list[str] = []
+    root = _load(bytes(data), warnings)
+    if root.tag == "hierarchy":
+        windows = [el for el in root if isinstance(el.tag, str)]
+        top = root
+    elif root.get("bounds") is not None:
+        windows = [root]
+        top = None
+        warnings.append(f"no <hierarchy> element: the root <{root.tag}> is the only window")
+    else:
+        raise HierarchyError("malformed", f"root element <{root.tag}> is not a view hierarchy")
+    if not windows:
+        raise HierarchyError("failed_dump", "the <hierarchy> holds no window (an empty dump)")
+    rotation = _int_attr(top.get("rotation") if top is not None else None)
+
+    nodes: list[RawNode] = []
+    position: dict[etree._Element, int] = {}  # kept element -> index in nodes
+    child_counts: list[int] = []
+    window_count = 0
+    root_boxes: list[Box | None] = []
+    dropped = 0
+    for el in root.iter(etree.Element):
+        parent_el = el.getparent()
+        if parent_el is top:
+            p = -1
+            depth = 0
+            sibling = window_count
+            window_count += 1
+        else:
+            p = position.get(parent_el, -2) if parent_el is not None else -1
+            if p == -2:  # the parent was dropped (invisible)
+                dropped += 1
+                continue
+            if p == -1 and el is root:
+                depth, sibling = 0, 0
+            else:
+                depth = nodes[p].depth + 1
+                sibling = child_counts[p]
+                child_counts[p] += 1
+        if el is top:
+            continue
+        get = el.get
+        visible = get("visible-to-user", get("displayed", "true")) != "false"
+        if drop_invisible and not visible:
+            dropped += 1
+            continue
+        if depth > MAX_DEPTH:
+            raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
+        tag = el.tag
+        android_class = get("class") or (tag if tag != "node" else "")
+        bounds = get("bounds")
+        box = from_string(bounds) if bounds else None
+        if p == -1:
+            root_boxes.append(box)
+        flags = (
+            get("clickable") == "true",
+            visible,
+            get("enabled", "true") != "false",
+            get("focusable") == "true",
+            get("focused") == "true",
+            get("scrollable") == "true",
+            get("long-clickable") == "true",
+            get("selected") == "true",
+            get("checkable") == "true",
+            get("checked") == "true",
+        )
+        position[el] = len(nodes)
+        child_counts.append(0)
+        nodes.append(
+            RawNode(
+                p,
+                depth,
+                sibling,
+                android_class,
+                get("package") or "",
+                get("text") or "",
+                get("content-desc") or "",
+                get("resource-id") or "",
+                get("hint") or "",
+                box,
+                flags,
+                None,
+                (),
+                get("NAF") == "true",
+            )
+        )
+    if dropped:
+        warnings.append(f"dropped {dropped} invisible node(s) with their subtrees")
+
+    if screen_size is not None:
+        width, height = screen_size
+    elif top is not None and top.get("width") and top.get("height"):
+        width, height = _int_attr(top.get("width")), _int_attr(top.get("height"))
+    else:
+        width, height = window_size(root_boxes)
+        boxes = [b for b in root_boxes if b is not None]
+        if boxes and (min(b.left for b in boxes) > 0 or min(b.top for b in boxes) > 0):
+            warnings.append(
+                f"screen size {width}x{height} estimated from windows that do not start at the origin"
+            )
+    if width <= 0 or height <= 0:
+        warnings.append("screen size unknown (no window bounds): every grid location is UNKNOWN_LOCATION")
+    return build_screen(nodes, width, height, rotation=rotation, fmt=FORMAT, warnings=warnings)
