@@ -1,0 +1,125 @@
+"""Episode data as envlogger 1.2 Riegeli files (the default format): one episode per tag directory.
+
+Written with envlogger's own `RiegeliBackendWriter` (dataset metadata carries the environment specs, as
+`EnvLogger` writes them, so `envlogger.Reader` and TFDS's envlogger reader open the files unchanged).
+Read with `envlogger.Reader`, whose step index gives random access: `step(i)` decodes records i and i+1
+only, so showing step k of a long episode does not decode every frame.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import envlogger
+from envlogger.backends import riegeli_backend_writer
+from envlogger.converters import spec_codec
+
+from pipelines.episodes.base import EnvSpecs, EpisodeMetadata, EpisodeWriter, RecordEpisodeReader
+from pipelines.errors import StepmarkError
+from protos.rlds_creator import study_pb2
+
+FORMAT = "envlogger"
+# Riegeli writer options: envlogger's default is `transpose,brotli:6,chunk_size:1M`; zstd keeps the
+# recording overhead per step low (see bench/bench_record.py) at a similar size for image observations.
+WRITER_OPTIONS = "transpose,zstd:3,chunk_size:1M"
+
+
+def _never_flush(_data: Any) -> bool:
+    """Flush only on close: data is only promised complete after close() anyway, and a flush is an fsync."""
+    return False
+
+
+class EnvloggerEpisodeWriter(EpisodeWriter):
+    def __init__(
+        self,
+        folder: Path,
+        relative: PurePosixPath,
+        specs: EnvSpecs,
+        dataset_metadata: dict[str, Any] | None = None,
+        writer_options: str = WRITER_OPTIONS,
+    ) -> None:
+        super().__init__(folder, relative, specs)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        metadata = dict(dataset_metadata or {})
+        metadata["environment_specs"] = spec_codec.encode_environment_specs(specs)
+        try:
+            self._backend = riegeli_backend_writer.RiegeliBackendWriter(
+                data_directory=str(self.folder),
+                metadata=metadata,
+                writer_options=writer_options,
+                flush_scheduler=_never_flush,
+            )
+        except (RuntimeError, TypeError) as exc:
+            raise StepmarkError(f"{self.folder}: cannot open an envlogger writer: {exc}") from exc
+
+    def _record(self, data: envlogger.StepData) -> None:
+        self._backend.record_step(data, is_new_episode=self.num_records == 0)
+
+    def close(self, metadata: EpisodeMetadata) -> study_pb2.Episode.Storage:
+        if not self.closed:
+            if self.num_records:
+                self._backend.set_episode_metadata(metadata.to_dict())
+            self._backend.close()
+            self.closed = True
+        storage = study_pb2.Episode.Storage()
+        storage.environment_logger.tag_directory = str(self.relative)
+        storage.environment_logger.index = 0
+        return storage
+
+    def abort(self) -> None:
+        if not self.closed:
+            self._backend.close()
+            self.closed = True
+
+
+class EnvloggerEpisodeReader(RecordEpisodeReader):
+    """One episode (`index`) of the envlogger dataset in `tag_directory`."""
+
+    def __init__(self, tag_directory: str | Path, index: int = 0) -> None:
+        super().__init__()
+        self.path = Path(tag_directory)
+        if not self.path.is_dir():
+            raise StepmarkError(f"{self.path}: envlogger tag directory not found")
+        try:
+            self._reader = envlogger.Reader(str(self.path))
+        except RuntimeError as exc:
+            raise StepmarkError(f"{self.path}: not a readable envlogger dataset: {exc}") from exc
+        count = len(self._reader.episodes)
+        if not 0 <= index < count:
+            self._reader.close()
+            raise StepmarkError(f"{self.path}: episode index {index} out of range ({count} episodes)")
+        self.index = index
+        self._steps = self._reader.episodes[index]
+        episode_meta = self._reader.episode_metadata()[index]
+        self._metadata = dict(episode_meta) if isinstance(episode_meta, dict) else {}
+        self._metadata.setdefault("format", FORMAT)
+
+    def _num_records(self) -> int:
+        return len(self._steps)
+
+    def _load_record(self, k: int) -> envlogger.StepData:
+        return self._steps[k]
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return dict(self._metadata)
+
+    @property
+    def dataset_metadata(self) -> dict[str, Any]:
+        return dict(self._reader.metadata() or {})
+
+    @property
+    def specs(self) -> dict[str, Any]:
+        r = self._reader
+        return {
+            "observation_spec": r.observation_spec(),
+            "action_spec": r.action_spec(),
+            "reward_spec": r.reward_spec(),
+            "discount_spec": r.discount_spec(),
+        }
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None

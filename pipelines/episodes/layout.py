@@ -1,0 +1,90 @@
+"""Where episode files live under the data directory: `<data>/<study>/<session>/<env_id>/<episode_id>/`.
+
+An episode is written into a temporary sibling folder (`<episode_id>.tmp-<pid>`) and renamed to its final
+name only once its files are complete and closed, so a half-written episode never sits at a final path.
+Paths stored in the database are relative to the data directory (posix separators), so a data directory can
+be moved or mounted elsewhere; absolute paths (written by other tools) are honoured as they are.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from pipelines.errors import StepmarkError
+
+TMP_MARK = ".tmp-"
+# Written (episode proto as JSON) once the files are closed and before registration; renamed to
+# EPISODE_FILE after the episode is registered in the store. Recovery looks for the pending name.
+PENDING_FILE = "episode.pending.json"
+EPISODE_FILE = "episode.json"
+PICKLE_NAME = "episode.pkl"
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._@+=-]")
+
+
+def safe_component(value: str, what: str) -> str:
+    """One path component from an id: unsafe characters become `_`; empty, `.` and `..` are refused."""
+    if not value:
+        raise StepmarkError(f"empty {what}: cannot build an episode path")
+    cleaned = _UNSAFE.sub("_", value)
+    if cleaned in (".", "..") or TMP_MARK in cleaned:
+        raise StepmarkError(f"{what} {value!r} cannot be used as a folder name")
+    return cleaned
+
+
+@dataclass(frozen=True)
+class EpisodePaths:
+    """The final and temporary folders of one episode, and the final folder relative to the data dir."""
+
+    data_dir: Path
+    relative: PurePosixPath
+    final: Path
+    temp: Path
+
+
+def episode_paths(
+    data_dir: str | Path, study_id: str, session_id: str, env_id: str, episode_id: str, pid: int | None = None
+) -> EpisodePaths:
+    data = Path(data_dir)
+    rel = PurePosixPath(
+        safe_component(study_id, "study id"),
+        safe_component(session_id, "session id"),
+        safe_component(env_id, "environment id"),
+        safe_component(episode_id, "episode id"),
+    )
+    final = data.joinpath(*rel.parts)
+    temp = final.with_name(f"{final.name}{TMP_MARK}{os.getpid() if pid is None else pid}")
+    return EpisodePaths(data_dir=data, relative=rel, final=final, temp=temp)
+
+
+def resolve(data_dir: str | Path, stored: str) -> Path:
+    """A path stored on an episode, made absolute against the data directory when it is relative."""
+    p = Path(stored)
+    return p if p.is_absolute() else Path(data_dir) / p
+
+
+def temp_pid(folder: Path) -> int | None:
+    """The recording process id encoded in a temporary folder's name (None if the name is not one)."""
+    name = folder.name
+    if TMP_MARK not in name:
+        return None
+    tail = name.rsplit(TMP_MARK, 1)[1]
+    return int(tail) if tail.isdigit() else None
+
+
+def final_name(folder: Path) -> str:
+    """The episode folder name a temporary folder will be renamed to."""
+    return folder.name.rsplit(TMP_MARK, 1)[0]
+
+
+def temp_folders(data_dir: str | Path) -> list[Path]:
+    """Temporary episode folders anywhere in the layout (`<study>/<session>/<env>/<id>.tmp-<pid>`)."""
+    return sorted(p for p in Path(data_dir).glob(f"*/*/*/*{TMP_MARK}*") if p.is_dir())
+
+
+def pending_folders(data_dir: str | Path) -> list[Path]:
+    """Final episode folders whose files are complete but whose registration was never confirmed."""
+    return sorted(p.parent for p in Path(data_dir).glob(f"*/*/*/*/{PENDING_FILE}"))

@@ -1,0 +1,148 @@
+"""Episode data as one Pickle file, in RLDS Creator's layout, for compatibility with data it wrote.
+
+The file holds a dict: `metadata` (episode metadata), `steps` (a list of `(timestep, action, custom_data)`
+records, envlogger-shaped), and `observation_spec`, `action_spec`, `reward_spec`, `discount_spec`.
+Pickle runs code on load, so the reader only accepts the classes such a file needs (numpy arrays and
+scalars, dm_env time steps and specs, the StepData tuples of envlogger and RLDS Creator) and refuses
+anything else with the file and the class named. The whole file is loaded on open (the format has no index).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import dm_env
+from dm_env import specs as dm_specs
+from envlogger import step_data
+
+from pipelines.episodes.base import EnvSpecs, EpisodeMetadata, EpisodeWriter, RecordEpisodeReader
+from pipelines.episodes.layout import PICKLE_NAME
+from pipelines.errors import StepmarkError
+from protos.rlds_creator import study_pb2
+
+FORMAT = "pickle"
+
+# (module, name) -> object a file may reference. RLDS Creator's own StepData/TimeStep map onto the
+# envlogger/dm_env equivalents (same fields, same order).
+_ALLOWED: dict[tuple[str, str], Any] = {
+    ("dm_env._environment", "TimeStep"): dm_env.TimeStep,
+    ("dm_env._environment", "StepType"): dm_env.StepType,
+    ("dm_env", "TimeStep"): dm_env.TimeStep,
+    ("dm_env", "StepType"): dm_env.StepType,
+    ("envlogger.step_data", "StepData"): step_data.StepData,
+    ("rlds_creator.episode_storage", "StepData"): step_data.StepData,
+    ("rlds_creator.environment", "TimeStep"): dm_env.TimeStep,
+    ("collections", "OrderedDict"): __import__("collections").OrderedDict,
+    ("builtins", "set"): set,
+    ("builtins", "frozenset"): frozenset,
+}
+for _name in ("Array", "BoundedArray", "DiscreteArray", "StringArray"):
+    _ALLOWED[("dm_env.specs", _name)] = getattr(dm_specs, _name)
+_NUMPY_NAMES = {"_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"}
+_NUMPY_MODULES = {"numpy", "numpy.core.multiarray", "numpy._core.multiarray", "numpy.core.numeric"}
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    def __init__(self, file: Any, path: Path) -> None:
+        super().__init__(file)
+        self._path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED:
+            return _ALLOWED[(module, name)]
+        if module in _NUMPY_MODULES and name in _NUMPY_NAMES:
+            return super().find_class(module, name)
+        if module == "numpy" and name.startswith(("dtype", "dtypes")):  # numpy>=1.25 dtype classes
+            return super().find_class(module, name)
+        if module == "numpy.dtypes":
+            return super().find_class(module, name)
+        raise StepmarkError(f"{self._path}: refusing to load class {module}.{name} from an episode pickle")
+
+
+def load_pickle(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            data = _SafeUnpickler(f, p).load()
+    except FileNotFoundError as exc:
+        raise StepmarkError(f"{p}: episode pickle not found") from exc
+    except StepmarkError:
+        raise
+    except Exception as exc:  # truncated or corrupt file: pickle raises many types
+        raise StepmarkError(f"{p}: not a readable episode pickle: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
+        raise StepmarkError(f"{p}: episode pickle has no 'steps' list (not an RLDS Creator episode)")
+    return data
+
+
+class PickleEpisodeWriter(EpisodeWriter):
+    """Keeps the episode in memory and writes the file on close (temp name, then renamed)."""
+
+    def __init__(self, folder: Path, relative: PurePosixPath, specs: EnvSpecs) -> None:
+        super().__init__(folder, relative, specs)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._steps: list[step_data.StepData] = []
+
+    def _record(self, data: step_data.StepData) -> None:
+        self._steps.append(data)
+
+    def close(self, metadata: EpisodeMetadata) -> study_pb2.Episode.Storage:
+        if not self.closed:
+            data = {
+                "metadata": metadata.to_dict(),
+                "steps": self._steps,
+                "observation_spec": self.specs.observation_spec(),
+                "action_spec": self.specs.action_spec(),
+                "reward_spec": self.specs.reward_spec(),
+                "discount_spec": self.specs.discount_spec(),
+            }
+            target = self.folder / PICKLE_NAME
+            partial = target.with_suffix(".pkl.partial")
+            with partial.open("wb") as f:
+                pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(partial, target)
+            self._steps = []
+            self.closed = True
+        storage = study_pb2.Episode.Storage()
+        storage.pickle.path = str(self.relative / PICKLE_NAME)
+        return storage
+
+    def abort(self) -> None:
+        self._steps = []
+        self.closed = True
+
+
+class PickleEpisodeReader(RecordEpisodeReader):
+    def __init__(self, path: str | Path) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self._data = load_pickle(self.path)
+        self._steps = self._data["steps"]
+        for k, rec in enumerate(self._steps):
+            if not (isinstance(rec, tuple) and len(rec) >= 2 and isinstance(rec[0], dm_env.TimeStep)):
+                raise StepmarkError(f"{self.path}: step {k} is not a (timestep, action, custom_data) record")
+        meta = self._data.get("metadata")
+        self._metadata = dict(meta) if isinstance(meta, dict) else {}
+        self._metadata.setdefault("format", FORMAT)
+
+    def _num_records(self) -> int:
+        return len(self._steps)
+
+    def _load_record(self, k: int) -> step_data.StepData:
+        rec = self._steps[k]
+        return step_data.StepData(rec[0], rec[1], rec[2] if len(rec) > 2 else None)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return dict(self._metadata)
+
+    @property
+    def specs(self) -> dict[str, Any]:
+        return {
+            k: self._data.get(k) for k in ("observation_spec", "action_spec", "reward_spec", "discount_spec")
+        }

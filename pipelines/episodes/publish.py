@@ -1,0 +1,186 @@
+"""Registering a written episode atomically, and recovering what a killed recorder left behind.
+
+Order of a save (each step survives a kill at any point):
+1. the writer closes its files in `<episode_id>.tmp-<pid>/` (complete only after close);
+2. `episode.pending.json` (the Episode proto to register, and the writer's pid) is written in that folder;
+3. the folder is renamed to `<episode_id>/` (atomic on one filesystem);
+4. `repo.add_episode(...)` registers it;
+5. the marker is renamed to `episode.json` (the folder now describes itself and is known registered).
+
+So a killed recording leaves either a temp folder without a marker (broken: deleted by recovery), a temp
+folder or final folder with a pending marker (complete but unconfirmed: recovery registers it as
+ABANDONED, keeping the state the recorder meant in `metadata["intended_state"]`), or a registered
+episode. The database never names files that are not complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from google.protobuf import json_format
+
+from pipelines.episodes import layout
+from pipelines.errors import StepmarkError
+from pipelines.store import errors as store_errors
+from protos.rlds_creator import client_pb2, study_pb2
+
+if TYPE_CHECKING:
+    from pipelines.store import Repository
+
+State = study_pb2.Episode.State
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process with this id exists on this machine (signal 0 checks without sending)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def write_pending(folder: Path, episode: study_pb2.Episode) -> Path:
+    """Writes the registration marker (durably: the rename that follows must not outrun it)."""
+    path = folder / layout.PENDING_FILE
+    body = {"pid": os.getpid(), "episode": json_format.MessageToDict(episode)}
+    tmp = path.with_suffix(".json.partial")
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump(body, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def read_pending(folder: Path) -> tuple[int, study_pb2.Episode]:
+    path = folder / layout.PENDING_FILE
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+        episode = json_format.ParseDict(body["episode"], study_pb2.Episode())
+        return int(body.get("pid", 0)), episode
+    except (OSError, ValueError, KeyError, TypeError, json_format.ParseError) as exc:
+        raise StepmarkError(f"{path}: unreadable registration marker: {exc}") from exc
+
+
+def confirm(folder: Path) -> None:
+    """Marks a published folder as registered (pending marker -> episode.json)."""
+    pending = folder / layout.PENDING_FILE
+    if pending.exists():
+        os.replace(pending, folder / layout.EPISODE_FILE)
+
+
+def publish(repo: Repository, paths: layout.EpisodePaths, episode: study_pb2.Episode) -> study_pb2.Episode:
+    """Steps 2-5 above for a closed writer's temp folder. Returns the registered episode.
+
+    If the store refuses the episode (study disabled, session gone) the files are deleted and the
+    refusal re-raised; on any other failure (database unreachable) they stay pending for recovery.
+    """
+    write_pending(paths.temp, episode)
+    if paths.final.exists():
+        raise StepmarkError(f"{paths.final}: an episode folder with this id already exists")
+    os.replace(paths.temp, paths.final)
+    try:
+        registered = repo.add_episode(episode)
+    except store_errors.StoreError:
+        shutil.rmtree(paths.final, ignore_errors=True)
+        raise
+    confirm(paths.final)
+    return registered
+
+
+def discard(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@dataclass
+class RecoveryReport:
+    """What `recover_abandoned` did: registered episodes, deleted folders, folders left alone (why)."""
+
+    registered: list[study_pb2.Episode] = field(default_factory=list)
+    confirmed: list[Path] = field(default_factory=list)
+    deleted: list[Path] = field(default_factory=list)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def _is_registered(repo: Repository, episode: study_pb2.Episode) -> bool:
+    ref = client_pb2.EpisodeRef(
+        study_id=episode.study_id, session_id=episode.session_id, episode_id=episode.id
+    )
+    try:
+        repo.get_episode(ref)
+    except store_errors.NotFound:
+        return False
+    return True
+
+
+def _files_readable(episode: study_pb2.Episode, data_dir: Path) -> bool:
+    from pipelines.episodes import open_episode
+
+    try:
+        with open_episode(episode, data_dir) as reader:
+            return len(reader) > 0
+    except StepmarkError:
+        return False
+
+
+def recover_abandoned(repo: Repository, data_dir: str | Path) -> RecoveryReport:
+    """Cleans up after recorders that died: see the module docstring for what each leftover becomes.
+
+    Folders of live processes (by pid) are left alone, so this is safe while other recorders run.
+    """
+    data = Path(data_dir)
+    report = RecoveryReport()
+    for temp in layout.temp_folders(data):
+        pid = layout.temp_pid(temp)
+        if pid is None:
+            report.skipped.append((temp, "not a recorder temp folder name"))
+            continue
+        if pid == os.getpid() or pid_alive(pid):
+            report.skipped.append((temp, f"recorder process {pid} is still running"))
+            continue
+        if not (temp / layout.PENDING_FILE).exists():
+            discard(temp)  # killed before its files were closed: nothing readable to keep
+            report.deleted.append(temp)
+            continue
+        final = temp.with_name(layout.final_name(temp))
+        if final.exists():
+            report.skipped.append((temp, f"{final.name} already exists"))
+            continue
+        os.replace(temp, final)
+    for folder in layout.pending_folders(data):
+        try:
+            pid, episode = read_pending(folder)
+        except StepmarkError as exc:
+            report.skipped.append((folder, str(exc)))
+            continue
+        if pid != os.getpid() and pid_alive(pid):
+            report.skipped.append((folder, f"recorder process {pid} is still registering it"))
+            continue
+        if _is_registered(repo, episode):
+            confirm(folder)
+            report.confirmed.append(folder)
+            continue
+        if not _files_readable(episode, data):
+            discard(folder)
+            report.deleted.append(folder)
+            continue
+        intended = State.Name(episode.state) if episode.state else "STATE_UNSPECIFIED"
+        episode.state = State.STATE_ABANDONED
+        episode.metadata.update({"recovered": True, "intended_state": intended})
+        try:
+            registered = repo.add_episode(episode)
+        except store_errors.StoreError as exc:
+            report.skipped.append((folder, f"store refused it: {exc}"))
+            continue
+        confirm(folder)
+        report.registered.append(registered)
+    return report
