@@ -9,6 +9,7 @@ JSON-friendly are done here once.
 from __future__ import annotations
 
 import abc
+import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,14 +47,18 @@ def to_jsonable(value: Any) -> Any:
     Info dicts go into the recorder's per-step custom data; a numpy scalar there breaks JSON export later.
     Values with no JSON form (objects, bytes) become their `repr` rather than disappearing silently.
     """
-    if value is None or isinstance(value, bool | int | str):
-        return value
+    if value is None:
+        return None
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):  # also IntEnum members (e.g. NLE's StepStatus)
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.name
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
     if isinstance(value, np.floating):
         return to_jsonable(float(value))
     if isinstance(value, np.ndarray):
