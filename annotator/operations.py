@@ -1,0 +1,810 @@
+"""The annotator's service layer: one method per operation of the RLDS Creator client protocol.
+
+The Streamlit pages are thin views over `Operations`; everything they change goes through here into the store,
+so the same behaviour is reachable (and tested) without a browser, and `handle()` answers a raw
+`client_pb2.OperationRequest` the way the reference server does. Like the reference server, an `Operations`
+object is one annotator's session: it remembers the selected study and environment, the episode being replayed
+and the episode being recorded. Nothing that matters lives only here: tags, notes and states are written to the
+store at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from pipelines.errors import StepmarkError
+from protos.rlds_creator import client_pb2, study_pb2
+
+Progress = Callable[[float], None]
+
+STATE_LABELS = {
+    study_pb2.Episode.STATE_UNSPECIFIED: "Unspecified",
+    study_pb2.Episode.STATE_COMPLETED: "Completed",
+    study_pb2.Episode.STATE_ABANDONED: "Abandoned",
+    study_pb2.Episode.STATE_CANCELLED: "Cancelled",
+    study_pb2.Episode.STATE_REJECTED: "Rejected",
+}
+STATE_BY_LABEL = {label: state for state, label in STATE_LABELS.items()}
+
+
+class OperationError(StepmarkError):
+    """An operation that cannot run in the session's current state (e.g. a step tag with no episode open)."""
+
+
+def ref_of(episode: study_pb2.Episode) -> client_pb2.EpisodeRef:
+    return client_pb2.EpisodeRef(
+        study_id=episode.study_id, session_id=episode.session_id, episode_id=episode.id
+    )
+
+
+def ref_key(ref: client_pb2.EpisodeRef) -> str:
+    """A readable, unique string for an episode reference (used as cache and widget key)."""
+    return f"{ref.study_id}/{ref.session_id}/{ref.episode_id}"
+
+
+def parse_ref_key(key: str) -> client_pb2.EpisodeRef:
+    parts = key.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise OperationError(f"episode reference {key!r} is not STUDY/SESSION/EPISODE")
+    return client_pb2.EpisodeRef(study_id=parts[0], session_id=parts[1], episode_id=parts[2])
+
+
+def humanize_duration(seconds: float) -> str:
+    """Like the reference client: 30s, 2m 5s, 1h 3m."""
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes}m"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{secs}s"
+
+
+def episode_duration(episode: study_pb2.Episode) -> str:
+    if not episode.HasField("start_time") or not episode.HasField("end_time"):
+        return ""
+    start = episode.start_time.ToDatetime()
+    end = episode.end_time.ToDatetime()
+    return humanize_duration((end - start).total_seconds())
+
+
+def episode_kind(episode: study_pb2.Episode) -> str:
+    """ "ui" for imported UI traces, "env" for recorded environment episodes."""
+    kind = episode.metadata.fields.get("kind") if episode.HasField("metadata") else None
+    if kind is not None and kind.string_value:
+        return kind.string_value
+    return "env" if episode.HasField("storage") else "ui"
+
+
+def episode_success(episode: study_pb2.Episode) -> bool | None:
+    value = episode.metadata.fields.get("success") if episode.HasField("metadata") else None
+    if value is None or value.WhichOneof("kind") != "bool_value":
+        return None
+    return value.bool_value
+
+
+def step_tags(episode: study_pb2.Episode, index: int) -> list[str]:
+    if index not in episode.step_metadata:
+        return []
+    return [tag.label for tag in episode.step_metadata[index].tags]
+
+
+def tagged_steps(episode: study_pb2.Episode) -> dict[int, list[str]]:
+    """Step index -> its tags, for every step that has one (sorted by index)."""
+    return {
+        index: [tag.label for tag in meta.tags]
+        for index, meta in sorted(episode.step_metadata.items())
+        if len(meta.tags)
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Observation / action -> client_pb2.Data
+
+
+def _is_image(value: Any) -> bool:
+    return (
+        isinstance(value, np.ndarray)
+        and value.dtype == np.uint8
+        and value.ndim == 3
+        and value.shape[-1] in (1, 3, 4)
+        and value.shape[0] >= 8
+        and value.shape[1] >= 8
+    )
+
+
+def _encode_png(array: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image
+
+    if array.shape[-1] == 1:
+        array = array[..., 0]
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, Message):
+        return json_format.MessageToDict(value, preserving_proto_field_name=True)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def to_data(value: Any, name: str = "") -> client_pb2.Data:
+    """Observation or action as the protocol's `Data`: images (HxWxC uint8) as PNGs, everything else as JSON.
+
+    Nested dicts are walked so an observation {"rgb": frame, "pos": [..]} becomes one named image plus JSON of
+    the rest. Protobuf messages (UI observations) are shown as JSON without their raw bytes fields.
+    """
+    data = client_pb2.Data()
+    rest = _split_images(value, name, data)
+    if rest is not None:
+        data.json_encoded = json.dumps(_jsonable(rest), default=str)
+    return data
+
+
+def _split_images(value: Any, name: str, data: client_pb2.Data) -> Any:
+    if _is_image(value):
+        data.images.add(name=name, image=_encode_png(value))
+        return None
+    if isinstance(value, dict):
+        rest = {}
+        for key, item in value.items():
+            sub = _split_images(item, f"{name}/{key}" if name else str(key), data)
+            if sub is not None:
+                rest[str(key)] = sub
+        return rest
+    if isinstance(value, Message):
+        return _message_without_bytes(value)
+    return value
+
+
+def _message_without_bytes(message: Message) -> dict:
+    copy = type(message)()
+    copy.CopyFrom(message)
+    _clear_bytes(copy)
+    return json_format.MessageToDict(copy, preserving_proto_field_name=True)
+
+
+def _clear_bytes(message: Message) -> None:
+    for fd, value in message.ListFields():
+        if fd.type == fd.TYPE_BYTES:
+            message.ClearField(fd.name)
+        elif fd.type == fd.TYPE_MESSAGE:
+            if fd.label == fd.LABEL_REPEATED:
+                if fd.message_type.GetOptions().map_entry:
+                    continue
+                for item in value:
+                    _clear_bytes(item)
+            else:
+                _clear_bytes(value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Episode readers: opened once per episode and kept (random access; never decode every frame up front).
+
+
+class SharedReader:
+    """An episode reader that several annotator sessions (threads) may use at once.
+
+    Rewards for the whole episode are read once, lazily, keeping only the floats.
+    """
+
+    def __init__(self, reader: Any) -> None:
+        self._reader = reader
+        self._lock = threading.Lock()
+        self._rewards: list[float] | None = None
+        self.metadata: dict = dict(getattr(reader, "metadata", {}) or {})
+
+    def __len__(self) -> int:
+        return len(self._reader)
+
+    def step(self, index: int) -> Any:
+        with self._lock:
+            return self._reader.step(index)
+
+    def rewards(self) -> list[float]:
+        if self._rewards is None:
+            with self._lock:
+                fast = getattr(self._reader, "rewards", None)
+                if callable(fast):
+                    values = list(fast())
+                else:
+                    values = [self._reader.step(i).reward for i in range(len(self._reader))]
+            self._rewards = [0.0 if v is None or not np.isfinite(v) else float(v) for v in values]
+        return self._rewards
+
+    def close(self) -> None:
+        with self._lock:
+            self._reader.close()
+
+
+def open_shared_reader(episode: study_pb2.Episode, data_dir: str | Path) -> SharedReader:
+    from pipelines.episodes import open_episode
+
+    return SharedReader(open_episode(episode, data_dir))
+
+
+class ReaderCache:
+    """Least-recently-used open readers keyed by episode reference (the annotator's default outside Streamlit)."""
+
+    def __init__(self, data_dir: str | Path, max_open: int = 8) -> None:
+        self.data_dir = Path(data_dir)
+        self.max_open = max_open
+        self._readers: OrderedDict[str, SharedReader] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, episode: study_pb2.Episode) -> SharedReader:
+        key = ref_key(ref_of(episode))
+        with self._lock:
+            reader = self._readers.get(key)
+            if reader is not None:
+                self._readers.move_to_end(key)
+                return reader
+        reader = open_shared_reader(episode, self.data_dir)
+        with self._lock:
+            self._readers[key] = reader
+            while len(self._readers) > self.max_open:
+                _, old = self._readers.popitem(last=False)
+                old.close()
+        return reader
+
+    def close(self) -> None:
+        with self._lock:
+            for reader in self._readers.values():
+                reader.close()
+            self._readers.clear()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReplayState:
+    ref: client_pb2.EpisodeRef
+    episode: study_pb2.Episode
+    reader: SharedReader
+
+
+@dataclass
+class EpisodeFilter:
+    """Filters of the Episodes page; None means any."""
+
+    study_id: str | None = None
+    env_id: str | None = None
+    states: list[int] | None = None
+    tag: str | None = None
+    user: str | None = None
+    notes_query: str | None = None
+
+
+@dataclass
+class ExportOptions:
+    """What the Export page asks for beyond the protocol's DownloadEpisodesRequest."""
+
+    format: str = "envlogger"  # or "tfds"
+    out_dir: Path | None = None
+    include_incomplete: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+class Operations:
+    """One annotator's session over the store, the episode readers and the recorder."""
+
+    def __init__(
+        self,
+        repo: Any,
+        data_dir: str | Path,
+        user: str,
+        *,
+        open_reader: Callable[[study_pb2.Episode], SharedReader] | None = None,
+        export_dir: str | Path | None = None,
+    ) -> None:
+        if not user:
+            raise OperationError("an annotator needs a user name")
+        self.repo = repo
+        self.data_dir = Path(data_dir)
+        self.user = user
+        self._open_reader = open_reader or ReaderCache(self.data_dir)
+        self.export_dir = Path(export_dir) if export_dir else self.data_dir / "exports"
+        self.study: study_pb2.StudySpec | None = None
+        self.env: study_pb2.EnvironmentSpec | None = None
+        self.replay: ReplayState | None = None
+        self.recorder: Any = None
+        self.last_step: client_pb2.StepResponse | None = None
+        self.pending_save: client_pb2.ConfirmSaveResponse | None = None
+        self.quality = client_pb2.SetQualityRequest.QUALITY_MEDIUM
+        self.fps: float | None = None
+        self.camera = 0
+        self.storage = "envlogger"
+        self.last_saved_study: study_pb2.StudySpec | None = None
+
+    # -- studies ------------------------------------------------------------------------------------------------
+
+    def set_studies(
+        self, request: client_pb2.SetStudiesRequest | None = None
+    ) -> client_pb2.SetStudiesResponse:
+        """The studies created by this user (the reference's meaning of the study list)."""
+        return client_pb2.SetStudiesResponse(studies=self.repo.list_studies(creator=self.user))
+
+    def all_studies(self) -> list[study_pb2.StudySpec]:
+        return list(self.repo.list_studies())
+
+    def select_study(self, request: client_pb2.SelectStudyRequest) -> client_pb2.SelectStudyResponse:
+        study = self.repo.get_study(request.study_id)
+        self.study = study
+        self.env = None
+        return client_pb2.SelectStudyResponse(study=study)
+
+    def save_study(self, request: client_pb2.SaveStudyRequest) -> client_pb2.SaveStudyResponse:
+        """Create (no id) or update (id set; read-only fields ignored, only the creator) a study."""
+        spec = request.study
+        if not spec.name.strip():
+            raise OperationError("a study needs a name")
+        ids = [env.id for env in spec.environment_specs]
+        if any(not env_id for env_id in ids):
+            raise OperationError("every environment of a study needs an id")
+        if len(set(ids)) != len(ids):
+            raise OperationError(f"environment ids must be unique in a study: {ids}")
+        saved = self.repo.save_study(spec, self.user) if spec.id else self.repo.create_study(spec, self.user)
+        if self.study is not None and self.study.id == saved.id:
+            self.study = saved
+        self.last_saved_study = saved
+        return client_pb2.SaveStudyResponse()
+
+    def enable_study(self, request: client_pb2.EnableStudyRequest) -> client_pb2.EnableStudyResponse:
+        spec = self.repo.enable_study(request.study_id, request.enable, self.user)
+        return client_pb2.EnableStudyResponse(
+            study_id=spec.id, enabled=spec.state == study_pb2.StudySpec.STATE_ENABLED
+        )
+
+    # -- episodes -----------------------------------------------------------------------------------------------
+
+    def episode_metadata(
+        self, episode: study_pb2.Episode, studies: dict[str, study_pb2.StudySpec] | None = None
+    ) -> client_pb2.EpisodeMetadata:
+        study = (studies or {}).get(episode.study_id)
+        if study is None:
+            study = self.repo.get_study(episode.study_id)
+        meta = client_pb2.EpisodeMetadata(
+            study=study,
+            episode=episode,
+            duration=episode_duration(episode),
+            status=STATE_LABELS.get(episode.state, "Unspecified"),
+            can_delete=bool(self.repo.can_delete(episode, self.user)),
+        )
+        for env in study.environment_specs:
+            if env.id == episode.environment_id:
+                meta.env.CopyFrom(env)
+                break
+        return meta
+
+    def episodes(self, filters: EpisodeFilter | None = None) -> client_pb2.EpisodesResponse:
+        """Episodes across studies and sessions (the Episodes page), newest first."""
+        f = filters or EpisodeFilter()
+        found = self.repo.list_episodes(
+            study_id=f.study_id or None,
+            env_id=f.env_id or None,
+            states=f.states or None,
+            tag=f.tag or None,
+            user=f.user or None,
+            notes_query=f.notes_query or None,
+        )
+        studies = {s.id: s for s in self.repo.list_studies()}
+        response = client_pb2.EpisodesResponse()
+        for episode in found:
+            response.episodes.append(self.episode_metadata(episode, studies))
+        return response
+
+    def replay_episode(self, request: client_pb2.ReplayEpisodeRequest) -> client_pb2.ReplayEpisodeResponse:
+        """Open an episode for replay: its metadata and the reward of every step."""
+        episode = self.repo.get_episode(request.ref)
+        reader = self._open_reader(episode)
+        self.replay = ReplayState(ref=client_pb2.EpisodeRef(), episode=episode, reader=reader)
+        self.replay.ref.CopyFrom(request.ref)
+        return client_pb2.ReplayEpisodeResponse(
+            episode=self.episode_metadata(episode), step_rewards=reader.rewards()
+        )
+
+    def _replaying(self) -> ReplayState:
+        if self.replay is None:
+            raise OperationError("no episode is being replayed: open one first (ReplayEpisode)")
+        return self.replay
+
+    def _refresh(self) -> study_pb2.Episode:
+        """Re-read the replayed episode so tags written by another annotator show up."""
+        state = self._replaying()
+        state.episode = self.repo.get_episode(state.ref)
+        return state.episode
+
+    def replay_step(self, request: client_pb2.ReplayStepRequest) -> client_pb2.ReplayStepResponse:
+        return self.replay_step_with_data(request.index)[0]
+
+    def replay_step_with_data(self, index: int) -> tuple[client_pb2.ReplayStepResponse, Any]:
+        """The protocol's ReplayStepResponse and the reader's `Step` it came from (the page draws from both)."""
+        state = self._replaying()
+        if not 0 <= index < len(state.reader):
+            raise OperationError(
+                f"step {index} is out of range: episode {ref_key(state.ref)} has {len(state.reader)} steps"
+            )
+        step = state.reader.step(index)
+        episode = self._refresh()
+        response = client_pb2.ReplayStepResponse(
+            index=index,
+            keys=list(step.keys or []),
+            reward=float(step.reward or 0.0),
+            tags=step_tags(episode, index),
+        )
+        if step.image:
+            response.image = step.image
+        if step.observation is not None:
+            response.observation.CopyFrom(to_data(step.observation, "observation"))
+        if step.action is not None:
+            response.action.CopyFrom(to_data(step.action, "action"))
+        return response, step
+
+    def add_episode_tag(self, request: client_pb2.AddEpisodeTagRequest) -> client_pb2.AddEpisodeTagResponse:
+        label = _label(request.tag)
+        ok = self.repo.add_episode_tag(self._replaying().ref, label, self.user)
+        self._refresh()
+        return client_pb2.AddEpisodeTagResponse(tag=label, success=bool(ok))
+
+    def remove_episode_tag(
+        self, request: client_pb2.RemoveEpisodeTagRequest
+    ) -> client_pb2.RemoveEpisodeTagResponse:
+        ok = self.repo.remove_episode_tag(self._replaying().ref, request.tag, self.user)
+        self._refresh()
+        return client_pb2.RemoveEpisodeTagResponse(tag=request.tag, success=bool(ok))
+
+    def add_step_tag(self, request: client_pb2.AddStepTagRequest) -> client_pb2.AddStepTagResponse:
+        state = self._replaying()
+        label = _label(request.tag)
+        self._check_index(request.index)
+        ok = self.repo.add_step_tag(state.ref, request.index, label, self.user)
+        self._refresh()
+        return client_pb2.AddStepTagResponse(index=request.index, tag=label, success=bool(ok))
+
+    def remove_step_tag(self, request: client_pb2.RemoveStepTagRequest) -> client_pb2.RemoveStepTagResponse:
+        state = self._replaying()
+        ok = self.repo.remove_step_tag(state.ref, request.index, request.tag, self.user)
+        self._refresh()
+        return client_pb2.RemoveStepTagResponse(index=request.index, tag=request.tag, success=bool(ok))
+
+    def update_replay_episode(
+        self, request: client_pb2.UpdateReplayEpisodeRequest
+    ) -> client_pb2.UpdateReplayEpisodeResponse:
+        ok = self.repo.set_notes(self._replaying().ref, request.notes, self.user)
+        self._refresh()
+        return client_pb2.UpdateReplayEpisodeResponse(success=bool(ok))
+
+    def set_episode_state(self, state: int) -> study_pb2.Episode:
+        """Mark the replayed episode's state (not a protocol message; the Tagging panel's state selector)."""
+        self.repo.set_episode_state(self._replaying().ref, state, self.user)
+        return self._refresh()
+
+    def _check_index(self, index: int) -> None:
+        state = self._replaying()
+        if not 0 <= index < len(state.reader):
+            raise OperationError(f"step {index} is out of range (episode has {len(state.reader)} steps)")
+
+    def delete_episode(self, request: client_pb2.DeleteEpisodeRequest) -> client_pb2.DeleteEpisodeResponse:
+        ok = self.repo.delete_episode(request.ref, self.user)
+        if self.replay is not None and ref_key(self.replay.ref) == ref_key(request.ref):
+            self.replay = None
+        return client_pb2.DeleteEpisodeResponse(ref=request.ref, success=bool(ok))
+
+    def recent_tags(self, study_id: str, limit: int = 10) -> list[str]:
+        return list(self.repo.recent_tags(study_id, limit=limit))
+
+    def audit_log(self, ref: client_pb2.EpisodeRef | None = None, limit: int | None = None) -> list[Any]:
+        return list(self.repo.audit_log(ref=ref, limit=limit))
+
+    def undo(self) -> Any:
+        """Undo this user's last change (returns the audit entry undone, or None when there is nothing)."""
+        entry = self.repo.undo_last(self.user)
+        if self.replay is not None:
+            self._refresh()
+        return entry
+
+    # -- export -------------------------------------------------------------------------------------------------
+
+    def download_episodes(
+        self,
+        request: client_pb2.DownloadEpisodesRequest,
+        options: ExportOptions | None = None,
+        progress: Progress | None = None,
+    ) -> client_pb2.DownloadEpisodesResponse:
+        """Run the export pipeline over the chosen episodes; the url is the archive or folder written."""
+        from pipelines import export
+
+        if not request.refs:
+            raise OperationError("choose at least one episode to export")
+        opts = options or ExportOptions()
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")
+        out = (opts.out_dir or self.export_dir) / f"export-{stamp}"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        export_request = _export_request(export, request, opts, out, self)
+
+        def report(fraction: float) -> None:
+            if progress is not None:
+                progress(max(0.0, min(1.0, float(fraction))))
+
+        summary = export.export_episodes(export_request, report)
+        location = _summary_location(summary, out, request.archive)
+        return client_pb2.DownloadEpisodesResponse(url=Path(location).resolve().as_uri(), progress=100.0)
+
+    # -- recording ----------------------------------------------------------------------------------------------
+
+    def select_environment(
+        self, request: client_pb2.SelectEnvironmentRequest
+    ) -> client_pb2.SelectEnvironmentResponse:
+        """Start the chosen environment of the selected study (a new episode begins; its first frame is kept)."""
+        if self.study is None:
+            raise OperationError("select a study first (SelectStudy)")
+        env = next((e for e in self.study.environment_specs if e.id == request.env_id), None)
+        if env is None:
+            raise OperationError(f"study {self.study.id} has no environment {request.env_id!r}")
+        if self.study.state == study_pb2.StudySpec.STATE_DISABLED:
+            raise OperationError(f"study {self.study.name!r} is disabled: it takes no new episodes")
+        self.close_recorder()
+        from annotator.recorder import Recorder
+
+        self.recorder = Recorder(
+            self.repo,
+            self.data_dir,
+            self.study.id,
+            env.id,
+            self.user,
+            storage=self.storage,
+            quality=self.quality,
+        )
+        self.env = env
+        self.pending_save = None
+        self.last_step = self.recorder.start()
+        return client_pb2.SelectEnvironmentResponse(study_id=self.study.id, env=env)
+
+    def key_map(self) -> dict[str, str]:
+        """Key -> what it does in the running environment (for the on-screen buttons)."""
+        recorder = self._recording()
+        env = getattr(recorder, "env", None)
+        return dict(getattr(recorder, "key_map", None) or getattr(env, "key_map", None) or {})
+
+    def cameras(self) -> list[str]:
+        env = getattr(self._recording(), "env", None)
+        return list(getattr(env, "cameras", None) or [])
+
+    def is_sync(self) -> bool:
+        return bool(self.env is None or self.env.sync)
+
+    def _recording(self) -> Any:
+        if self.recorder is None:
+            raise OperationError("no environment is running: select one first (SelectEnvironment)")
+        return self.recorder
+
+    def action(
+        self, request: client_pb2.ActionRequest
+    ) -> client_pb2.StepResponse | client_pb2.ConfirmSaveResponse:
+        """One user input: a StepResponse, or ConfirmSaveResponse once the episode has ended."""
+        recorder = self._recording()
+        if self.pending_save is not None:
+            return self.pending_save
+        gamepad = request.gamepad_input if request.HasField("gamepad_input") else None
+        result = recorder.act(list(request.keys), gamepad)
+        if isinstance(result, client_pb2.ConfirmSaveResponse):
+            self.pending_save = result
+        else:
+            self.last_step = result
+        return result
+
+    def tick(self) -> client_pb2.StepResponse | client_pb2.ConfirmSaveResponse | None:
+        """Advance an asynchronous environment by its clock (no-op for sync ones)."""
+        recorder = self._recording()
+        if self.pending_save is not None:
+            return self.pending_save
+        result = recorder.tick()
+        if isinstance(result, client_pb2.ConfirmSaveResponse):
+            self.pending_save = result
+        elif isinstance(result, client_pb2.StepResponse):
+            self.last_step = result
+        return result
+
+    def save_episode(self, request: client_pb2.SaveEpisodeRequest) -> client_pb2.SaveEpisodeResponse:
+        recorder = self._recording()
+        response = recorder.save(request)
+        self.pending_save = None
+        return response
+
+    def cancel_recording(self) -> None:
+        if self.recorder is not None:
+            self.recorder.cancel()
+            self.pending_save = None
+
+    def close_recorder(self) -> None:
+        if self.recorder is not None:
+            try:
+                self.recorder.cancel()
+            finally:
+                close = getattr(self.recorder, "close", None)
+                if callable(close):
+                    close()
+                self.recorder = None
+
+    def set_fps(self, request: client_pb2.SetFpsRequest) -> client_pb2.SetFpsResponse:
+        if request.fps <= 0:
+            raise OperationError(f"fps must be positive, got {request.fps}")
+        self.fps = request.fps
+        if self.recorder is not None:
+            self.recorder.set_fps(request.fps)
+        return client_pb2.SetFpsResponse()
+
+    def set_quality(self, request: client_pb2.SetQualityRequest) -> None:
+        """The protocol has no SetQuality response: the reply is an empty OperationResponse."""
+        self.quality = request.quality
+        if self.recorder is not None:
+            self.recorder.set_quality(request.quality)
+
+    def set_camera(self, request: client_pb2.SetCameraRequest) -> client_pb2.SetCameraResponse:
+        recorder = self._recording()
+        name = recorder.set_camera(request.index)
+        self.camera = request.index
+        return client_pb2.SetCameraResponse(index=request.index, name=name or "")
+
+    # -- the protocol entry point -------------------------------------------------------------------------------
+
+    def handle(self, request: client_pb2.OperationRequest) -> client_pb2.OperationResponse:
+        """Answer one OperationRequest; failures become an ErrorResponse with a message saying why."""
+        kind = request.WhichOneof("type")
+        response = client_pb2.OperationResponse()
+        if kind is None:
+            response.error.mesg = "empty OperationRequest: no operation set"
+            return response
+        try:
+            result = _DISPATCH[kind](self, getattr(request, kind))
+        except StepmarkError as exc:
+            response.error.mesg = f"{kind}: {exc}"
+            return response
+        except Exception as exc:  # noqa: BLE001 - the client gets a message, not a dropped connection
+            response.error.mesg = f"{kind}: {type(exc).__name__}: {exc}"
+            return response
+        if result is None:
+            return response
+        for name, value in _RESPONSE_FIELDS.items():
+            if isinstance(result, value):
+                getattr(response, name).CopyFrom(result)
+                return response
+        raise TypeError(f"no OperationResponse field for {type(result).__name__}")
+
+
+def _label(tag: str) -> str:
+    label = (tag or "").strip()
+    if not label:
+        raise OperationError("a tag needs a non-empty label")
+    return label
+
+
+_DISPATCH: dict[str, Callable[[Operations, Any], Any]] = {
+    "action": Operations.action,
+    "add_episode_tag": Operations.add_episode_tag,
+    "add_step_tag": Operations.add_step_tag,
+    "delete_episode": Operations.delete_episode,
+    "download_episodes": lambda ops, req: ops.download_episodes(req),
+    "enable_study": Operations.enable_study,
+    "replay_step": Operations.replay_step,
+    "remove_episode_tag": Operations.remove_episode_tag,
+    "remove_step_tag": Operations.remove_step_tag,
+    "replay_episode": Operations.replay_episode,
+    "save_episode": Operations.save_episode,
+    "save_study": Operations.save_study,
+    "select_environment": Operations.select_environment,
+    "select_study": Operations.select_study,
+    "set_camera": Operations.set_camera,
+    "set_fps": Operations.set_fps,
+    "set_quality": Operations.set_quality,
+    "set_studies": Operations.set_studies,
+    "update_replay_episode": Operations.update_replay_episode,
+}
+
+# OperationResponse field for each response type (SetQuality has none).
+_RESPONSE_FIELDS: dict[str, type] = {
+    field.name: getattr(client_pb2, field.message_type.name)
+    for field in client_pb2.OperationResponse.DESCRIPTOR.oneofs_by_name["type"].fields
+}
+
+
+def _export_request(
+    export: Any, request: client_pb2.DownloadEpisodesRequest, opts: ExportOptions, out: Path, ops: Operations
+) -> Any:
+    raise NotImplementedError  # filled in when pipelines.export lands
+
+
+def _summary_location(summary: Any, out: Path, archive: bool) -> str:
+    for name in ("path", "out", "output", "location"):
+        value = getattr(summary, name, None)
+        if value:
+            return str(value)
+    return str(out.with_suffix(".zip") if archive else out)
+
+
+def refs_from(keys: Iterable[str]) -> list[client_pb2.EpisodeRef]:
+    return [parse_ref_key(key) for key in keys]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# UI steps: what the replay page draws (objects, screenshot, the action and where it touched).
+
+
+@dataclass
+class UiStepView:
+    objects: list[Any]
+    image: bytes | None
+    action: Any
+    touch: Any
+    target_index: int | None
+    action_text: str
+    warnings: list[str]
+
+
+def ui_step_view(step: Any) -> UiStepView:
+    """Pull the objects, screenshot and action out of a UI episode's `Step` (observation: llm4mobile TimeStep
+    or Observation; action: stepmark `Action`)."""
+    from annotator.drawing import Touch
+    from protos.stepmark import ui_episode_pb2
+
+    observation = step.observation
+    if hasattr(observation, "observation") and not hasattr(observation, "objects"):
+        observation = observation.observation  # a TimeStep
+    objects = list(getattr(observation, "objects", []) or [])
+    image = step.image or getattr(observation, "screenshot", b"") or None
+    action = step.action
+    if isinstance(action, dict):
+        action = json_format.ParseDict(action, ui_episode_pb2.Action(), ignore_unknown_fields=True)
+    warnings = list((step.info or {}).get("warnings", []) or []) if isinstance(step.info, dict) else []
+    if (
+        not isinstance(action, ui_episode_pb2.Action)
+        or action.type == ui_episode_pb2.Action.ACTION_UNSPECIFIED
+    ):
+        return UiStepView(
+            objects, image, None, None, None, "none recorded (last screen or no input)", warnings
+        )
+    kind = ui_episode_pb2.Action.Type.Name(action.type)
+    touch = None
+    if action.type in (ui_episode_pb2.Action.TAP, ui_episode_pb2.Action.LONG_PRESS):
+        touch = Touch(action.x, action.y)
+    elif action.type == ui_episode_pb2.Action.SWIPE:
+        touch = Touch(action.x, action.y, action.end_x, action.end_y)
+    target = action.target_index if action.HasField("target_index") else None
+    parts = [kind]
+    if touch is not None:
+        parts.append(f"at ({action.x}, {action.y})")
+        if touch.end_x is not None:
+            parts.append(f"to ({action.end_x}, {action.end_y})")
+    if action.text:
+        parts.append(f"text {action.text!r}")
+    if target is not None and 0 <= target < len(objects):
+        obj = objects[target]
+        label = obj.text or obj.content_desc or obj.resource_id or obj.android_class
+        parts.append(f"on object #{target} ({label})")
+    return UiStepView(objects, image, action, touch, target, " ".join(parts), warnings)

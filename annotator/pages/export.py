@@ -1,0 +1,102 @@
+"""Export: choose episodes and the DownloadEpisodesRequest options, run the export pipeline with a progress
+bar, then offer the result as a download."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import streamlit as st
+
+from annotator.operations import ExportOptions, parse_ref_key, ref_key, ref_of
+from annotator.pages import session
+from pipelines.errors import StepmarkError
+from protos.rlds_creator import client_pb2
+
+
+def result_path(url: str) -> Path:
+    return Path(unquote(urlparse(url).path))
+
+
+def download(path: Path) -> None:
+    """A ZIP is offered as it is; a folder is zipped once for the browser (and stays on disk as well)."""
+    if path.is_dir():
+        zipped = Path(tempfile.gettempdir()) / f"{path.name}.zip"
+        if not zipped.exists():
+            shutil.make_archive(str(zipped.with_suffix("")), "zip", root_dir=path)
+        st.caption(f"Folder written to `{path}`")
+        path = zipped
+    st.download_button(
+        "⬇️ Download " + path.name,
+        data=path.read_bytes(),
+        file_name=path.name,
+        mime="application/zip",
+        key="export_download",
+        type="primary",
+    )
+
+
+def render() -> None:
+    ops = session.operations()
+    st.title("Export")
+    found = ops.episodes()
+    keys = [ref_key(ref_of(m.episode)) for m in found.episodes]
+    labels = {
+        ref_key(ref_of(m.episode)): f"{m.study.name} · {m.episode.environment_id} · {m.status} · "
+        f"{m.episode.num_steps} steps · {m.episode.id}"
+        for m in found.episodes
+    }
+    if not keys:
+        st.info("No episode to export yet.")
+        return
+    if "export_pick" not in st.session_state:
+        st.session_state["export_pick"] = [k for k in st.session_state.get("export_refs", []) if k in keys]
+    chosen = st.multiselect("Episodes", keys, format_func=labels.get, key="export_pick")
+    c1, c2 = st.columns(2)
+    fmt = c1.radio("Format", ["envlogger", "tfds"], horizontal=True, key="export_format",
+                   format_func={"envlogger": "envlogger / RLDS (Riegeli)", "tfds": "TFDS dataset"}.get)  # fmt: skip
+    archive = (
+        c2.radio("As", ["ZIP archive", "folder"], horizontal=True, key="export_archive") == "ZIP archive"
+    )
+    strip = st.checkbox(
+        "Strip internal metadata (images, pressed keys, info, tags, notes)", key="export_strip"
+    )
+    include_incomplete = st.checkbox("Include episodes that are not completed", key="export_incomplete")
+    studies = {parse_ref_key(k).study_id for k in chosen}
+    recent = sorted({t for s in studies for t in ops.recent_tags(s, limit=50)})
+    end_tags = st.multiselect("End-of-episode step tags (cut each episode at the first such step)", recent,
+                              accept_new_options=True, key="export_end_tags")  # fmt: skip
+    if st.button("📦 Export", type="primary", disabled=not chosen, key="export_run"):
+        request = client_pb2.DownloadEpisodesRequest(
+            refs=[parse_ref_key(k) for k in chosen],
+            archive=archive,
+            strip_internal_metadata=strip,
+            end_of_episode_tags=end_tags,
+        )
+        bar = st.progress(0.0, text="Exporting…")
+        try:
+            response = ops.download_episodes(
+                request,
+                ExportOptions(format=fmt, include_incomplete=include_incomplete),
+                progress=lambda f: bar.progress(f, text=f"Exporting… {f:.0%}"),
+            )
+        except StepmarkError as exc:
+            bar.empty()
+            st.error(str(exc))
+            return
+        bar.progress(1.0, text="Done")
+        st.session_state["export_result"] = response.url
+        session.confirm(f"Exported {len(chosen)} episode(s)", "📦")
+    url = st.session_state.get("export_result")
+    if url:
+        path = result_path(url)
+        if path.exists():
+            st.success(f"Export ready: `{path}`")
+            download(path)
+        else:
+            st.warning(f"The export at {path} is gone.")
+
+
+render()

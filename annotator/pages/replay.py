@@ -1,0 +1,386 @@
+"""Replay: a step scrubber over one episode, the step's data (UI screenshot with boxes, or an environment frame),
+and the tagging panel (step/episode tags, notes, state, undo). Every change goes to the store at once.
+
+The episode and step live in the URL (`?episode=STUDY/SESSION/EPISODE&step=N`) so a reload shows the same
+step; the tags shown are always read back from the store.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from annotator import drawing
+from annotator.operations import (
+    STATE_BY_LABEL,
+    STATE_LABELS,
+    episode_kind,
+    parse_ref_key,
+    ref_key,
+    ref_of,
+    tagged_steps,
+    ui_step_view,
+)
+from annotator.pages import session
+from pipelines.errors import StepmarkError
+from protos.llm4mobile import episode_pb2
+from protos.rlds_creator import client_pb2
+
+STEP = "replay_step"
+
+
+def choose_episode(ops) -> str | None:
+    key = st.query_params.get("episode")
+    if key:
+        return key
+    found = ops.episodes()
+    if not found.episodes:
+        st.info("No episode to replay yet.")
+        return None
+    keys = [ref_key(ref_of(m.episode)) for m in found.episodes]
+    pick = st.selectbox("Episode", keys, index=None, placeholder="Choose an episode", key="replay_pick")
+    if pick:
+        st.query_params["episode"] = pick
+        st.query_params["step"] = "0"
+        st.rerun()
+    return None
+
+
+def open_episode(ops, key: str) -> client_pb2.ReplayEpisodeResponse:
+    """Open (or reuse) the episode in this session; the reader itself is shared and cached per process."""
+    cached = st.session_state.get("_replay")
+    if cached is not None and cached[0] == key and ops.replay is not None and ref_key(ops.replay.ref) == key:
+        return cached[1]
+    response = ops.replay_episode(client_pb2.ReplayEpisodeRequest(ref=parse_ref_key(key)))
+    st.session_state["_replay"] = (key, response)
+    start = int(st.query_params.get("step", 0) or 0)
+    st.session_state[STEP] = max(0, min(start, max(0, len(response.step_rewards) - 1)))
+    return response
+
+
+def _move(delta: int, last: int) -> None:
+    st.session_state[STEP] = max(0, min(last, st.session_state.get(STEP, 0) + delta))
+
+
+def _jump() -> None:
+    target = st.session_state.get("replay_jump")
+    if target is not None:
+        st.session_state[STEP] = int(target)
+
+
+def scrubber(num_steps: int, tagged: dict[int, list[str]]) -> int:
+    last = max(0, num_steps - 1)
+    if st.session_state.pop("_autoplay_next", False):
+        _move(1, last)
+    st.session_state[STEP] = max(0, min(last, st.session_state.get(STEP, 0)))
+    c1, c2, c3, c4 = st.columns([1, 6, 1, 3])
+    c1.button("◀ Prev", on_click=_move, args=(-1, last), shortcut="Left", key="replay_prev",
+              disabled=st.session_state[STEP] <= 0)  # fmt: skip
+    if last > 0:
+        c2.slider("Step", 0, last, key=STEP, label_visibility="collapsed")
+    else:
+        c2.caption("one step")
+    c3.button("Next ▶", on_click=_move, args=(1, last), shortcut="Right", key="replay_next",
+              disabled=st.session_state[STEP] >= last)  # fmt: skip
+    c4.selectbox(
+        "Jump to a tagged step",
+        list(tagged),
+        index=None,
+        format_func=lambda i: f"step {i}: {', '.join(tagged[i])}",
+        placeholder="Jump to a tagged step" if tagged else "No tagged step yet",
+        key="replay_jump",
+        on_change=_jump,
+        label_visibility="collapsed",
+    )
+    return st.session_state[STEP]
+
+
+def show_data(label: str, data: client_pb2.Data) -> None:
+    st.markdown(f"**{label}**")
+    for image in data.images:
+        st.image(image.image, caption=image.name or None)
+    if data.HasField("json_encoded"):
+        value = json.loads(data.json_encoded)
+        if isinstance(value, (dict, list)):
+            st.json(value, expanded=False)
+        else:
+            st.code(data.json_encoded, language="json")
+
+
+def ui_step(ops, response: client_pb2.ReplayStepResponse, step) -> None:
+    view = ui_step_view(step)
+    left, right = st.columns([2, 3])
+    with right:
+        c1, c2, c3 = st.columns(3)
+        boxes = c1.radio("Boxes", drawing.BOX_MODES, horizontal=True, key="ui_boxes")
+        grid = c2.toggle("3x3 grid", key="ui_grid")
+        touch = c3.toggle("Touch point", True, key="ui_touch")
+        st.markdown(f"**Action:** {view.action_text}")
+        table = pd.DataFrame(
+            [
+                {
+                    "#": i,
+                    "type": episode_pb2.ObjectType.Name(o.type),
+                    "text": o.text,
+                    "content desc": o.content_desc,
+                    "resource id": o.resource_id,
+                    "actionable": o.is_actionable,
+                    "leaf": o.is_leaf,
+                    "visible": o.visible,
+                    "grid": episode_pb2.GridLocation.Name(o.grid_location),
+                    "bbox": f"[{o.bbox.left},{o.bbox.top}][{o.bbox.right},{o.bbox.bottom}]",
+                    "class": o.android_class,
+                }
+                for i, o in enumerate(view.objects)
+            ]
+        )
+        st.caption(f"{len(view.objects)} objects — select a row to highlight its box")
+        event = st.dataframe(
+            table,
+            key=f"ui_objects_{response.index}",
+            on_select="rerun",
+            selection_mode="single-row",
+            hide_index=True,
+            height=360,
+            width="stretch",
+        )
+        rows = list(event.selection.rows) if event is not None else []
+        highlight = int(table.iloc[rows[0]]["#"]) if rows else view.target_index
+    with left:
+        if view.image:
+            picture = drawing.render_step(
+                view.image,
+                view.objects,
+                boxes=boxes,
+                grid=grid,
+                touch=view.touch if touch else None,
+                highlight=highlight,
+            )
+            st.image(picture, caption=f"step {response.index}")
+        else:
+            st.warning("This step has no screenshot.")
+        for warning in view.warnings:
+            st.caption(f"⚠️ {warning}")
+
+
+def env_step(response: client_pb2.ReplayStepResponse, rewards, tagged: dict[int, list[str]]) -> None:
+    left, right = st.columns([2, 3])
+    with left:
+        if response.image:
+            st.image(response.image, caption=f"step {response.index}", width="stretch")
+        c1, c2 = st.columns(2)
+        c1.metric("Reward", f"{response.reward:g}")
+        c2.metric("Keys", ", ".join(response.keys) or "—")
+    with right:
+        chart_data = pd.DataFrame({"step": range(len(rewards)), "reward": list(rewards)})
+        line = alt.Chart(chart_data).mark_line().encode(x="step:Q", y="reward:Q")
+        marks = pd.DataFrame(
+            [{"step": i, "tags": ", ".join(t)} for i, t in tagged.items()], columns=["step", "tags"]
+        )
+        rules = alt.Chart(marks).mark_rule(color="orange").encode(x="step:Q", tooltip=["step", "tags"])
+        now = (
+            alt.Chart(pd.DataFrame({"step": [response.index]}))
+            .mark_rule(color="red", strokeDash=[4, 4])
+            .encode(x="step:Q")
+        )
+        st.altair_chart(line + rules + now, width="stretch", height=220)
+        st.caption("Reward per step; orange lines are tagged steps, the dashed line is this step.")
+        a, b = st.columns(2)
+        with a:
+            show_data("Observation", response.observation)
+        with b:
+            show_data("Action", response.action)
+
+
+def _do(change, ok_message: str, fail_message: str) -> None:
+    try:
+        ok = change()
+    except StepmarkError as exc:
+        st.error(str(exc))
+        return
+    session.confirm(ok_message if ok else fail_message, "✅" if ok else "ℹ️")
+    st.rerun()
+
+
+def tagging(ops, index: int) -> None:
+    episode = ops.replay.episode
+    recent = ops.recent_tags(episode.study_id)
+    step_now = [t.label for t in episode.step_metadata[index].tags] if index in episode.step_metadata else []
+    st.subheader(f"Step {index} tags")
+    _chips(
+        step_now,
+        "rm_step",
+        lambda label: _do(
+            lambda: ops.remove_step_tag(client_pb2.RemoveStepTagRequest(index=index, tag=label)).success,
+            f"Removed tag {label!r} from step {index}",
+            f"Step {index} had no tag {label!r}",
+        ),
+    )
+    with st.form("step_tag_form", clear_on_submit=True, border=False):
+        c1, c2 = st.columns([3, 1])
+        label = c1.text_input("New step tag", key="step_tag_text", label_visibility="collapsed",
+                              placeholder="tag this step")  # fmt: skip
+        if c2.form_submit_button("Tag step") and label.strip():
+            _do(
+                lambda: ops.add_step_tag(client_pb2.AddStepTagRequest(index=index, tag=label)).success,
+                f"Tagged step {index} {label.strip()!r}",
+                f"Step {index} already had {label.strip()!r}",
+            )
+    _quick(
+        recent,
+        step_now,
+        "quick_step",
+        lambda label: _do(
+            lambda: ops.add_step_tag(client_pb2.AddStepTagRequest(index=index, tag=label)).success,
+            f"Tagged step {index} {label!r}",
+            f"Step {index} already had {label!r}",
+        ),
+    )
+
+    st.subheader("Episode tags")
+    episode_now = [t.label for t in episode.tags]
+    _chips(
+        episode_now,
+        "rm_ep",
+        lambda label: _do(
+            lambda: ops.remove_episode_tag(client_pb2.RemoveEpisodeTagRequest(tag=label)).success,
+            f"Removed episode tag {label!r}",
+            f"The episode had no tag {label!r}",
+        ),
+    )
+    with st.form("episode_tag_form", clear_on_submit=True, border=False):
+        c1, c2 = st.columns([3, 1])
+        label = c1.text_input("New episode tag", key="episode_tag_text", label_visibility="collapsed",
+                              placeholder="tag the episode")  # fmt: skip
+        if c2.form_submit_button("Tag episode") and label.strip():
+            _do(
+                lambda: ops.add_episode_tag(client_pb2.AddEpisodeTagRequest(tag=label)).success,
+                f"Tagged the episode {label.strip()!r}",
+                f"The episode already had {label.strip()!r}",
+            )
+    _quick(
+        recent,
+        episode_now,
+        "quick_ep",
+        lambda label: _do(
+            lambda: ops.add_episode_tag(client_pb2.AddEpisodeTagRequest(tag=label)).success,
+            f"Tagged the episode {label!r}",
+            f"The episode already had {label!r}",
+        ),
+    )
+
+    st.subheader("Notes and state")
+    notes_key = f"notes_{ref_key(ops.replay.ref)}"
+    if st.session_state.get(f"{notes_key}_seen") != episode.notes:  # someone (maybe us) saved new notes
+        st.session_state[notes_key] = episode.notes
+        st.session_state[f"{notes_key}_seen"] = episode.notes
+    notes = st.text_area("Notes", key=notes_key, height=100)
+    if st.button("Save notes", key="save_notes", disabled=notes == episode.notes):
+        _do(
+            lambda: ops.update_replay_episode(client_pb2.UpdateReplayEpisodeRequest(notes=notes)).success,
+            "Notes saved",
+            "Notes unchanged",
+        )
+    labels = [STATE_LABELS[s] for s in sorted(STATE_LABELS)]
+    current = STATE_LABELS.get(episode.state, "Unspecified")
+    c1, c2 = st.columns([3, 1])
+    chosen = c1.selectbox(
+        "State", labels, index=labels.index(current), key=f"state_{ref_key(ops.replay.ref)}"
+    )
+    if c2.button("Set state", disabled=chosen == current, key="set_state"):
+        _do(lambda: ops.set_episode_state(STATE_BY_LABEL[chosen]) is not None, f"State set to {chosen}", "")
+
+    st.divider()
+    if st.button("↩️ Undo my last change", key="undo"):
+        try:
+            entry = ops.undo()
+        except StepmarkError as exc:
+            st.error(str(exc))
+        else:
+            if entry is None:
+                session.confirm("Nothing of yours to undo", "ℹ️")
+            else:
+                step = f" on step {entry.step_index}" if entry.step_index is not None else ""
+                session.confirm(f"Undid {entry.action}{step}", "↩️")
+            st.rerun()
+
+
+def _chips(labels: list[str], key: str, on_remove) -> None:
+    if not labels:
+        st.caption("none yet")
+        return
+    cols = st.columns(min(4, len(labels)))
+    for i, label in enumerate(labels):
+        if cols[i % len(cols)].button(f"{label} ✕", key=f"{key}_{label}", help=f"Remove {label!r}"):
+            on_remove(label)
+
+
+def _quick(recent: list[str], present: list[str], key: str, on_add) -> None:
+    choices = [t for t in recent if t not in present]
+    if not choices:
+        return
+    st.caption("Recent tags in this study:")
+    cols = st.columns(min(4, len(choices)))
+    for i, label in enumerate(choices):
+        if cols[i % len(cols)].button(f"+ {label}", key=f"{key}_{label}"):
+            on_add(label)
+
+
+def render() -> None:
+    ops = session.operations()
+    st.title("Replay")
+    key = choose_episode(ops)
+    if key is None:
+        return
+    try:
+        opened = open_episode(ops, key)
+    except StepmarkError as exc:
+        st.error(f"Cannot open episode {key}: {exc}")
+        if st.button("Choose another episode"):
+            del st.query_params["episode"]
+            st.rerun()
+        return
+    meta = opened.episode
+    num_steps = len(opened.step_rewards)
+    kind = episode_kind(meta.episode)
+    st.caption(
+        f"`{key}` · {meta.study.name} · {meta.episode.environment_id or kind} · {meta.status} · "
+        f"{num_steps} steps · return {meta.episode.total_reward:g} · by {meta.episode.user.email}"
+    )
+    if num_steps == 0:
+        st.warning("This episode has no steps.")
+        return
+    tagged = tagged_steps(ops.replay.episode)
+    index = scrubber(num_steps, tagged)
+    st.query_params["step"] = str(index)
+
+    view, tags = st.columns([3, 1])
+    with view:
+        try:
+            response, step = ops.replay_step_with_data(index)
+        except StepmarkError as exc:
+            st.error(str(exc))
+            return
+        st.markdown("Tags on this step: " + (" ".join(f"`{t}`" for t in response.tags) or "_none_"))
+        if kind == "ui":
+            ui_step(ops, response, step)
+        else:
+            env_step(response, opened.step_rewards, tagged_steps(ops.replay.episode))
+    with tags:
+        tagging(ops, index)
+
+    with st.sidebar:
+        st.markdown("**Autoplay**")
+        fps = st.slider("Frames per second", 1, 30, 5, key="autoplay_fps")
+        playing = st.toggle("Play", key="autoplay")
+    if playing and index < num_steps - 1:
+        time.sleep(1.0 / fps)
+        st.session_state["_autoplay_next"] = True
+        st.rerun()
+
+
+render()

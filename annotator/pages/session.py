@@ -1,0 +1,127 @@
+"""What every page shares: the settings, the store, who is annotating, and this browser session's Operations.
+
+The repository and episode readers are process-wide (`st.cache_resource`): opening an episode once serves every
+annotator and every rerun. The `Operations` object is per browser session; it holds only what the protocol keeps
+per connection (selected study, replayed episode, running environment). Tags, notes and states go to the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+
+from annotator.operations import Operations, SharedReader, open_shared_reader, ref_key, ref_of
+from pipelines.errors import StepmarkError
+from protos.rlds_creator import study_pb2
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    store: str | None
+    user: str | None
+
+
+def settings() -> Settings:
+    """From the arguments after `--` of `streamlit run`, else the STEPMARK_* environment variables."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--data", default=os.environ.get("STEPMARK_DATA", "./stepmark-data"))
+    parser.add_argument("--store", default=os.environ.get("STEPMARK_STORE"))
+    parser.add_argument("--user", default=os.environ.get("STEPMARK_USER"))
+    args, _ = parser.parse_known_args(sys.argv[1:])
+    return Settings(data_dir=Path(args.data).expanduser().resolve(), store=args.store, user=args.user or None)
+
+
+@st.cache_resource(show_spinner=False)
+def repository(store: str | None, data_dir: str):
+    from pipelines.store import open_store
+
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    return open_store(store, data_dir)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _cached_reader(data_dir: str, key: str, _episode: bytes) -> SharedReader:
+    episode = study_pb2.Episode.FromString(_episode)
+    return open_shared_reader(episode, data_dir)
+
+
+def _reader_for(data_dir: Path):
+    def open_reader(episode: study_pb2.Episode) -> SharedReader:
+        return _cached_reader(str(data_dir), ref_key(ref_of(episode)), episode.SerializeToString())
+
+    return open_reader
+
+
+def current_user(config: Settings) -> str | None:
+    """`st.user` when OIDC login is configured, else --user, else the name typed into the sidebar."""
+    if _login_configured():
+        if not st.user.get("is_logged_in"):
+            return None
+        return str(st.user.get("email") or st.user.get("name") or "")
+    if config.user:
+        return config.user
+    return st.session_state.get("typed_user") or None
+
+
+def _login_configured() -> bool:
+    try:
+        return "auth" in st.secrets
+    except (FileNotFoundError, StepmarkError):
+        return False
+    except Exception:  # noqa: BLE001 - no secrets file at all
+        return False
+
+
+def sidebar_identity(config: Settings) -> str | None:
+    """Show (or ask for) who is annotating in the sidebar; returns the user or None when unknown yet."""
+    user = current_user(config)
+    with st.sidebar:
+        if _login_configured():
+            if user:
+                st.caption(f"Signed in as **{user}**")
+                st.button("Log out", on_click=st.logout)
+            else:
+                st.button("Log in", on_click=st.login, type="primary")
+        elif user:
+            st.caption(f"Annotating as **{user}**")
+        else:
+            st.text_input("Your name or e-mail", key="typed_user", help="Recorded with every change you make")
+        st.caption(f"Data: `{config.data_dir}`")
+    return user
+
+
+def operations() -> Operations:
+    """This browser session's Operations (made once the user is known)."""
+    ops = st.session_state.get("_ops")
+    if ops is None:
+        raise StepmarkError("no annotator session yet: enter your name in the sidebar")
+    return ops
+
+
+def start(config: Settings, user: str) -> Operations:
+    ops = st.session_state.get("_ops")
+    if ops is None or ops.user != user:
+        repo = repository(config.store, str(config.data_dir))
+        ops = Operations(repo, config.data_dir, user, open_reader=_reader_for(config.data_dir))
+        st.session_state["_ops"] = ops
+    return ops
+
+
+def confirm(message: str, icon: str = "✅") -> None:
+    """Every stored change is confirmed on screen (kept across the rerun that follows the change)."""
+    st.session_state.setdefault("_toasts", []).append((message, icon))
+
+
+def show_confirmations() -> None:
+    for message, icon in st.session_state.pop("_toasts", []):
+        st.toast(message, icon=icon)
+
+
+def fail(exc: Exception) -> None:
+    st.error(str(exc))

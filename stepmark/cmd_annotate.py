@@ -1,0 +1,34 @@
+"""`stepmark annotate`: the browser annotator over the store and episode files."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pipelines.errors import StepmarkError
+
+
+def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "annotate",
+        parents=[parents["store"]],
+        help="browse, replay, tag, record and export episodes in the browser",
+        description="Start the Streamlit annotator headless on 127.0.0.1 and print its URL.",
+    )
+    p.add_argument("--port", type=int, default=8501, help="loopback port to listen on (0: any free port)")
+    p.set_defaults(func=annotate)
+
+
+def annotate(args: argparse.Namespace) -> int:
+    from annotator import launch
+
+    data_dir = Path(args.data).expanduser().resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if not 0 <= args.port <= 65535:
+        raise StepmarkError(f"--port {args.port} is not a TCP port")
+    config = launch.LaunchConfig(
+        data_dir=data_dir, store=args.store, user=args.user, port=args.port or launch.free_port()
+    )
+    print(f"stepmark annotator for {args.user} over {args.store or data_dir / 'stepmark.db'}", flush=True)
+    print(f"open {launch.url(config)} in a browser (Ctrl+C stops it)", flush=True)
+    return launch.run(config)
