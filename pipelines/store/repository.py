@@ -169,8 +169,8 @@ class Repository:
         dialect = s.get_bind().dialect.name
         if dialect in ("sqlite", "postgresql"):
             insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
-            result = s.execute(insert(table).values(**values).on_conflict_do_nothing())
-            return result.rowcount == 1  # type: ignore[attr-defined]
+            stmt = insert(table).values(**values).on_conflict_do_nothing().returning(table.c.id)
+            return s.execute(stmt).first() is not None
         try:
             with s.begin_nested():
                 s.execute(sa.insert(table).values(**values))
