@@ -1,0 +1,208 @@
+"""Find the episodes under INPUT: detect each folder's layout from file names alone (no file is opened).
+
+Rules (also in schemas/layouts.md), applied per folder, outermost first:
+  * DroidBot run: the folder has `states/state_*.json` and `events/event_*.json`. Claims the whole subtree.
+  * Rico trace: the folder has `view_hierarchies/*.json`. Claims the whole subtree.
+  * Step folder: a folder (not claimed above) with `actions.jsonl` or `episode.json`, or whose hierarchy files
+    are named by consecutive step numbers (0..n-1 or 1..n, leading zeros allowed, at least two). Its own files.
+  * Single screens: every other `<id>.xml|json` (with `<id>.png|jpg|jpeg|webp` when present) is a one-step
+    episode.
+Screenshots with no hierarchy of the same name become dead letters (`orphan_screenshot`); other files are
+counted as ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from pipelines.traces import files
+from pipelines.traces.model import DeadLetter, EpisodeSource
+
+HIERARCHY_EXTS = (".xml", ".json")
+IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
+GESTURES = "gestures.json"
+MANIFEST = "episode.json"
+ACTIONS = "actions.jsonl"
+RESERVED = frozenset({GESTURES, MANIFEST})
+
+
+@dataclass(frozen=True)
+class IgnoredFile:
+    """A file under INPUT that belongs to no episode (README, logs, DroidBot's view crops...)."""
+
+    path: str
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key comparing digit runs as numbers ("2" < "10"), the order Rico and step folders use."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name) if p)
+
+
+def _parent(rel: str) -> str:
+    return rel.rsplit("/", 1)[0] if "/" in rel else ""
+
+
+def _name(rel: str) -> str:
+    return rel.rsplit("/", 1)[-1]
+
+
+def _under(folder: str, sub: str) -> str:
+    return f"{folder}/{sub}" if folder else sub
+
+
+def _is_numbered(stems: list[str]) -> bool:
+    if len(stems) < 2 or not all(s.isdigit() for s in stems):
+        return False
+    numbers = sorted(int(s) for s in stems)
+    return numbers in (list(range(len(numbers))), list(range(1, len(numbers) + 1)))
+
+
+def pair_screens(names: Iterable[str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Group file names of one folder by stem: ({stem: hierarchy names}, {stem: image names}), in a stable
+    order (.xml before .json; .png, .jpg, .jpeg, .webp)."""
+    hierarchies: dict[str, list[str]] = defaultdict(list)
+    images: dict[str, list[str]] = defaultdict(list)
+    for name in names:
+        if name in RESERVED:
+            continue
+        stem, ext = files.stem_and_ext(name)
+        if ext in HIERARCHY_EXTS:
+            hierarchies[stem].append(name)
+        elif ext in IMAGE_EXTS:
+            images[stem].append(name)
+    for group, order in ((hierarchies, HIERARCHY_EXTS), (images, IMAGE_EXTS)):
+        for stem in group:
+            group[stem].sort(key=lambda n: order.index(files.stem_and_ext(n)[1]))
+    return dict(hierarchies), dict(images)
+
+
+def _is_screen_file(name: str, hierarchies: dict[str, list[str]]) -> bool:
+    stem, ext = files.stem_and_ext(name)
+    return stem in hierarchies and ext in HIERARCHY_EXTS + IMAGE_EXTS and name not in RESERVED
+
+
+def plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile]:
+    """Turn the file list under `root` into episode sources (plus orphan/ignored reports). Pure."""
+    root = files.strip_slash(root)
+    base_name = files.split(root)[1] or root
+    by_rel: dict[str, str] = {}
+    for path in paths:
+        by_rel[files.relative(root, path)] = path
+    if list(by_rel) == [""]:  # INPUT is one file
+        yield from _single_file(root)
+        return
+
+    children: dict[str, list[str]] = defaultdict(list)
+    for rel in by_rel:
+        children[_parent(rel)].append(_name(rel))
+    folders = set(children)
+    for rel in list(folders):  # folders holding only sub-folders
+        while rel:
+            rel = _parent(rel)
+            folders.add(rel)
+
+    def has(folder: str, prefix: str, ext: str) -> bool:
+        return any(n.startswith(prefix) and n.lower().endswith(ext) for n in children.get(folder, ()))
+
+    claimed: list[tuple[str, str]] = []  # (folder, layout), outermost first
+    for folder in sorted(folders, key=lambda f: (f.count("/") if f else -1, f)):
+        if any(folder == c or folder.startswith(c + "/") or c == "" for c, _ in claimed):
+            continue
+        if has(_under(folder, "states"), "state_", ".json") and has(
+            _under(folder, "events"), "event_", ".json"
+        ):
+            claimed.append((folder, "droidbot"))
+        elif has(_under(folder, "view_hierarchies"), "", ".json"):
+            claimed.append((folder, "rico_trace"))
+
+    used: set[str] = set()
+    for folder, layout in claimed:
+        prefix = folder + "/" if folder else ""
+        subtree = sorted(rel for rel in by_rel if rel.startswith(prefix))
+        if layout == "droidbot":
+            keep = [r for r in subtree if r[len(prefix) :].split("/")[0] in ("states", "events")]
+        else:
+            keep = [
+                r
+                for r in subtree
+                if r[len(prefix) :].split("/")[0] in ("view_hierarchies", "screenshots")
+                or r[len(prefix) :] in (GESTURES, MANIFEST)
+            ]
+        used.update(keep)
+        yield EpisodeSource(
+            layout=layout,
+            episode_id=folder or base_name,
+            source_path=files.join(root, folder) if folder else root,
+            files=tuple(by_rel[r] for r in keep),
+        )
+
+    def is_claimed(folder: str) -> bool:
+        return any(c == "" or folder == c or folder.startswith(c + "/") for c, _ in claimed)
+
+    for folder in sorted(children, key=natural_key):
+        if is_claimed(folder):
+            continue
+        names = sorted(children[folder], key=natural_key)
+        hierarchies, images = pair_screens(names)
+        folder_path = files.join(root, folder) if folder else root
+        rel_of = {name: _under(folder, name) for name in names}
+        step_folder = ACTIONS in names or MANIFEST in names or _is_numbered(list(hierarchies))
+        if step_folder and hierarchies:
+            keep = [n for n in names if n in (ACTIONS, MANIFEST) or _is_screen_file(n, hierarchies)]
+            used.update(rel_of[n] for n in keep)
+            yield EpisodeSource(
+                layout="step_folder",
+                episode_id=folder or base_name,
+                source_path=folder_path,
+                files=tuple(by_rel[rel_of[n]] for n in keep),
+            )
+        else:
+            for stem in sorted(hierarchies, key=natural_key):
+                group = hierarchies[stem] + images.get(stem, [])
+                used.update(rel_of[n] for n in group)
+                yield EpisodeSource(
+                    layout="single_screen",
+                    episode_id=_under(folder, stem),
+                    source_path=by_rel[rel_of[hierarchies[stem][0]]],
+                    files=tuple(by_rel[rel_of[n]] for n in group),
+                )
+        for stem, image_names in images.items():
+            if stem not in hierarchies:
+                for n in image_names:
+                    used.add(rel_of[n])
+                    yield DeadLetter(
+                        source_path=by_rel[rel_of[n]],
+                        step=None,
+                        reason="orphan_screenshot",
+                        exception=f"screenshot {n} has no view hierarchy {stem}.xml or {stem}.json beside it",
+                        episode_id=_under(folder, stem),
+                    )
+    for rel in sorted(by_rel):
+        if rel not in used:
+            yield IgnoredFile(by_rel[rel])
+
+
+def _single_file(path: str) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile]:
+    folder, name = files.split(path)
+    stem, ext = files.stem_and_ext(name)
+    if ext not in HIERARCHY_EXTS:
+        yield IgnoredFile(path)
+        return
+    group = [path]
+    for image_ext in IMAGE_EXTS:
+        candidate = files.join(folder, stem + image_ext)
+        try:
+            if files.list_files(candidate) == [candidate]:
+                group.append(candidate)
+                break
+        except Exception:  # no such file
+            continue
+    yield EpisodeSource(layout="single_screen", episode_id=stem, source_path=path, files=tuple(group))
+
+
+def discover(root: str) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile]:
+    """List `root` (any Beam filesystem) and plan its episodes."""
+    yield from plan(root, files.list_files(root))

@@ -1,0 +1,117 @@
+"""What a trace layout reader produces: episodes as file paths plus raw actions, before any parsing.
+
+Readers only locate files and read the small layout files (gestures.json, actions.jsonl, DroidBot events);
+view hierarchies and screenshots are read and parsed later, one episode at a time, so discovery stays cheap
+and memory does not grow with the number of episodes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+#: Input layouts, as written to `UiEpisode.source`.
+LAYOUTS = ("rico_trace", "step_folder", "single_screen", "droidbot")
+
+#: Action kinds a reader may emit (see schemas/actions.schema.json).
+ACTION_KINDS = ("tap", "long_press", "swipe", "type", "back", "home", "enter", "wait", "other")
+
+#: Coordinate spaces a raw action's points may be given in.
+SPACES = ("screenshot", "hierarchy", "normalized")
+
+
+@dataclass(frozen=True)
+class EpisodeSource:
+    """One episode found by discovery: its layout and the files that make it up (paths only)."""
+
+    layout: str
+    episode_id: str
+    source_path: str
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RawAction:
+    """An action as the trace recorded it, not yet mapped to screenshot pixels or resolved to an object.
+
+    Points are in `space`: "screenshot" pixels, "hierarchy" coordinates (the dump's own space, e.g.
+    1440x2560 device pixels for DroidBot) or "normalized" fractions of the screen (Rico gestures).
+    `direction` (UP/DOWN/LEFT/RIGHT) describes a DroidBot scroll whose points are computed from `target_bounds`
+    (or the whole screen) once the screen size is known.
+    """
+
+    kind: str
+    x: float | None = None
+    y: float | None = None
+    end_x: float | None = None
+    end_y: float | None = None
+    space: str = "screenshot"
+    text: str = ""
+    duration_ms: int = 0
+    direction: str = ""
+    target_bounds: tuple[int, int, int, int] | None = None  # left, top, right, bottom in hierarchy space
+    target_class: str = ""
+    target_resource_id: str = ""
+    raw_json: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ACTION_KINDS:
+            raise ValueError(f"unknown action kind {self.kind!r}")
+        if self.space not in SPACES:
+            raise ValueError(f"unknown coordinate space {self.space!r}")
+
+
+@dataclass(frozen=True)
+class RawStep:
+    """One step: where its hierarchy and screenshot are, and the action taken on it (None = none recorded)."""
+
+    index: int
+    name: str
+    hierarchy_path: str
+    screenshot_path: str | None
+    action: RawAction | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """Something that could not be converted, with enough to find it again. Written to dead_letters.jsonl."""
+
+    source_path: str
+    step: int | None
+    reason: str
+    exception: str
+    episode_id: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "source_path": self.source_path,
+                "step": self.step,
+                "reason": self.reason,
+                "exception": self.exception,
+                "episode_id": self.episode_id,
+            },
+            ensure_ascii=False,
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, line: str) -> DeadLetter:
+        d = json.loads(line)
+        return cls(d["source_path"], d["step"], d["reason"], d["exception"], d.get("episode_id", ""))
+
+
+@dataclass
+class RawEpisode:
+    """An episode's steps in order plus what the reader already found wrong (steps it could not locate)."""
+
+    source: EpisodeSource
+    steps: list[RawStep]
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    #: Steps the source trace holds, including those already dead-lettered by the reader.
+    num_source_steps: int = 0
+    app_package: str = ""
+    goal: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
