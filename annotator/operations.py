@@ -161,7 +161,7 @@ def to_data(value: Any, name: str = "") -> client_pb2.Data:
     """
     data = client_pb2.Data()
     rest = _split_images(value, name, data)
-    if rest is not None:
+    if rest is not None and not (isinstance(rest, dict) and not rest and data.images):
         data.json_encoded = json.dumps(_jsonable(rest), default=str)
     return data
 
@@ -615,6 +615,9 @@ class Operations:
         result = recorder.act(list(request.keys), gamepad)
         if isinstance(result, client_pb2.ConfirmSaveResponse):
             self.pending_save = result
+            if self.last_step is not None:  # show the final frame in the save dialog
+                self.last_step.image = recorder.frame
+                self.last_step.episode_steps += 1
         else:
             self.last_step = result
         return result
@@ -632,45 +635,47 @@ class Operations:
         return result
 
     def save_episode(self, request: client_pb2.SaveEpisodeRequest) -> client_pb2.SaveEpisodeResponse:
+        """Save (or reject) the ended episode, then start the next one in the same environment."""
         recorder = self._recording()
         response = recorder.save(request)
         self.pending_save = None
+        self.last_step = recorder.start()
         return response
 
-    def cancel_recording(self) -> None:
-        if self.recorder is not None:
-            self.recorder.cancel()
+    def close_recorder(self) -> study_pb2.Episode | None:
+        """Stop recording: an episode with steps is kept as CANCELLED (an empty one leaves nothing)."""
+        if self.recorder is None:
+            return None
+        try:
+            return self.recorder.cancel()
+        finally:
+            self.recorder.close()
+            self.recorder = None
             self.pending_save = None
-
-    def close_recorder(self) -> None:
-        if self.recorder is not None:
-            try:
-                self.recorder.cancel()
-            finally:
-                close = getattr(self.recorder, "close", None)
-                if callable(close):
-                    close()
-                self.recorder = None
 
     def set_fps(self, request: client_pb2.SetFpsRequest) -> client_pb2.SetFpsResponse:
         if request.fps <= 0:
             raise OperationError(f"fps must be positive, got {request.fps}")
-        self.fps = request.fps
         if self.recorder is not None:
-            self.recorder.set_fps(request.fps)
+            self.recorder.set_fps(request)
+        self.fps = request.fps
         return client_pb2.SetFpsResponse()
 
-    def set_quality(self, request: client_pb2.SetQualityRequest) -> None:
-        """The protocol has no SetQuality response: the reply is an empty OperationResponse."""
+    def set_quality(self, request: client_pb2.SetQualityRequest) -> client_pb2.StepResponse | None:
+        """Later frames use the new JPEG preset; while recording, the reply is the current frame in it."""
         self.quality = request.quality
         if self.recorder is not None:
-            self.recorder.set_quality(request.quality)
+            self.last_step = self.recorder.set_quality(request)
+            return self.last_step
+        return None
 
     def set_camera(self, request: client_pb2.SetCameraRequest) -> client_pb2.SetCameraResponse:
-        recorder = self._recording()
-        name = recorder.set_camera(request.index)
+        response = self._recording().set_camera(request)
         self.camera = request.index
-        return client_pb2.SetCameraResponse(index=request.index, name=name or "")
+        frame = getattr(self.recorder, "frame", None)
+        if self.last_step is not None and frame:
+            self.last_step.image = frame
+        return response
 
     # -- the protocol entry point -------------------------------------------------------------------------------
 

@@ -96,7 +96,6 @@ def save_dialog(ops) -> None:
         session.confirm(f"Episode {episode.id} saved as {saved.episode.status or 'rejected'}"
                         f" ({episode.num_steps} steps, return {episode.total_reward:g})")  # fmt: skip
         st.session_state.pop("record_ended", None)
-        ops.close_recorder()
         st.rerun()
 
 
@@ -160,9 +159,14 @@ def render() -> None:
             frame_panel(ops)
 
         ticking()
-    if st.button("⏹️ Stop and discard", key="rec_cancel"):
-        ops.close_recorder()
-        session.confirm("Recording stopped; the episode was not kept", "⏹️")
+    if st.button("⏹️ Stop recording", key="rec_cancel", help="An episode with steps is kept as cancelled"):
+        try:
+            kept = ops.close_recorder()
+        except StepmarkError as exc:
+            st.error(str(exc))
+            return
+        session.confirm(f"Stopped; episode {kept.id} kept as cancelled" if kept else "Stopped; nothing recorded",
+                        "⏹️")  # fmt: skip
         st.rerun()
 
 
