@@ -1,0 +1,175 @@
+"""Schema versioning: fresh databases, the v1 -> v2 upgrade with data, and refusing newer databases."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from pipelines.store import CURRENT_VERSION, SchemaVersionError, open_store
+from pipelines.store.database import WRITE, create_engine
+from pipelines.store.migrations import MIGRATIONS, migrate
+from pipelines.store.models import Base
+from protos.rlds_creator import client_pb2, study_pb2
+from tests.pipelines.store.conftest import study_spec
+
+
+def _schema(engine: sa.Engine) -> dict[str, dict]:
+    """Tables -> columns (type, nullable), indexes and unique constraints, as the database reports them."""
+    inspector = sa.inspect(engine)
+    schema = {}
+    for table in sorted(inspector.get_table_names()):
+        schema[table] = {
+            "columns": {
+                c["name"]: (str(c["type"]).split(" ")[0], c["nullable"]) for c in inspector.get_columns(table)
+            },
+            "pk": sorted(inspector.get_pk_constraint(table)["constrained_columns"]),
+            "indexes": sorted(
+                (i["name"], tuple(i["column_names"]), bool(i["unique"])) for i in inspector.get_indexes(table)
+            ),
+            "unique": sorted(
+                (u["name"], tuple(u["column_names"])) for u in inspector.get_unique_constraints(table)
+            ),
+            "fks": sorted(
+                (
+                    tuple(f["constrained_columns"]),
+                    f["referred_table"],
+                    (f.get("options") or {}).get("ondelete"),
+                )
+                for f in inspector.get_foreign_keys(table)
+            ),
+        }
+    return schema
+
+
+def _second_database(store_url: str | None, tmp_path: Path, request: pytest.FixtureRequest) -> sa.Engine:
+    if store_url is None:
+        return create_engine(None, tmp_path / "models")
+    server = request.getfixturevalue("postgres_server")
+    name = server.create_database()
+    request.addfinalizer(lambda: server.drop_database(name))
+    return create_engine(server.url(name), tmp_path)
+
+
+def test_migrated_schema_equals_the_models(
+    store_url: str | None, data_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    repo = open_store(store_url, data_dir)
+    expected_engine = _second_database(store_url, tmp_path, request)
+    Base.metadata.create_all(expected_engine)
+    migrated, expected = _schema(repo.engine), _schema(expected_engine)
+    repo.close()
+    expected_engine.dispose()
+    assert migrated == expected
+
+
+def test_fresh_database_records_every_migration(store_url: str | None, data_dir: Path) -> None:
+    open_store(store_url, data_dir).close()
+    with open_store(store_url, data_dir) as repo, repo.engine.connect() as conn:  # reopening applies nothing
+        rows = conn.execute(sa.text("SELECT version, description FROM schema_version ORDER BY version")).all()
+    assert [r.version for r in rows] == [m.version for m in MIGRATIONS] == list(range(1, CURRENT_VERSION + 1))
+    assert CURRENT_VERSION >= 2
+
+
+def test_sqlite_settings(data_dir: Path) -> None:
+    with open_store(None, data_dir) as repo, repo.engine.connect() as conn:
+        assert Path(repo.engine.url.database) == (data_dir / "stepmark.db").resolve()
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
+
+
+def _insert(conn: sa.Connection, table: str, **values: object) -> None:
+    columns = ", ".join(f'"{k}"' for k in values)
+    params = ", ".join(f":{k}" for k in values)
+    conn.execute(sa.text(f"INSERT INTO {table} ({columns}) VALUES ({params})"), values)
+
+
+def test_upgrade_from_v1_keeps_data_and_backfills_sources(store_url: str | None, data_dir: Path) -> None:
+    """Build a version-1 database by hand (as an older stepmark left it), then open it with this one."""
+    engine = create_engine(store_url, data_dir)
+    spec = study_spec()
+    t0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    ui_meta = {
+        "kind": "ui",
+        "ui_record": {"shard": "s-0", "offset": 7, "episode_id": "rico/1"},
+        "success": False,
+    }
+    with engine.execution_options(**{WRITE: True}).begin() as conn:
+        assert migrate(conn, target=1) == (0, 1)
+        _insert(
+            conn, "studies", id="s1", name="Old", creator="alice", creation_time=t0, state=1, updated_time=t0
+        )
+        for i, env in enumerate(spec.environment_specs):
+            _insert(
+                conn, "environments", study_id="s1", id=env.id, position=i, name=env.name,
+                family=env.WhichOneof("type"), spec=env.SerializeToString(),
+            )  # fmt: skip
+        _insert(conn, "sessions", id="se1", study_id="s1", user="bob", state=1, start_time=t0)
+        episodes = [("e-env", {"kind": "env", "success": True}), ("e-ui", ui_meta), ("e-ui-dup", ui_meta)]
+        for n, (episode_id, meta) in enumerate(episodes):
+            _insert(
+                conn, "episodes", id=episode_id, study_id="s1", session_id="se1", environment_id="maze",
+                user="bob", state=1, metadata=json.dumps(meta), num_steps=5, total_reward=1.0, notes=f"note {n}",
+                registered_time=datetime(2026, 1, 2, 3, 4, 5 + n, tzinfo=UTC),
+            )  # fmt: skip
+        _insert(conn, "episode_tags", episode_id="e-env", label="good", user="bob", created_time=t0)
+        _insert(conn, "step_tags", episode_id="e-ui", step_index=2, label="tap", user="bob", created_time=t0)
+        _insert(
+            conn,
+            "audit_log",
+            time=t0,
+            user="bob",
+            action="episode.tag.add",
+            study_id="s1",
+            episode_id="e-env",
+        )
+    engine.dispose()
+
+    with open_store(store_url, data_dir) as repo:
+        with repo.engine.connect() as conn:
+            assert (
+                conn.execute(sa.text("SELECT MAX(version) FROM schema_version")).scalar() == CURRENT_VERSION
+            )
+        study = repo.get_study("s1")
+        assert study.name == "Old" and list(study.environment_specs) == list(spec.environment_specs)
+        episodes = {e.id: e for e in repo.list_episodes(study_id="s1")}
+        assert set(episodes) == {"e-env", "e-ui", "e-ui-dup"}
+        assert [t.label for t in episodes["e-env"].tags] == ["good"]
+        assert [t.label for t in episodes["e-ui"].step_metadata[2].tags] == ["tap"]
+        assert episodes["e-ui"].metadata["ui_record"]["offset"] == 7
+        assert episodes["e-ui-dup"].notes == "note 2"
+        # The oldest copy of the record owns its import key; the duplicate is kept, without the key.
+        assert repo.source_keys("s1") == {"ui:rico/1": "e-ui"}
+        assert repo.audit_log(client_pb2.EpisodeRef(episode_id="e-env"))[0].action == "episode.tag.add"
+        # And the upgraded database works like a new one.
+        assert repo.add_episode_tag(client_pb2.EpisodeRef(episode_id="e-ui"), "checked", "bob") is True
+        again = study_pb2.Episode(study_id="s1", session_id="se1", environment_id="maze", state=1)
+        again.user.email = "bob"
+        again.metadata.update(ui_meta)
+        assert repo.add_episodes([again]) == []
+
+
+def test_newer_database_is_refused(store_url: str | None, data_dir: Path) -> None:
+    with open_store(store_url, data_dir) as repo, repo.engine.begin() as conn:
+        _insert(
+            conn,
+            "schema_version",
+            version=CURRENT_VERSION + 1,
+            applied_time=datetime.now(UTC),
+            description="x",
+        )
+    with pytest.raises(SchemaVersionError, match=f"version {CURRENT_VERSION + 1} is newer than .* supports"):
+        open_store(store_url, data_dir)
+
+
+def test_foreign_database_is_refused(store_url: str | None, data_dir: Path) -> None:
+    engine = create_engine(store_url, data_dir)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE studies (id INTEGER PRIMARY KEY)"))
+    engine.dispose()
+    with pytest.raises(SchemaVersionError, match=r"stepmark tables \(studies\) but no schema_version"):
+        open_store(store_url, data_dir)
