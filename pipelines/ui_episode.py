@@ -1,0 +1,374 @@
+"""Assemble a `UiEpisode` from one episode's raw steps: parse each screen, map actions to screenshot pixels,
+resolve the object an action targets. Everything but `convert_episode`'s injected `read_file` is pure.
+
+Coordinate rule (schemas/ui_episode.md): boxes and action points are in the step's output space
+`screen_width` x `screen_height`. That is the screenshot's pixel size when the screenshot's aspect ratio
+matches the hierarchy's within `ASPECT_TOLERANCE` (boxes are rescaled when the sizes differ, e.g. Rico's
+1440x2560 onto a 540x960 JPEG). Otherwise the screenshot is kept but not used for scaling: the output space is
+the hierarchy's own, and StepInfo carries a `screenshot_mismatch:` warning.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pipelines.hierarchy import HierarchyError, ImageInfo, Screen, image_info, object_at, parse, rescale
+from pipelines.traces.model import DeadLetter, RawAction, RawEpisode, RawStep
+from protos.llm4mobile import episode_pb2
+from protos.stepmark import ui_episode_pb2
+
+#: Largest relative difference between the screenshot's and the hierarchy's aspect ratios still treated as
+#: the same screen (rounding of odd sizes; a status bar missing from one of them is well above this).
+ASPECT_TOLERANCE = 0.01
+#: How far (in output pixels, per edge) a recorded target's rescaled box may be from an object's box and still
+#: be that object (rescaling rounds each edge once).
+TARGET_SLACK = 1
+MISMATCH = "screenshot_mismatch"
+
+Action = ui_episode_pb2.Action
+ACTION_TYPES = {
+    "tap": Action.TAP,
+    "long_press": Action.LONG_PRESS,
+    "swipe": Action.SWIPE,
+    "type": Action.TYPE_TEXT,
+    "back": Action.BACK,
+    "home": Action.HOME,
+    "enter": Action.ENTER,
+    "wait": Action.WAIT,
+    "other": Action.OTHER,
+}
+POINTED = ("tap", "long_press", "swipe", "type")
+
+
+@dataclass
+class Observed:
+    """One parsed screen in its output space; shared by every step that shows the same state file."""
+
+    screen: Screen
+    hierarchy: bytes
+    hierarchy_width: int
+    hierarchy_height: int
+    screenshot: bytes | None
+    image: ImageInfo | None
+    mismatch: bool
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def width(self) -> int:
+        return self.screen.width
+
+    @property
+    def height(self) -> int:
+        return self.screen.height
+
+
+@dataclass
+class ConvertedStep:
+    time_step: episode_pb2.TimeStep
+    action: ui_episode_pb2.Action
+    info: ui_episode_pb2.StepInfo
+
+
+def check_complete(data: bytes, fmt: str) -> None:
+    """Reject screenshots cut short (`image_info` reads only the header): JPEG must end with EOI, PNG with
+    IEND. Trailing zero padding is tolerated."""
+    tail = bytes(data[-1024:]).rstrip(b"\x00")
+    if fmt == "jpeg" and not tail.endswith(b"\xff\xd9"):
+        raise HierarchyError("bad_screenshot", "truncated JPEG: no end-of-image marker (FF D9) at the end")
+    if fmt == "png" and b"IEND" not in tail[-12:]:
+        raise HierarchyError("bad_screenshot", "truncated PNG: no IEND chunk at the end")
+
+
+def aspect_matches(w1: int, h1: int, w2: int, h2: int) -> bool:
+    """True when w1/h1 and w2/h2 differ by at most ASPECT_TOLERANCE (relative)."""
+    return abs(w1 * h2 - w2 * h1) <= ASPECT_TOLERANCE * w2 * h1
+
+
+def observe(hierarchy: bytes, screenshot: bytes | None, *, drop_invisible: bool = False) -> Observed:
+    """Parse a hierarchy and fit it to its screenshot (see the module docstring). Raises HierarchyError."""
+    image = None
+    if screenshot is not None:
+        image = image_info(screenshot)
+        check_complete(screenshot, image.format)
+    screen = parse(hierarchy, drop_invisible=drop_invisible)
+    hw, hh = screen.width, screen.height
+    mismatch = False
+    extra: list[str] = []
+    if image is not None and (image.width, image.height) != (hw, hh):
+        if hw <= 0 or hh <= 0:
+            mismatch = True
+            extra.append(
+                f"{MISMATCH}: the hierarchy has no usable size ({hw}x{hh}); boxes left as parsed, "
+                f"screen size taken from the {image.width}x{image.height} screenshot"
+            )
+            screen = Screen(
+                screen.objects, image.width, image.height, screen.rotation, screen.format,
+                screen.warnings, screen.naf, screen.scale,
+            )  # fmt: skip
+        elif aspect_matches(image.width, image.height, hw, hh):
+            screen = rescale(screen, image.width, image.height)
+        else:
+            mismatch = True
+            extra.append(
+                f"{MISMATCH}: screenshot is {image.width}x{image.height} but the hierarchy space is "
+                f"{hw}x{hh} (aspect ratios differ by more than {ASPECT_TOLERANCE:.0%}); boxes and actions "
+                f"stay in hierarchy coordinates"
+            )
+    elif image is None:
+        extra.append(f"no screenshot: screen size {hw}x{hh} from the hierarchy")
+    return Observed(screen, hierarchy, hw, hh, screenshot, image, mismatch, list(screen.warnings) + extra)
+
+
+def _to_output(obs: Observed, x: float, y: float, space: str, warnings: list[str]) -> tuple[int, int]:
+    """A point in `space` mapped to the output space, rounded to whole pixels."""
+    if space == "normalized":
+        fx, fy = x * obs.width, y * obs.height
+    elif space == "hierarchy":
+        sx, sy = obs.screen.scale
+        fx, fy = x * sx, y * sy
+    elif obs.image is None:
+        warnings.append(
+            "action given in screenshot pixels but there is no screenshot: used as hierarchy pixels"
+        )
+        fx, fy = x, y
+    elif obs.mismatch and obs.hierarchy_width > 0 and obs.hierarchy_height > 0:
+        warnings.append(f"{MISMATCH}: action mapped from screenshot to hierarchy pixels axis by axis")
+        fx = x * obs.hierarchy_width / obs.image.width
+        fy = y * obs.hierarchy_height / obs.image.height
+    else:
+        fx, fy = x, y
+    return int(round(fx)), int(round(fy))
+
+
+def _scroll_points(raw: RawAction, obs: Observed) -> tuple[float, float, float, float]:
+    """DroidBot's ScrollEvent.send: drag through 4/5 of the view (or screen) around its centre, in hierarchy
+    coordinates."""
+    if raw.target_bounds is not None:
+        left, top, right, bottom = raw.target_bounds
+    else:
+        left, top, right, bottom = 0, 0, obs.hierarchy_width, obs.hierarchy_height
+    width, height = right - left, bottom - top
+    x = raw.x if raw.x is not None else (left + right) / 2
+    y = raw.y if raw.y is not None else (top + bottom) / 2
+    sx, sy, ex, ey = x, y, x, y
+    if raw.direction == "UP":
+        sy, ey = y - height * 2 / 5, y + height * 2 / 5
+    elif raw.direction == "DOWN":
+        sy, ey = y + height * 2 / 5, y - height * 2 / 5
+    elif raw.direction == "LEFT":
+        sx, ex = x - width * 2 / 5, x + width * 2 / 5
+    elif raw.direction == "RIGHT":
+        sx, ex = x + width * 2 / 5, x - width * 2 / 5
+    return sx, sy, ex, ey
+
+
+def _recorded_target(raw: RawAction, obs: Observed) -> int | None:
+    """The object whose box (and class / resource id, when recorded) is the recorded target's; the deepest one
+    when several match."""
+    if raw.target_bounds is None:
+        return None
+    sx, sy = obs.screen.scale if raw.space == "hierarchy" else (1.0, 1.0)
+    left, top, right, bottom = raw.target_bounds
+    want = (left * sx, top * sy, right * sx, bottom * sy)
+    found = None
+    for o in obs.screen.objects:
+        b = o.bbox
+        if not all(
+            abs(a - w) <= TARGET_SLACK for a, w in zip((b.left, b.top, b.right, b.bottom), want, strict=True)
+        ):
+            continue
+        if raw.target_class and o.android_class and o.android_class != raw.target_class:
+            continue
+        if raw.target_resource_id and o.resource_id and o.resource_id != raw.target_resource_id:
+            continue
+        found = o.index
+    return found
+
+
+def resolve_action(raw: RawAction | None, obs: Observed) -> tuple[ui_episode_pb2.Action, list[str]]:
+    """The proto Action for a raw action on this screen, with the target object resolved, plus warnings.
+
+    Target: a recorded target (DroidBot's view) is matched by box/class/resource id; otherwise, and as a
+    fallback, the deepest visible object under (x, y) (`object_at`; the start point for swipes). A `type`
+    action without a point targets the focused object.
+    """
+    action = ui_episode_pb2.Action()
+    warnings: list[str] = []
+    if raw is None:
+        return action, warnings
+    action.type = ACTION_TYPES[raw.kind]
+    action.text = raw.text
+    action.duration_ms = raw.duration_ms
+    action.raw_json = raw.raw_json
+    x, y, ex, ey = raw.x, raw.y, raw.end_x, raw.end_y
+    if raw.kind == "swipe" and raw.direction:
+        x, y, ex, ey = _scroll_points(raw, obs)
+    if x is not None and y is not None:
+        action.x, action.y = _to_output(obs, x, y, raw.space, warnings)
+    elif raw.kind in ("tap", "long_press", "swipe"):
+        warnings.append(f"{raw.kind} recorded without coordinates")
+    if ex is not None and ey is not None:
+        action.end_x, action.end_y = _to_output(obs, ex, ey, raw.space, warnings)
+    if raw.kind not in POINTED:
+        return action, warnings
+    target = _recorded_target(raw, obs)
+    if target is None and raw.target_bounds is not None:
+        warnings.append("recorded target view not found among the objects; target resolved by position")
+    if target is None and x is not None and y is not None:
+        target = object_at(obs.screen.objects, action.x, action.y)
+    if target is None and raw.kind == "type" and x is None:
+        focused = [o.index for o in obs.screen.objects if o.focused]
+        target = focused[-1] if focused else None
+    if target is not None:
+        action.target_index = target
+        action.target_id = obs.screen.objects[target].id
+    return action, warnings
+
+
+def build_step(raw: RawStep, obs: Observed, position: int, episode_id: str) -> ConvertedStep:
+    """TimeStep + Action + StepInfo for one step (position = its index in the output episode)."""
+    step = episode_pb2.TimeStep(index=position)
+    o = step.observation
+    o.objects.extend(obs.screen.objects)
+    if obs.screenshot is not None:
+        o.screenshot = obs.screenshot
+        o.debug_screenshot_filepath = raw.screenshot_path or ""
+    o.image_id = f"{episode_id}/{raw.name}"
+    if obs.screen.format == "uiautomator":
+        o.xml = obs.hierarchy
+    else:
+        o.json = obs.hierarchy
+    o.screen_width, o.screen_height = obs.width, obs.height
+    o.debug_vh_filepath = raw.hierarchy_path
+    action, action_warnings = resolve_action(raw.action, obs)
+    sx, sy = obs.screen.scale
+    info = ui_episode_pb2.StepInfo(
+        index=raw.index,
+        hierarchy_path=raw.hierarchy_path,
+        screenshot_path=raw.screenshot_path or "",
+        hierarchy_width=obs.hierarchy_width,
+        hierarchy_height=obs.hierarchy_height,
+        scale_x=sx,
+        scale_y=sy,
+        screenshot_format=obs.image.format if obs.image else "",
+        warnings=list(raw.warnings) + obs.warnings + action_warnings,
+        rotation=obs.screen.rotation,
+        hierarchy_format=obs.screen.format,
+    )
+    return ConvertedStep(step, action, info)
+
+
+def assemble(raw: RawEpisode, steps: list[ConvertedStep]) -> ui_episode_pb2.UiEpisode:
+    """The UiEpisode record from converted steps (in order) and the episode's raw facts."""
+    out = ui_episode_pb2.UiEpisode(
+        episode_id=raw.source.episode_id,
+        source=raw.source.layout,
+        source_path=raw.source.source_path,
+        goal=raw.goal,
+    )
+    for s in steps:
+        out.episode.time_steps.append(s.time_step)
+        out.actions.append(s.action)
+        out.step_info.append(s.info)
+    packages = Counter(
+        o.android_package for s in steps for o in s.time_step.observation.objects if o.android_package
+    )
+    out.app_package = raw.app_package or (packages.most_common(1)[0][0] if packages else "")
+    out.metadata.update(raw.metadata)
+    out.metadata["source_steps"] = str(raw.num_source_steps)
+    kept = {s.info.index for s in steps}
+    dropped = [str(i) for i in range(raw.num_source_steps) if i not in kept]
+    if dropped:
+        out.metadata["dropped_steps"] = ",".join(dropped)
+    if raw.warnings:
+        out.metadata["warnings"] = "; ".join(raw.warnings)
+    return out
+
+
+@dataclass
+class EpisodeResult:
+    """What converting one episode produced: the record (None when no step survived) and its dead letters."""
+
+    episode: ui_episode_pb2.UiEpisode | None
+    dead_letters: list[DeadLetter]
+    num_objects: int = 0
+    mismatches: int = 0
+
+
+def _error(exc: BaseException) -> tuple[str, str]:
+    if isinstance(exc, HierarchyError):
+        return exc.reason, str(exc)
+    if isinstance(exc, OSError):
+        return "unreadable", f"{type(exc).__name__}: {exc}"
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" at {frame.filename}:{frame.lineno}" if frame else ""
+    return "internal_error", f"{type(exc).__name__}: {exc}{where}"
+
+
+class _FileFailure(Exception):
+    """Which file of a step failed, and why."""
+
+    def __init__(self, path: str, cause: BaseException) -> None:
+        super().__init__(path)
+        self.path, self.cause = path, cause
+
+
+def _observe_files(raw: RawStep, read_file: Callable[[str], bytes], drop_invisible: bool) -> Observed:
+    """Read a step's files and observe them, blaming the file that failed (screenshot or hierarchy)."""
+    shot = None
+    if raw.screenshot_path is not None:
+        try:
+            shot = read_file(raw.screenshot_path)
+            check_complete(shot, image_info(shot).format)
+        except Exception as exc:
+            raise _FileFailure(raw.screenshot_path, exc) from exc
+    try:
+        return observe(read_file(raw.hierarchy_path), shot, drop_invisible=drop_invisible)
+    except Exception as exc:
+        raise _FileFailure(raw.hierarchy_path, exc) from exc
+
+
+def convert_episode(
+    raw: RawEpisode, read_file: Callable[[str], bytes], *, drop_invisible: bool = False
+) -> EpisodeResult:
+    """Read, parse and assemble every step; a failing step becomes a dead letter and the episode keeps the
+    others. An episode left with no step is itself a dead letter (`no_steps`). Screens shared by several steps
+    (DroidBot states) are parsed once."""
+    eid = raw.source.episode_id
+    dead = list(raw.dead_letters)
+    cache: dict[tuple[str, str | None], Observed | DeadLetter] = {}
+    steps: list[ConvertedStep] = []
+    for raw_step in raw.steps:
+        key = (raw_step.hierarchy_path, raw_step.screenshot_path)
+        if key not in cache:
+            try:
+                cache[key] = _observe_files(raw_step, read_file, drop_invisible)
+            except _FileFailure as failure:
+                reason, message = _error(failure.cause)
+                cache[key] = DeadLetter(
+                    failure.path, raw_step.index, reason, f"{failure.path}: {message}", eid
+                )
+        observed = cache[key]
+        if isinstance(observed, DeadLetter):
+            dead.append(
+                DeadLetter(observed.source_path, raw_step.index, observed.reason, observed.exception, eid)
+            )
+            continue
+        try:
+            steps.append(build_step(raw_step, observed, len(steps), eid))
+        except Exception as exc:  # never lose the step silently
+            reason, message = _error(exc)
+            dead.append(DeadLetter(raw_step.hierarchy_path, raw_step.index, reason, message, eid))
+    if not steps:
+        why = f"{raw.source.source_path}: no step of this {raw.source.layout} episode could be converted"
+        if raw.num_source_steps == 0:
+            why = f"{raw.source.source_path}: this {raw.source.layout} episode has no steps"
+        dead.append(DeadLetter(raw.source.source_path, None, "no_steps", why, eid))
+        return EpisodeResult(None, dead)
+    episode = assemble(raw, steps)
+    objects = sum(len(s.time_step.observation.objects) for s in steps)
+    mismatches = sum(1 for s in steps if any(w.startswith(MISMATCH) for w in s.info.warnings))
+    return EpisodeResult(episode, dead, objects, mismatches)
