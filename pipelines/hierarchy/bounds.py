@@ -64,25 +64,37 @@ def from_string(text: str) -> Box | None:
     m = _BOUNDS_RE.fullmatch(text.strip())
     if m is None:
         return None
-    return Box(*(_int(g) for g in m.groups()))
+    try:
+        return Box(*(_int(g) for g in m.groups()))
+    except (ValueError, OverflowError):
+        return None
 
 
 def from_pairs(pairs: object) -> Box | None:
     """DroidBot `[[x1,y1],[x2,y2]]`; None when malformed."""
     try:
         (x1, y1), (x2, y2) = pairs  # type: ignore[misc]
-        return Box(_int(x1), _int(y1), _int(x2), _int(y2))
     except (TypeError, ValueError):
+        return None
+    if type(x1) is int and type(y1) is int and type(x2) is int and type(y2) is int:
+        return Box(x1, y1, x2, y2)
+    try:
+        return Box(_int(x1), _int(y1), _int(x2), _int(y2))
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
 def from_ltrb(values: object) -> Box | None:
     """Rico `[left, top, right, bottom]`; None when malformed."""
+    if type(values) is list and len(values) == 4:
+        left, top, right, bottom = values
+        if type(left) is int and type(top) is int and type(right) is int and type(bottom) is int:
+            return Box(left, top, right, bottom)
     if not isinstance(values, Sequence) or isinstance(values, str) or len(values) != 4:
         return None
     try:
         return Box(_int(values[0]), _int(values[1]), _int(values[2]), _int(values[3]))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 

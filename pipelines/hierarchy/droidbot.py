@@ -10,10 +10,6 @@ from .objects import MAX_DEPTH, RawNode, Screen, build_screen, window_size
 FORMAT = "droidbot"
 
 
-def _string(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def parse(
     data: bytes,
     *,
@@ -57,25 +53,29 @@ def from_document(
 
     nodes: list[RawNode] = []
     seen: set[int] = set()
-    child_counts: list[int] = []
     dropped = bad_links = 0
     root_boxes: list[Box | None] = []
+    # (view, parent index or -1 for a root or -2 inside a dropped subtree, depth, position among siblings)
     stack: list[tuple[dict, int, int, int]] = [(roots[i], -1, 0, i) for i in range(len(roots) - 1, -1, -1)]
-    pop, push = stack.pop, stack.append
+    pop, push, add_seen, lookup = stack.pop, stack.append, seen.add, by_id.get
     while stack:
         view, p, depth, sibling = pop()
-        temp_id = view.get("temp_id")
+        get = view.get
+        temp_id = get("temp_id")
         if temp_id in seen:
             bad_links += 1
             continue
-        seen.add(temp_id)
-        get = view.get
+        add_seen(temp_id)
         visible = get("visible", True) is not False
+        children = get("children") or ()
+        if type(children) is not list:
+            bad_links += 1
+            children = ()
         if p == -2 or (drop_invisible and not visible):
             # Dropped with its whole subtree; walk the subtree anyway so it is counted, not "unreachable".
             dropped += 1
-            for child_id in get("children") or ():
-                child = by_id.get(child_id) if isinstance(child_id, int) else None
+            for child_id in children:
+                child = lookup(child_id) if type(child_id) is int else None
                 if child is not None:
                     push((child, -2, depth + 1, 0))
             continue
@@ -85,42 +85,42 @@ def from_document(
         if p < 0:
             root_boxes.append(box)
         editable = get("editable")
-        flags = (
-            get("clickable") is True,
-            visible,
-            get("enabled", True) is not False,
-            get("focusable") is True,
-            get("focused") is True,
-            get("scrollable") is True,
-            get("long_clickable") is True,
-            get("selected") is True,
-            get("checkable") is True,
-            get("checked") is True,
-        )
+        android_class = get("class")
+        package = get("package")
+        text = get("text")
+        content_desc = get("content_description")
+        resource_id = get("resource_id")
         index = len(nodes)
         nodes.append(
             RawNode(
                 p,
                 depth,
                 sibling,
-                _string(get("class")),
-                _string(get("package")),
-                _string(get("text")),
-                _string(get("content_description")),
-                _string(get("resource_id")),
+                android_class if type(android_class) is str else "",
+                package if type(package) is str else "",
+                text if type(text) is str else "",
+                content_desc if type(content_desc) is str else "",
+                resource_id if type(resource_id) is str else "",
                 "",
                 box,
-                flags,
-                editable if isinstance(editable, bool) else None,
+                (
+                    get("clickable") is True,
+                    visible,
+                    get("enabled", True) is not False,
+                    get("focusable") is True,
+                    get("focused") is True,
+                    get("scrollable") is True,
+                    get("long_clickable") is True,
+                    get("selected") is True,
+                    get("checkable") is True,
+                    get("checked") is True,
+                ),
+                editable if type(editable) is bool else None,
             )
         )
-        child_counts.append(0)
-        children = get("children") or []
-        if not isinstance(children, list):
-            bad_links += 1
-            continue
         for position in range(len(children) - 1, -1, -1):
-            child = by_id.get(children[position]) if isinstance(children[position], int) else None
+            child_id = children[position]
+            child = lookup(child_id) if type(child_id) is int else None
             if child is None:
                 bad_links += 1
                 continue

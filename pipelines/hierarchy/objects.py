@@ -123,13 +123,28 @@ def readable_name(text: str, content_desc: str, resource_id: str, hint: str) -> 
     return ""
 
 
-def _object_id(parent_id: str, sibling: int, android_class: str, box: Box | None) -> str:
+def object_id(parent_id: str, sibling: int, android_class: str, box: Box | None) -> str:
+    """Stable id: 16 hex digits of BLAKE2b-64 over "<parent id>/<sibling>|<class>|<l>,<t>,<r>,<b>".
+
+    The parent's id chains the whole DOM path from the window root, so the id survives re-parsing, dropping
+    invisible nodes and rescaling (boxes in the hierarchy's own coordinates are hashed). `build_screen`
+    inlines this computation; this function is its reference.
+    """
     where = "" if box is None else f"{box[0]},{box[1]},{box[2]},{box[3]}"
     key = f"{parent_id}/{sibling}|{android_class}|{where}"
-    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
 
-def _template(android_class: str, package: str, ancestors: tuple[str, ...], flags: tuple[bool, ...]) -> bytes:
+_TemplateKey = tuple[str, str, tuple[str, ...], tuple[bool, ...]]
+# Serialized Object holding the fields shared by every node with the same class, package, ancestors and flags,
+# plus is_actionable for editable unknown / True / False. Parsing these bytes is far cheaper than setting the
+# fields one by one; shared by all screens of the process (bounded, cleared when full).
+_TEMPLATES: dict[_TemplateKey, tuple[bytes, bool, bool, bool]] = {}
+_TEMPLATES_MAX = 16384
+
+
+def _template(key: _TemplateKey) -> tuple[bytes, bool, bool, bool]:
+    android_class, package, ancestors, flags = key
     object_type, multi = classify(android_class, ancestors)
     proto = _Object(
         android_class=android_class,
@@ -138,7 +153,19 @@ def _template(android_class: str, package: str, ancestors: tuple[str, ...], flag
         multi_types=multi,
         **dict(zip(FLAG_NAMES, flags, strict=True)),
     )
-    return proto.SerializeToString()
+    usable = flags[_VISIBLE] and flags[_ENABLED]
+    acts = flags[_CLICKABLE] or flags[_LONG] or flags[_CHECKABLE] or flags[_SCROLLABLE]
+    type_editable = object_type in EDITABLE_TYPES or any(t in EDITABLE_TYPES for t in multi)
+    entry = (
+        proto.SerializeToString(),
+        usable and (acts or type_editable),  # the source has no editable flag: decided by the type
+        usable,  # the source says editable
+        usable and acts,  # the source says not editable
+    )
+    if len(_TEMPLATES) >= _TEMPLATES_MAX:
+        _TEMPLATES.clear()
+    _TEMPLATES[key] = entry
+    return entry
 
 
 def build_screen(
@@ -163,45 +190,53 @@ def build_screen(
 
     ids: list[str] = [""] * n
     objects: list[episode_pb2.Object] = []
-    templates: dict[tuple, tuple[bytes, bool]] = {}
+    append = objects.append
+    templates_get = _TEMPLATES.get
+    blake2b = hashlib.blake2b
     naf: list[int] = []
     missing = invalid = off_screen = outside = 0
     w2, h2 = 2 * width, 2 * height
     for i, nd in enumerate(nodes):
-        key = (nd.android_class, nd.package, nd.ancestors, nd.flags)
-        cached = templates.get(key)
-        if cached is None:
-            object_type, multi = classify(nd.android_class, nd.ancestors)
-            cached = (
-                _template(*key),
-                object_type in EDITABLE_TYPES or any(t in EDITABLE_TYPES for t in multi),
-            )
-            templates[key] = cached
-        tmpl, type_editable = cached
-        o = _FromString(tmpl)
+        android_class = nd.android_class
+        key = (android_class, nd.package, nd.ancestors, nd.flags)
+        cached = templates_get(key) or _template(key)
+        o = _FromString(cached[0])
         p = nd.parent
-        parent_id = ids[p] if p >= 0 else ""
         box = nd.box
-        oid = _object_id(parent_id, nd.sibling, nd.android_class, box)
-        ids[i] = oid
-        o.id = oid
-        o.index = i
         if p >= 0:
+            parent_id = ids[p]
             o.parent_id = parent_id
             o.parent_index = p
         else:
+            parent_id = ""
             o.parent_index = -1
-        name = readable_name(nd.text, nd.content_desc, nd.resource_id, nd.hint)
+        if box is None:
+            where = ""
+        else:
+            where = f"{box[0]},{box[1]},{box[2]},{box[3]}"
+        oid = blake2b(f"{parent_id}/{nd.sibling}|{android_class}|{where}".encode(), digest_size=8).hexdigest()
+        ids[i] = oid
+        o.id = oid
+        o.index = i
+        text = nd.text
+        content_desc = nd.content_desc
+        hint = nd.hint
+        resource_id = nd.resource_id
+        if text:
+            o.text = text
+        if content_desc:
+            o.content_desc = content_desc
+        if resource_id:
+            o.resource_id = resource_id
+        if hint:
+            o.text_hint = hint
+        name = text or content_desc or hint
+        if name:
+            name = " ".join(name.split()) or readable_name(text, content_desc, resource_id, hint)
+        elif resource_id:
+            name = resource_id.rsplit("/", 1)[-1]
         if name:
             o.name = name
-        if nd.text:
-            o.text = nd.text
-        if nd.content_desc:
-            o.content_desc = nd.content_desc
-        if nd.resource_id:
-            o.resource_id = nd.resource_id
-        if nd.hint:
-            o.text_hint = nd.hint
         grid = UNKNOWN_LOCATION
         if box is None:
             missing += 1
@@ -221,10 +256,9 @@ def build_screen(
                     off_screen += 1
                 else:
                     grid = 1 + (3 * sy // h2) * 3 + 3 * sx // w2
+                    o.grid_location = grid
                     if left < 0 or top < 0 or right > width or bottom > height:
                         outside += 1
-            if grid:
-                o.grid_location = grid
         depth = nd.depth
         d = o.dom_position
         d.depth = depth
@@ -232,23 +266,13 @@ def build_screen(
         d.post_order_id = i - depth + size[i] - 1
         if not children[i]:
             o.is_leaf = True
-        flags = nd.flags
-        if (
-            grid
-            and flags[_VISIBLE]
-            and flags[_ENABLED]
-            and (
-                flags[_CLICKABLE]
-                or flags[_LONG]
-                or flags[_CHECKABLE]
-                or flags[_SCROLLABLE]
-                or (type_editable if nd.editable is None else nd.editable)
-            )
-        ):
-            o.is_actionable = True
+        if grid:
+            editable = nd.editable
+            if cached[1] if editable is None else (cached[2] if editable else cached[3]):
+                o.is_actionable = True
         if nd.naf:
             naf.append(i)
-        objects.append(o)
+        append(o)
     if missing:
         warnings.append(f"{missing} object(s) without parseable bounds: bbox unset, grid UNKNOWN_LOCATION")
     if invalid:

@@ -17,15 +17,28 @@ RICO_WIDTH = 1440
 RICO_HEIGHT = 2560
 
 
-def _string(value: object) -> str:
-    return value if isinstance(value, str) else ""
+_NO_DESC = [None]
+_ANCESTORS: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
 def _content_desc(value: object) -> str:
     """Rico stores content-desc as a list (usually `[null]`): non-null entries joined by one space."""
     if isinstance(value, list):
         return " ".join(v for v in value if isinstance(v, str) and v)
-    return _string(value)
+    return value if isinstance(value, str) else ""
+
+
+def _ancestors(value: object) -> tuple[str, ...]:
+    """The ancestors list as a tuple of class names (interned: screens repeat the same few chains)."""
+    if type(value) is not list:
+        return ()
+    chain = tuple(value)
+    known = _ANCESTORS.get(chain)
+    if known is None:
+        known = tuple(a for a in chain if isinstance(a, str))
+        if len(_ANCESTORS) < 16384:
+            _ANCESTORS[chain] = known
+    return known
 
 
 def parse(data: bytes, *, drop_invisible: bool = False) -> Screen:
@@ -41,13 +54,12 @@ def from_document(doc: object, *, drop_invisible: bool = False) -> Screen:
         raise HierarchyError("malformed", "Rico JSON without an object at activity.root")
     warnings: list[str] = []
     nodes: list[RawNode] = []
-    child_counts: list[int] = []
     not_nodes = dropped = 0
     stack: list[tuple[object, int, int, int]] = [(root, -1, 0, 0)]
     pop, push = stack.pop, stack.append
     while stack:
         node, p, depth, sibling = pop()
-        if not isinstance(node, dict):
+        if type(node) is not dict:
             not_nodes += 1
             continue
         get = node.get
@@ -58,44 +70,48 @@ def from_document(doc: object, *, drop_invisible: bool = False) -> Screen:
         if depth > MAX_DEPTH:
             raise HierarchyError("too_deep", f"Rico hierarchy nested deeper than {MAX_DEPTH} levels")
         ancestors = get("ancestors")
+        android_class = get("class")
+        package = get("package")
         text = get("text")
-        flags = (
-            get("clickable") is True,
-            visible,
-            get("enabled", True) is not False,
-            get("focusable") is True,
-            get("focused") is True,
-            get("scrollable-vertical") is True or get("scrollable-horizontal") is True,
-            get("long-clickable") is True,
-            get("selected") is True,
-            get("checkable") is True,
-            get("checked") is True,
-        )
+        content_desc = get("content-desc")
+        resource_id = get("resource-id")
+        hint = get("text-hint")
         index = len(nodes)
         nodes.append(
             RawNode(
                 p,
                 depth,
                 sibling,
-                _string(get("class")),
-                _string(get("package")),
-                text if isinstance(text, str) else "",
-                _content_desc(get("content-desc")),
-                _string(get("resource-id")),
-                _string(get("text-hint")),
+                android_class if type(android_class) is str else "",
+                package if type(package) is str else "",
+                text if type(text) is str else "",
+                _content_desc(content_desc) if content_desc != _NO_DESC else "",
+                resource_id if type(resource_id) is str else "",
+                hint if type(hint) is str else "",
                 from_ltrb(get("bounds")),
-                flags,
+                (
+                    get("clickable") is True,
+                    visible,
+                    get("enabled", True) is not False,
+                    get("focusable") is True,
+                    get("focused") is True,
+                    get("scrollable-vertical") is True or get("scrollable-horizontal") is True,
+                    get("long-clickable") is True,
+                    get("selected") is True,
+                    get("checkable") is True,
+                    get("checked") is True,
+                ),
                 None,
-                tuple(a for a in ancestors if isinstance(a, str)) if isinstance(ancestors, list) else (),
+                _ancestors(ancestors),
             )
         )
-        child_counts.append(0)
         children = get("children")
-        if isinstance(children, list) and children:
-            for position in range(len(children) - 1, -1, -1):
-                push((children[position], index, depth + 1, position))
-        elif children is not None and not isinstance(children, list):
-            not_nodes += 1
+        if children:
+            if type(children) is list:
+                for position in range(len(children) - 1, -1, -1):
+                    push((children[position], index, depth + 1, position))
+            else:
+                not_nodes += 1
     if not_nodes:
         warnings.append(f"skipped {not_nodes} child entr(ies) that are not node objects (e.g. null)")
     if dropped:

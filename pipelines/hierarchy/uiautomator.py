@@ -34,21 +34,118 @@ _ERROR_LINE = re.compile(r"^\s*(ERROR:.*)$", re.MULTILINE)
 _local = threading.local()
 
 
-def _parser() -> etree.XMLParser:
-    """One hardened parser per thread (lxml parsers must not be shared between threads)."""
-    parser = getattr(_local, "parser", None)
-    if parser is None:
+class _Collector:
+    """lxml parser target: turns start/end events into `RawNode`s while libxml2 reads (no element tree).
+
+    Every element below `<hierarchy>` is a node, whatever its tag (`node` in uiautomator dumps, the class name
+    in Appium page sources). A dump without `<hierarchy>` whose root element has `bounds` is one window.
+    """
+
+    def reset(self, drop_invisible: bool) -> None:
+        self.drop_invisible = drop_invisible
+        self.nodes: list[RawNode] = []
+        self.child_counts: list[int] = []
+        # Open elements: node index, -1 for <hierarchy>, -2 inside a dropped subtree.
+        self.stack: list[int] = []
+        self.top: dict[str, str] | None = None
+        self.root_tag = ""
+        self.windows = 0
+        self.dropped = 0
+        self.root_boxes: list[Box | None] = []
+
+    def start(self, tag: str, attrib: dict[str, str]) -> None:
+        stack = self.stack
+        if stack:
+            p = stack[-1]
+            if p == -2:
+                stack.append(-2)
+                self.dropped += 1
+                return
+        else:
+            self.root_tag = tag
+            if tag == "hierarchy":
+                self.top = attrib
+                stack.append(-1)
+                return
+            if "bounds" not in attrib:
+                raise HierarchyError("malformed", f"root element <{tag}> is not a view hierarchy")
+            p = -1
+        get = attrib.get
+        visible = get("visible-to-user", get("displayed", "true")) != "false"
+        if not visible and self.drop_invisible:
+            stack.append(-2)
+            self.dropped += 1
+            return
+        if p == -1:
+            depth = 0
+            sibling = self.windows
+            self.windows += 1
+        else:
+            depth = self.nodes[p].depth + 1
+            if depth > MAX_DEPTH:
+                raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
+            child_counts = self.child_counts
+            sibling = child_counts[p]
+            child_counts[p] = sibling + 1
+        bounds = get("bounds")
+        box = from_string(bounds) if bounds else None
+        if p == -1:
+            self.root_boxes.append(box)
+        nodes = self.nodes
+        stack.append(len(nodes))
+        self.child_counts.append(0)
+        nodes.append(
+            RawNode(
+                p,
+                depth,
+                sibling,
+                get("class") or (tag if tag != "node" else ""),
+                get("package", ""),
+                get("text", ""),
+                get("content-desc", ""),
+                get("resource-id", ""),
+                get("hint", ""),
+                box,
+                (
+                    get("clickable") == "true",
+                    visible,
+                    get("enabled") != "false",
+                    get("focusable") == "true",
+                    get("focused") == "true",
+                    get("scrollable") == "true",
+                    get("long-clickable") == "true",
+                    get("selected") == "true",
+                    get("checkable") == "true",
+                    get("checked") == "true",
+                ),
+                None,
+                (),
+                get("NAF") == "true",
+            )
+        )
+
+    def end(self, tag: str) -> None:
+        self.stack.pop()
+
+    def close(self) -> _Collector:
+        return self
+
+
+def _parser() -> tuple[etree.XMLParser, _Collector]:
+    """One hardened parser and its collector per thread (lxml parsers must not be shared between threads)."""
+    pair = getattr(_local, "pair", None)
+    if pair is None:
+        collector = _Collector()
         parser = etree.XMLParser(
+            target=collector,
             resolve_entities=False,
             no_network=True,
             load_dtd=False,
             dtd_validation=False,
             huge_tree=True,  # lifts libxml2's depth limit from 256 to 2048; MAX_DEPTH (2000) is ours
-            remove_comments=True,
-            remove_pis=True,
         )
-        _local.parser = parser
-    return parser
+        pair = _local.pair = (parser, collector)
+    return pair
 
 
 def _valid_xml_char(code: int) -> bool:
@@ -146,28 +243,30 @@ def _repair(data: bytes, warnings: list[str]) -> bytes:
     return text.encode("utf-8")
 
 
-def _fromstring(data: bytes) -> etree._Element:
+def _collect(data: bytes, drop_invisible: bool) -> _Collector:
+    parser, collector = _parser()
+    collector.reset(drop_invisible)
     try:
-        return etree.fromstring(data, _parser())
+        return etree.fromstring(data, parser)
     except etree.XMLSyntaxError as exc:
         if "Excessive depth" in str(exc):
             raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels") from None
         raise
 
 
-def _load(data: bytes, warnings: list[str]) -> etree._Element:
+def _load(data: bytes, warnings: list[str], drop_invisible: bool) -> _Collector:
     if not data or not data.strip():
         raise HierarchyError("empty", "the hierarchy file is empty")
     if b"<!" in data and _FORBIDDEN_BYTES.search(data):
         raise HierarchyError("forbidden_entity", "XML with a DOCTYPE/ENTITY declaration is refused")
     if data.lstrip()[:1] == b"<":
         try:
-            return _fromstring(data)
+            return _collect(data, drop_invisible)
         except etree.XMLSyntaxError:
             pass  # damaged: repair below and try once more
     repaired = _repair(data, warnings)
     try:
-        return _fromstring(repaired)
+        return _collect(repaired, drop_invisible)
     except etree.XMLSyntaxError as exc:
         raise HierarchyError("malformed", f"not well-formed XML: {exc}") from None
 
@@ -194,94 +293,17 @@ def parse(
     with their subtrees.
     """
     warnings: list[str] = []
-    root = _load(bytes(data), warnings)
-    if root.tag == "hierarchy":
-        windows = [el for el in root if isinstance(el.tag, str)]
-        top = root
-    elif root.get("bounds") is not None:
-        windows = [root]
-        top = None
-        warnings.append(f"no <hierarchy> element: the root <{root.tag}> is the only window")
-    else:
-        raise HierarchyError("malformed", f"root element <{root.tag}> is not a view hierarchy")
-    if not windows:
+    found = _load(bytes(data), warnings, drop_invisible)
+    top = found.top
+    if top is None:
+        warnings.append(f"no <hierarchy> element: the root <{found.root_tag}> is the only window")
+    elif not found.windows and not found.dropped:
         raise HierarchyError("failed_dump", "the <hierarchy> holds no window (an empty dump)")
-    rotation = _int_attr(top.get("rotation") if top is not None else None)
+    if found.dropped:
+        warnings.append(f"dropped {found.dropped} node(s): invisible ones and their subtrees")
+    rotation = _int_attr(top.get("rotation")) if top is not None else 0
 
-    nodes: list[RawNode] = []
-    position: dict[etree._Element, int] = {}  # kept element -> index in nodes
-    child_counts: list[int] = []
-    window_count = 0
-    root_boxes: list[Box | None] = []
-    dropped = 0
-    for el in root.iter(etree.Element):
-        parent_el = el.getparent()
-        if parent_el is top:
-            p = -1
-            depth = 0
-            sibling = window_count
-            window_count += 1
-        else:
-            p = position.get(parent_el, -2) if parent_el is not None else -1
-            if p == -2:  # the parent was dropped (invisible)
-                dropped += 1
-                continue
-            if p == -1 and el is root:
-                depth, sibling = 0, 0
-            else:
-                depth = nodes[p].depth + 1
-                sibling = child_counts[p]
-                child_counts[p] += 1
-        if el is top:
-            continue
-        get = el.get
-        visible = get("visible-to-user", get("displayed", "true")) != "false"
-        if drop_invisible and not visible:
-            dropped += 1
-            continue
-        if depth > MAX_DEPTH:
-            raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
-        tag = el.tag
-        android_class = get("class") or (tag if tag != "node" else "")
-        bounds = get("bounds")
-        box = from_string(bounds) if bounds else None
-        if p == -1:
-            root_boxes.append(box)
-        flags = (
-            get("clickable") == "true",
-            visible,
-            get("enabled", "true") != "false",
-            get("focusable") == "true",
-            get("focused") == "true",
-            get("scrollable") == "true",
-            get("long-clickable") == "true",
-            get("selected") == "true",
-            get("checkable") == "true",
-            get("checked") == "true",
-        )
-        position[el] = len(nodes)
-        child_counts.append(0)
-        nodes.append(
-            RawNode(
-                p,
-                depth,
-                sibling,
-                android_class,
-                get("package") or "",
-                get("text") or "",
-                get("content-desc") or "",
-                get("resource-id") or "",
-                get("hint") or "",
-                box,
-                flags,
-                None,
-                (),
-                get("NAF") == "true",
-            )
-        )
-    if dropped:
-        warnings.append(f"dropped {dropped} invisible node(s) with their subtrees")
-
+    root_boxes = found.root_boxes
     if screen_size is not None:
         width, height = screen_size
     elif top is not None and top.get("width") and top.get("height"):
@@ -295,4 +317,4 @@ def parse(
             )
     if width <= 0 or height <= 0:
         warnings.append("screen size unknown (no window bounds): every grid location is UNKNOWN_LOCATION")
-    return build_screen(nodes, width, height, rotation=rotation, fmt=FORMAT, warnings=warnings)
+    return build_screen(found.nodes, width, height, rotation=rotation, fmt=FORMAT, warnings=warnings)
