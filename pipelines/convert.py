@@ -1,0 +1,533 @@
+"""`stepmark convert-ui INPUT OUTPUT`: Android UI traces of any supported layout -> sharded TFRecord of
+serialized `UiEpisode`s, plus `dead_letters.jsonl` and `summary.json`. Beam wiring only: layouts live in
+`pipelines.traces`, parsing in `pipelines.hierarchy`, assembly in `pipelines.ui_episode`.
+
+Shape of the pipeline:
+
+    INPUT -> DiscoverEpisodes (file names only) -> key by shard -> GroupByKey (spreads the small episode
+    descriptors over workers, like Reshuffle) -> ConvertShard (reads one episode at a time, converts it,
+    serializes it at once and appends it to the shard's temporary file; failures are TaggedOutput dead letters)
+    -> WriteDeadLetters -> CommitOutput (renames temporary files to their final names; summary.json last).
+
+Episode bytes never travel between transforms, so memory stays flat however many episodes there are, and the
+shard count is exact without grouping the records themselves. Every transform works on the DaskRunner of
+Beam 2.77 too, which hands every tagged output to every consumer (hence the `OnlyType` filters), drops
+outputs emitted from `finish_bundle` (none are) and computes only the last transform (CommitOutput depends on
+everything).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import uuid
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
+
+from pipelines import tfrecord
+from pipelines.beam_options import pipeline_options, runner_name
+from pipelines.errors import StepmarkError
+from pipelines.traces import DeadLetter, EpisodeSource, IgnoredFile, discover, files, read_episode
+from pipelines.ui_episode import EpisodeResult, convert_episode
+
+NAMESPACE = "stepmark"
+DEAD = "dead_letters"
+REPORT = "report"
+SHARD_NAME = "episodes-{shard:05d}-of-{count:05d}.tfrecord"
+SHARD_GLOB = "episodes-*-of-*.tfrecord"
+DEAD_LETTERS = "dead_letters.jsonl"
+SUMMARY = "summary.json"
+TMP_PREFIX = ".stepmark-tmp-"
+PROGRESS_SECONDS = 5.0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Values passed between transforms (small; the episodes themselves go straight to the shard files).
+
+
+@dataclass(frozen=True)
+class DiscoveryReport:
+    """What discovery saw besides episodes."""
+
+    episodes: int
+    ignored_files: int
+    ignored_examples: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ShardWritten:
+    """One shard's temporary file and what went into it."""
+
+    shard: int
+    temp_path: str
+    episodes: int
+    steps: int
+    objects: int
+    mismatched_steps: int
+    layouts: tuple[tuple[str, int], ...]
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class DeadLettersWritten:
+    temp_path: str
+    count: int
+    reasons: tuple[tuple[str, int], ...]
+
+
+@dataclass
+class Summary:
+    """summary.json: counts of what one conversion produced and where."""
+
+    input: str
+    output: str
+    runner: str
+    drop_invisible: bool
+    discovered_episodes: int = 0
+    episodes: int = 0
+    steps: int = 0
+    objects: int = 0
+    episodes_by_layout: dict[str, int] = field(default_factory=dict)
+    screenshot_mismatch_steps: int = 0
+    dead_letters: int = 0
+    dead_letters_by_reason: dict[str, int] = field(default_factory=dict)
+    ignored_files: int = 0
+    ignored_examples: list[str] = field(default_factory=list)
+    shards: list[dict] = field(default_factory=list)
+    finished: str = ""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Transforms
+
+
+class OnlyType(beam.PTransform):
+    """Keep elements of one type (a no-op on runners that route tagged outputs correctly)."""
+
+    def __init__(self, cls: type) -> None:
+        super().__init__(f"Only{cls.__name__}")
+        self._cls = cls
+
+    def expand(self, pcoll):
+        cls = self._cls
+        return pcoll | beam.Filter(lambda x: isinstance(x, cls)).with_output_types(cls)
+
+
+class DiscoverEpisodes(beam.DoFn):
+    """INPUT folder -> EpisodeSource per episode; orphan screenshots as dead letters; one DiscoveryReport."""
+
+    def process(self, root: str) -> Iterator:
+        found = ignored = 0
+        examples: list[str] = []
+        for item in discover(root):
+            if isinstance(item, EpisodeSource):
+                found += 1
+                yield item
+            elif isinstance(item, DeadLetter):
+                Metrics.counter(NAMESPACE, f"dead_letter_{item.reason}").inc()
+                yield pvalue.TaggedOutput(DEAD, item)
+            elif isinstance(item, IgnoredFile):
+                ignored += 1
+                if len(examples) < 10:
+                    examples.append(item.path)
+        Metrics.counter(NAMESPACE, "episodes_discovered").inc(found)
+        yield pvalue.TaggedOutput(REPORT, DiscoveryReport(found, ignored, tuple(examples)))
+
+
+def shard_of(source: EpisodeSource, num_shards: int) -> int:
+    """Stable shard for an episode (same input, same shards, on any runner)."""
+    return zlib.crc32(source.episode_id.encode("utf-8")) % num_shards
+
+
+class _Progress:
+    """Progress lines on stderr from the workers: at most one every PROGRESS_SECONDS per shard."""
+
+    def __init__(self, shard: int, total: int) -> None:
+        self.shard, self.total = shard, total
+        self.start = self.last = time.monotonic()
+        self.episodes = self.steps = 0
+
+    def add(self, steps: int) -> None:
+        self.episodes += 1
+        self.steps += steps
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_SECONDS or self.episodes == self.total:
+            self.last = now
+            rate = self.episodes / max(now - self.start, 1e-9)
+            print(
+                f"stepmark convert-ui: shard {self.shard}: {self.episodes}/{self.total} episodes, "
+                f"{self.steps} steps ({rate:.1f} episodes/s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+class ConvertShard(beam.DoFn):
+    """(shard, [EpisodeSource]) -> one temporary TFRecord file of serialized UiEpisodes + dead letters.
+
+    Each episode's bytes are read inside this DoFn, converted, serialized at once and appended, so only one
+    episode is in memory at a time. A failure anywhere in one episode is a dead letter, never a crash.
+    """
+
+    def __init__(self, temp_dir: str, drop_invisible: bool = False, progress: bool = True) -> None:
+        self.temp_dir = temp_dir
+        self.drop_invisible = drop_invisible
+        self.progress = progress
+        self.episodes = Metrics.counter(NAMESPACE, "episodes")
+        self.steps = Metrics.counter(NAMESPACE, "steps")
+        self.objects = Metrics.counter(NAMESPACE, "objects")
+        self.mismatches = Metrics.counter(NAMESPACE, "screenshot_mismatch_steps")
+
+    def convert(self, source: EpisodeSource) -> EpisodeResult:
+        try:
+            raw = read_episode(source, files.read_bytes)
+            return convert_episode(raw, files.read_bytes, drop_invisible=self.drop_invisible)
+        except Exception as exc:  # a reader bug or an unreadable layout file: dead-letter the episode
+            message = f"{source.source_path}: {type(exc).__name__}: {exc}"
+            return EpisodeResult(
+                None, [DeadLetter(source.source_path, None, "internal_error", message, source.episode_id)]
+            )
+
+    def process(self, element: tuple[int, Iterable[EpisodeSource]]) -> Iterator:
+        shard, sources = element
+        ordered = sorted(sources, key=lambda s: s.episode_id)
+        path = files.join(self.temp_dir, f"shard-{shard:05d}-{uuid.uuid4().hex}.tfrecord")
+        episodes = steps = objects = mismatched = size = 0
+        layouts: Counter[str] = Counter()
+        progress = _Progress(shard, len(ordered)) if self.progress else None
+        with FileSystems.create(path) as out:
+            for source in ordered:
+                result = self.convert(source)
+                for dead in result.dead_letters:
+                    Metrics.counter(NAMESPACE, f"dead_letter_{dead.reason}").inc()
+                    yield pvalue.TaggedOutput(DEAD, dead)
+                n = 0
+                if result.episode is not None:
+                    record = tfrecord.encode(result.episode.SerializeToString(deterministic=True))
+                    out.write(record)
+                    n = len(result.episode.episode.time_steps)
+                    episodes, steps, objects = episodes + 1, steps + n, objects + result.num_objects
+                    mismatched += result.mismatches
+                    size += len(record)
+                    layouts[source.layout] += 1
+                    self.episodes.inc()
+                    self.steps.inc(n)
+                    self.objects.inc(result.num_objects)
+                    self.mismatches.inc(result.mismatches)
+                    Metrics.counter(NAMESPACE, f"episodes_{source.layout}").inc()
+                if progress is not None:
+                    progress.add(n)
+        yield ShardWritten(
+            shard, path, episodes, steps, objects, mismatched, tuple(sorted(layouts.items())), size
+        )
+
+
+class WriteDeadLetters(beam.DoFn):
+    """(key, [DeadLetter]) -> one temporary JSONL file."""
+
+    def __init__(self, temp_dir: str) -> None:
+        self.temp_dir = temp_dir
+
+    def process(self, element: tuple[int, Iterable[DeadLetter]]) -> Iterator[DeadLettersWritten]:
+        path = files.join(self.temp_dir, f"dead-letters-{uuid.uuid4().hex}.jsonl")
+        reasons: Counter[str] = Counter()
+        with FileSystems.create(path) as out:
+            for dead in element[1]:
+                out.write(dead.to_json().encode("utf-8") + b"\n")
+                reasons[dead.reason] += 1
+        yield DeadLettersWritten(path, sum(reasons.values()), tuple(sorted(reasons.items())))
+
+
+def _write_text(path: str, text: str) -> None:
+    with FileSystems.create(path) as out:
+        out.write(text.encode("utf-8"))
+
+
+class CommitOutput(beam.DoFn):
+    """Everything written -> final names. Shards first, then dead_letters.jsonl, then summary.json (its
+    presence means the conversion is complete), each by renaming a finished temporary file."""
+
+    def __init__(self, output: str, temp_dir: str, num_shards: int, summary: Summary) -> None:
+        self.output, self.temp_dir, self.num_shards, self.summary = output, temp_dir, num_shards, summary
+
+    def process(self, element: tuple[int, Iterable]) -> Iterator[Summary]:
+        summary = Summary(**asdict(self.summary))
+        shards: dict[int, ShardWritten] = {}
+        dead_files: list[DeadLettersWritten] = []
+        for item in element[1]:
+            if isinstance(item, ShardWritten):
+                shards.setdefault(item.shard, item)
+            elif isinstance(item, DeadLettersWritten):
+                dead_files.append(item)
+            elif isinstance(item, DiscoveryReport):
+                summary.discovered_episodes += item.episodes
+                summary.ignored_files += item.ignored_files
+                summary.ignored_examples.extend(item.ignored_examples)
+        layouts: Counter[str] = Counter()
+        sources, targets = [], []
+        for shard in range(self.num_shards):
+            final = files.join(self.output, SHARD_NAME.format(shard=shard, count=self.num_shards))
+            written = shards.get(shard)
+            if written is None:  # no episode hashed to this shard: an empty shard keeps the set complete
+                written = ShardWritten(
+                    shard, files.join(self.temp_dir, f"empty-{shard:05d}.tfrecord"), 0, 0, 0, 0, (), 0
+                )
+                _write_text(written.temp_path, "")
+            sources.append(written.temp_path)
+            targets.append(final)
+            summary.episodes += written.episodes
+            summary.steps += written.steps
+            summary.objects += written.objects
+            summary.screenshot_mismatch_steps += written.mismatched_steps
+            layouts.update(dict(written.layouts))
+            summary.shards.append(
+                {"path": files.split(final)[1], "episodes": written.episodes, "bytes": written.size_bytes}
+            )
+        summary.episodes_by_layout = dict(sorted(layouts.items()))
+        FileSystems.rename(sources, targets)
+
+        dead_final = files.join(self.output, DEAD_LETTERS)
+        reasons: Counter[str] = Counter()
+        if len(dead_files) == 1:
+            FileSystems.rename([dead_files[0].temp_path], [dead_final])
+        else:  # none (write an empty file) or, after a retried bundle, several: concatenate
+            merged = files.join(self.temp_dir, "dead-letters-merged.jsonl")
+            with FileSystems.create(merged) as out:
+                for d in dead_files:
+                    out.write(files.read_bytes(d.temp_path))
+            FileSystems.rename([merged], [dead_final])
+        for d in dead_files:
+            reasons.update(dict(d.reasons))
+        summary.dead_letters = sum(reasons.values())
+        summary.dead_letters_by_reason = dict(sorted(reasons.items()))
+
+        summary.finished = datetime.now(UTC).isoformat(timespec="seconds")
+        temp_summary = files.join(self.temp_dir, SUMMARY)
+        _write_text(temp_summary, json.dumps(asdict(summary), indent=2, sort_keys=True) + "\n")
+        FileSystems.rename([temp_summary], [files.join(self.output, SUMMARY)])
+        FileSystems.delete([self.temp_dir])
+        yield summary
+
+
+class ConvertUiTraces(beam.PTransform):
+    """PBegin -> {"shards": ShardWritten, "dead_letters": DeadLetter, "reports": DiscoveryReport}."""
+
+    def __init__(self, input_path: str, temp_dir: str, num_shards: int, drop_invisible: bool = False,
+                 progress: bool = True) -> None:  # fmt: skip
+        super().__init__()
+        self.input_path, self.temp_dir, self.num_shards = input_path, temp_dir, num_shards
+        self.drop_invisible, self.progress = drop_invisible, progress
+
+    def expand(self, pbegin):
+        num_shards = self.num_shards
+        found = (
+            pbegin
+            | "Input" >> beam.Create([self.input_path])
+            | "Discover" >> beam.ParDo(DiscoverEpisodes()).with_outputs(DEAD, REPORT, main="sources")
+        )
+        converted = (
+            found.sources
+            | "OnlySources" >> OnlyType(EpisodeSource)
+            | "KeyByShard" >> beam.Map(lambda s: (shard_of(s, num_shards), s))
+            | "GroupByShard" >> beam.GroupByKey()
+            | "ConvertShard"
+            >> beam.ParDo(ConvertShard(self.temp_dir, self.drop_invisible, self.progress)).with_outputs(
+                DEAD, main="shards"
+            )
+        )
+        dead = (
+            found.dead_letters | "OnlyDiscoveryDead" >> OnlyType(DeadLetter),
+            converted.dead_letters | "OnlyConvertDead" >> OnlyType(DeadLetter),
+        ) | "AllDeadLetters" >> beam.Flatten()
+        return {
+            "shards": converted.shards | "OnlyShards" >> OnlyType(ShardWritten),
+            "dead_letters": dead,
+            "reports": found.report | "OnlyReports" >> OnlyType(DiscoveryReport),
+        }
+
+
+class WriteOutput(beam.PTransform):
+    """Dead letters to a file, then commit shards, dead letters and summary under their final names."""
+
+    def __init__(self, output: str, temp_dir: str, num_shards: int, summary: Summary) -> None:
+        super().__init__()
+        self.output, self.temp_dir, self.num_shards, self.summary = output, temp_dir, num_shards, summary
+
+    def expand(self, results):
+        dead_file = (
+            results["dead_letters"]
+            | "KeyDeadLetters" >> beam.Map(lambda d: (0, d))
+            | "GroupDeadLetters" >> beam.GroupByKey()
+            | "WriteDeadLetters" >> beam.ParDo(WriteDeadLetters(self.temp_dir))
+        )
+        return (
+            (results["shards"], dead_file, results["reports"])
+            | "AllWritten" >> beam.Flatten()
+            | "KeyAll" >> beam.Map(lambda x: (0, x))
+            | "GroupAll" >> beam.GroupByKey()
+            | "Commit" >> beam.ParDo(CommitOutput(self.output, self.temp_dir, self.num_shards, self.summary))
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Driver
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(
+        prog="stepmark convert-ui",
+        description="Convert Android UI traces (Rico traces, step folders, single screens, DroidBot runs) "
+        "into sharded TFRecord files of stepmark.UiEpisode.",
+    )
+    add_arguments(parser)
+    return parser.parse_known_args(list(argv) if argv is not None else None)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input", metavar="INPUT", help="folder (or file) of traces; any Beam filesystem path")
+    parser.add_argument("output", metavar="OUTPUT", help="output folder; any Beam filesystem path")
+    parser.add_argument("--shards", type=int, default=4, help="number of TFRecord shards (default: 4)")
+    parser.add_argument("--drop-invisible", action="store_true", help="drop invisible objects")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier conversion in OUTPUT")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _matches(pattern: str) -> list[str]:
+    try:
+        return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+    except Exception:
+        return []
+
+
+def prepare_output(output: str, overwrite: bool) -> None:
+    """Refuse to mix two conversions in one folder; with overwrite, remove the earlier one's files."""
+    previous = (
+        _matches(files.join(output, SHARD_GLOB))
+        + _matches(files.join(output, DEAD_LETTERS))
+        + _matches(files.join(output, SUMMARY))
+    )
+    stale = sorted({files.split(p)[0] for p in _matches(files.join(output, TMP_PREFIX + "*", "*"))})
+    if (previous or stale) and not overwrite:
+        raise StepmarkError(
+            f"{output} already holds a conversion ({len(previous)} output files); "
+            "pass --overwrite to replace it or choose another folder"
+        )
+    if previous or stale:
+        FileSystems.delete(previous + stale)
+    if not FileSystems.exists(output):
+        FileSystems.mkdirs(output)
+
+
+def check_input(input_path: str) -> None:
+    root = files.strip_slash(input_path)
+    if not (FileSystems.exists(root) or _matches(files.join(root, "**"))):
+        raise StepmarkError(f"{input_path}: no such file or folder")
+
+
+def counters(result) -> dict[str, int]:
+    """The stepmark Metrics counters of a finished pipeline ({} when the runner does not report them)."""
+    try:
+        found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]
+    except Exception:  # DaskRunner: "collecting metrics will come later"
+        return {}
+    totals: Counter[str] = Counter()
+    for c in found:
+        totals[c.key.metric.name] += c.committed if c.committed is not None else c.attempted
+    return dict(sorted(totals.items()))
+
+
+def read_summary(output: str) -> dict:
+    return json.loads(files.read_bytes(files.join(output, SUMMARY)))
+
+
+def format_report(summary: dict, metric_counts: dict[str, int]) -> str:
+    layouts = ", ".join(f"{k} {v}" for k, v in summary["episodes_by_layout"].items()) or "none"
+    reasons = ", ".join(f"{k} {v}" for k, v in summary["dead_letters_by_reason"].items()) or "none"
+    lines = [
+        f"converted {summary['episodes']} of {summary['discovered_episodes']} episodes "
+        f"({summary['steps']} steps, {summary['objects']} objects) from {summary['input']}",
+        f"  by layout: {layouts}",
+        f"  dead letters: {summary['dead_letters']} ({reasons})",
+        f"  screenshot/hierarchy mismatches: {summary['screenshot_mismatch_steps']} steps; "
+        f"ignored files: {summary['ignored_files']}",
+        f"  wrote {len(summary['shards'])} shard(s), {DEAD_LETTERS} and {SUMMARY} to {summary['output']}",
+    ]
+    if metric_counts:
+        lines.append("  counters: " + ", ".join(f"{k}={v}" for k, v in metric_counts.items()))
+    return "\n".join(lines)
+
+
+class _Heartbeat:
+    """A driver-side 'still running' line for runners that run the pipeline in another process."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.stop = seconds, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.start = time.monotonic()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.seconds):
+            print(
+                f"stepmark convert-ui: running ({time.monotonic() - self.start:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def __enter__(self) -> _Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Entry point: parse arguments, build and run the pipeline, print the summary. Returns 0."""
+    args, beam_args = parse_args(argv)
+    if args.shards < 1:
+        raise StepmarkError(f"--shards must be at least 1 (got {args.shards})")
+    input_path, output = files.strip_slash(args.input), files.strip_slash(args.output)
+    check_input(input_path)
+    prepare_output(output, args.overwrite)
+    options = pipeline_options(beam_args)
+    temp_dir = files.join(output, f"{TMP_PREFIX}{uuid.uuid4().hex}")
+    FileSystems.mkdirs(temp_dir)
+    summary = Summary(
+        input=input_path, output=output, runner=runner_name(options), drop_invisible=args.drop_invisible
+    )
+    if not args.quiet:
+        print(
+            f"stepmark convert-ui: {input_path} -> {output} on {summary.runner}", file=sys.stderr, flush=True
+        )
+
+    pipeline = beam.Pipeline(options=options)
+    results = pipeline | "ConvertUiTraces" >> ConvertUiTraces(
+        input_path, temp_dir, args.shards, args.drop_invisible, progress=not args.quiet
+    )
+    results | "WriteOutput" >> WriteOutput(output, temp_dir, args.shards, summary)
+    with _Heartbeat(30.0 if not args.quiet else 1e9):
+        result = pipeline.run()
+        result.wait_until_finish()
+    # The DaskRunner opens its own distributed.Client and never closes it; close it so it does not keep
+    # reconnecting to a cluster the caller may shut down next.
+    client_close = getattr(getattr(result, "client", None), "close", None)
+    if callable(client_close):
+        client_close()
+    print(format_report(read_summary(output), counters(result)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

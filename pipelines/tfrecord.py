@@ -1,0 +1,64 @@
+"""TFRecord framing without TensorFlow: `uint64 length | masked crc32c(length) | data | masked crc32c(data)`,
+little-endian. Used to write shards record by record and to read one record back by its byte offset."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import google_crc32c
+
+from pipelines.errors import StepmarkError
+
+_LENGTH = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+HEADER_SIZE = _LENGTH.size + _CRC.size  # 12
+FOOTER_SIZE = _CRC.size  # 4
+
+
+class TFRecordError(StepmarkError):
+    """A shard that is not valid TFRecord (truncated, corrupted, or not a TFRecord file at all)."""
+
+
+def masked_crc(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def encode(data: bytes) -> bytes:
+    """One framed record."""
+    length = _LENGTH.pack(len(data))
+    return b"".join((length, _CRC.pack(masked_crc(length)), data, _CRC.pack(masked_crc(data))))
+
+
+def read_at(f: BinaryIO, offset: int, *, name: str = "shard") -> tuple[bytes, int]:
+    """(record data, offset of the next record) for the record starting at `offset`; checks both CRCs."""
+    f.seek(offset)
+    header = f.read(HEADER_SIZE)
+    if len(header) < HEADER_SIZE:
+        raise TFRecordError(f"{name}: no record at byte {offset} (file ends after {len(header)} bytes)")
+    length_bytes = header[: _LENGTH.size]
+    (length,) = _LENGTH.unpack(length_bytes)
+    (length_crc,) = _CRC.unpack(header[_LENGTH.size :])
+    if length_crc != masked_crc(length_bytes):
+        raise TFRecordError(f"{name}: byte {offset} is not the start of a TFRecord record (length CRC mismatch)")
+    data = f.read(length)
+    footer = f.read(FOOTER_SIZE)
+    if len(data) < length or len(footer) < FOOTER_SIZE:
+        raise TFRecordError(f"{name}: record at byte {offset} is truncated ({len(data)} of {length} bytes)")
+    if _CRC.unpack(footer)[0] != masked_crc(data):
+        raise TFRecordError(f"{name}: record at byte {offset} is corrupted (data CRC mismatch)")
+    return data, offset + HEADER_SIZE + length + FOOTER_SIZE
+
+
+def iter_records(f: BinaryIO, *, name: str = "shard") -> Iterator[tuple[int, bytes]]:
+    """(offset, data) for every record, in file order."""
+    offset = 0
+    while True:
+        f.seek(offset)
+        if not f.read(1):
+            return
+        data, next_offset = read_at(f, offset, name=name)
+        yield offset, data
+        offset = next_offset
