@@ -121,7 +121,8 @@ class Recorder:
         self._clock = clock
         self._session_id = session_id
         self.session: study_pb2.Session | None = None
-        self.env_spec: study_pb2.EnvironmentSpec | None = None
+        # Fail fast on a wrong study or environment id (the study may still be disabled later: start() checks).
+        self.env_spec: study_pb2.EnvironmentSpec = _find_env_spec(repo.get_study(study_id), env_id)
         self.env: Environment | None = None
         self.episode_index = -1
         self.last_episode: study_pb2.Episode | None = None
@@ -250,7 +251,7 @@ class Recorder:
         if self._current is None or self._current.ended or self.env is None or self.env.sync:
             return None
         now = self._clock() if now is None else now
-        if now - self._last_tick < 1.0 / self.env.fps:
+        if now - self._last_tick < 1.0 / self.env.fps - 1e-6:  # timers jitter; float sums too
             return None
         self._last_tick = now
         return self.step_action(self.env.action_from_input(self._keys, self._gamepad), self._keys)

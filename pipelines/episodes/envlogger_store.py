@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import envlogger
-from envlogger.backends import riegeli_backend_writer
+from envlogger.backends import riegeli_backend_reader, riegeli_backend_writer
 from envlogger.converters import spec_codec
 
 from pipelines.episodes.base import EnvSpecs, EpisodeMetadata, EpisodeWriter, RecordEpisodeReader
@@ -82,7 +82,9 @@ class EnvloggerEpisodeReader(RecordEpisodeReader):
         if not self.path.is_dir():
             raise StepmarkError(f"{self.path}: envlogger tag directory not found")
         try:
-            self._reader = envlogger.Reader(str(self.path))
+            # The backend first: envlogger.Reader's __del__ fails on a Reader whose constructor raised.
+            backend = riegeli_backend_reader.RiegeliBackendReader(str(self.path))
+            self._reader = envlogger.Reader(backend=backend)
         except RuntimeError as exc:
             raise StepmarkError(f"{self.path}: not a readable envlogger dataset: {exc}") from exc
         count = len(self._reader.episodes)

@@ -1,0 +1,372 @@
+"""The recorder over real Procgen games, a real SQLite store and real envlogger files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import envlogger
+import numpy as np
+import pytest
+
+from annotator.recorder import Recorder, record_batch
+from pipelines.episodes import layout, open_episode, publish, stats
+from pipelines.errors import StepmarkError
+from pipelines.store import StudyDisabled
+from protos.rlds_creator import client_pb2, study_pb2
+from tests.pipelines.episodes.helpers import CREATOR, USER, jpeg_size, make_study, new_store, procgen_spec
+
+State = study_pb2.Episode.State
+REPO_ROOT = Path(__file__).resolve().parents[2]
+KEY_CYCLE = [["ArrowRight"], ["ArrowUp"], ["ArrowLeft"], ["ArrowDown"], []]
+
+
+class FakeClock:
+    """Time the test controls (idle timeouts, async fps) - the recorder takes any monotonic clock."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def store(tmp_path):
+    repo = new_store(tmp_path)
+    yield repo, tmp_path
+    repo.close()
+
+
+def play_until_confirm(rec: Recorder, limit: int = 500) -> list[list[str]]:
+    """Presses keys until the episode ends; returns the keys pressed per step."""
+    pressed = []
+    for i in range(limit):
+        keys = KEY_CYCLE[i % len(KEY_CYCLE)]
+        pressed.append(keys)
+        resp = rec.act(keys)
+        if isinstance(resp, client_pb2.ConfirmSaveResponse):
+            assert resp.mark_as_completed
+            return pressed
+        assert resp.episode_steps == i + 1
+    raise AssertionError("episode did not end")
+
+
+def test_sync_recording_round_trip(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=40))
+    rec = Recorder(repo, data, study.id, "maze", USER, seed=3)
+    first = rec.start()
+    assert isinstance(first, client_pb2.StepResponse)
+    assert first.episode_index == 0 and first.episode_steps == 0 and jpeg_size(first.image) == (64, 64)
+    pressed = play_until_confirm(rec)
+    assert rec.awaiting_save
+    with pytest.raises(StepmarkError, match="answer the save confirmation"):
+        rec.act(["ArrowUp"])
+    response = rec.save(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True))
+    saved = response.episode.episode
+    assert response.episode.status == "Completed" and response.episode.can_delete
+    assert response.episode.env.id == "maze" and response.episode.study.id == study.id
+
+    stored = repo.get_episode(
+        client_pb2.EpisodeRef(study_id=study.id, session_id=saved.session_id, episode_id=saved.id)
+    )
+    assert stored.state == State.STATE_COMPLETED and stored.user.email == USER
+    assert stored.num_steps == len(pressed)
+    assert stored.metadata["kind"] == "env" and stored.metadata["env_family"] == "procgen"
+    final = layout.episode_paths(data, study.id, saved.session_id, "maze", saved.id).final
+    assert (final / layout.EPISODE_FILE).is_file() and not (final / layout.PENDING_FILE).exists()
+    assert not layout.temp_folders(data)
+
+    with open_episode(stored, data) as reader:
+        steps = list(reader)
+    assert len(steps) == stored.num_steps + 1
+    assert [s.keys for s in steps[:-1]] == pressed
+    assert all(jpeg_size(s.image) == (64, 64) for s in steps)
+    assert sum(s.reward for s in steps) == pytest.approx(stored.total_reward)
+    # Stats: on the finished transition's info, and the same figures on the episode.
+    last = steps[-2]
+    figures = stats.stats_from_info(last.info)
+    assert figures == stats.stats_of_episode(stored)
+    assert figures.l == len(pressed) and last.info["episode"]["mask"] is True
+    assert all("episode" not in s.info for s in steps[:-2])
+    assert steps[-1].is_last and steps[-1].is_terminal == (last.discount == 0.0)
+    # The episode metadata written with the files.
+    with envlogger.Reader(str(final)) as raw:
+        assert raw.episode_metadata()[0] == {
+            "agent_id": USER, "episode_id": saved.id, "env_id": "maze", "study_id": study.id,
+            "session_id": saved.session_id,
+        }  # fmt: skip
+    rec.close()
+
+
+def test_success_comes_from_the_environment(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec("jump", "jumper", max_steps=150))
+    episodes = record_batch(repo, data, study.id, "jump", 4, user=USER, seed=0, progress=False)
+    assert len(episodes) == 4
+    for e in episodes:
+        with open_episode(e, data) as reader:
+            info = reader.step(len(reader) - 2).info
+        figures = stats.stats_from_info(info)
+        assert figures == stats.stats_of_episode(e)
+        # jumper: success is completing the level, which is the only reward (10).
+        assert figures.s == (e.total_reward > 0) == bool(info["level_complete"])
+    assert any(stats.stats_of_episode(e).s for e in episodes)
+
+
+@pytest.mark.parametrize(
+    ("accept", "mark", "state"),
+    [
+        (True, True, State.STATE_COMPLETED),
+        (True, False, State.STATE_CANCELLED),
+        (False, False, State.STATE_REJECTED),
+    ],
+)
+def test_save_flow_states(store, accept, mark, state):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=6))
+    with Recorder(repo, data, study.id, "maze", USER, seed=1) as rec:
+        rec.start()
+        play_until_confirm(rec)
+        episode = rec.save(
+            client_pb2.SaveEpisodeRequest(accept=accept, mark_as_completed=mark)
+        ).episode.episode
+    assert episode.state == state
+    listed = repo.list_episodes(study_id=study.id)
+    assert [e.id for e in listed] == [episode.id]
+    with open_episode(listed[0], data) as reader:  # rejected episodes keep their files too
+        assert len(reader) == 7
+
+
+def test_user_ends_episode_early_last_transition_is_a_truncation(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=0))  # no step limit: the user decides
+    with Recorder(repo, data, study.id, "maze", USER, seed=2) as rec:
+        rec.start()
+        for _ in range(5):
+            assert isinstance(rec.act(["ArrowRight"]), client_pb2.StepResponse)
+        episode = rec.save(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True)).episode.episode
+    assert episode.num_steps == 5 and episode.state == State.STATE_COMPLETED
+    with open_episode(episode, data) as reader:
+        steps = list(reader)
+    assert len(steps) == 6
+    assert steps[4].info["episode"] == {"r": episode.total_reward, "l": 5, "s": False, "mask": True}
+    assert steps[4].discount == 1.0 and steps[5].is_last and not steps[5].is_terminal
+
+
+def test_cancel_and_second_episode_index(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=0))
+    with Recorder(repo, data, study.id, "maze", USER, seed=2) as rec:
+        rec.start()
+        assert rec.cancel() is None  # nothing happened: nothing registered, no files left
+        assert not layout.temp_folders(data) and repo.list_episodes(study_id=study.id) == []
+        assert rec.start().episode_index == 0
+        rec.act(["ArrowLeft"])
+        cancelled = rec.cancel()
+        assert cancelled.state == State.STATE_CANCELLED and cancelled.num_steps == 1
+        assert rec.start().episode_index == 1
+        with pytest.raises(StepmarkError, match="already being recorded"):
+            rec.start()
+
+
+def test_idle_episode_is_abandoned(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=0))
+    clock = FakeClock()
+    with Recorder(repo, data, study.id, "maze", USER, idle_timeout=60, clock=clock) as rec:
+        rec.start()
+        clock.now += 30
+        rec.act(["ArrowUp"])
+        clock.now += 59
+        assert rec.abandon_if_idle() is None
+        abandoned = rec.abandon_if_idle(clock.now + 2)
+        assert abandoned.state == State.STATE_ABANDONED and abandoned.num_steps == 1
+        assert not rec.in_episode
+        # An idle episode without any step is dropped, not registered.
+        rec.start()
+        assert rec.abandon_if_idle(clock.now + 1000) is None
+    assert [e.state for e in repo.list_episodes(study_id=study.id)] == [State.STATE_ABANDONED]
+
+
+def test_disabled_study_is_refused(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec())
+    rec = Recorder(repo, data, study.id, "maze", USER)
+    repo.enable_study(study.id, False, CREATOR)
+    with pytest.raises(StudyDisabled, match="disabled"):
+        rec.start()
+    assert repo.list_sessions(study_id=study.id) == []
+    rec.close()
+
+
+def test_unknown_study_env_or_storage(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec())
+    with pytest.raises(StepmarkError, match="no environment 'nope'.*maze"):
+        Recorder(repo, data, study.id, "nope", USER)
+    with pytest.raises(StepmarkError, match="not found"):
+        Recorder(repo, data, "missing", "maze", USER)
+    with pytest.raises(StepmarkError, match="unknown episode storage"):
+        Recorder(repo, data, study.id, "maze", USER, storage="hdf5")
+
+
+def test_async_environment_steps_on_tick_at_fps(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(sync=False, max_steps=0))
+    clock = FakeClock()
+    with Recorder(repo, data, study.id, "maze", USER, clock=clock) as rec:
+        rec.start()
+        assert rec.set_fps(client_pb2.SetFpsRequest(fps=10)) == client_pb2.SetFpsResponse()
+        resp = rec.act(["ArrowRight"])  # async: remembers the keys, does not step
+        assert resp.episode_steps == 0
+        assert rec.tick(clock.now + 0.05) is None  # before 1/fps
+        assert rec.tick(clock.now + 0.1).episode_steps == 1
+        assert rec.tick(clock.now + 0.15) is None
+        assert rec.tick(clock.now + 0.2).episode_steps == 2
+        rec.act([])
+        assert rec.tick(clock.now + 0.3).episode_steps == 3
+        episode = rec.save(
+            client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=False)
+        ).episode.episode
+    with open_episode(episode, data) as reader:
+        assert [s.keys for s in reader][:3] == [["ArrowRight"], ["ArrowRight"], []]
+
+
+def test_quality_and_camera_passthroughs(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=0))
+    with Recorder(
+        repo, data, study.id, "maze", USER, quality=client_pb2.SetQualityRequest.QUALITY_LOW
+    ) as rec:
+        low = rec.start().image
+        high = rec.set_quality(
+            client_pb2.SetQualityRequest(quality=client_pb2.SetQualityRequest.QUALITY_HIGH)
+        )
+        assert len(high.image) > len(low)
+        assert rec.set_camera(client_pb2.SetCameraRequest(index=0)) == client_pb2.SetCameraResponse(
+            index=0, name="main"
+        )
+        with pytest.raises(StepmarkError, match="camera index 3"):
+            rec.set_camera(client_pb2.SetCameraRequest(index=3))
+        with pytest.raises(StepmarkError, match="fps"):
+            rec.set_fps(client_pb2.SetFpsRequest(fps=-1))
+        rec.act(["ArrowUp"])
+        episode = rec.cancel()
+    with open_episode(episode, data) as reader:
+        assert reader.step(0).image == low and len(reader.step(1).image) == len(high.image)
+
+
+def test_pickle_storage_recording(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=8))
+    [episode] = record_batch(
+        repo, data, study.id, "maze", 1, user=USER, seed=4, progress=False, storage="pickle"
+    )
+    assert episode.storage.WhichOneof("type") == "pickle"
+    assert (
+        episode.storage.pickle.path.endswith("/episode.pkl")
+        and not Path(episode.storage.pickle.path).is_absolute()
+    )
+    with open_episode(episode, data) as reader:
+        assert len(reader) == episode.num_steps + 1
+        assert reader.step(len(reader) - 2).info["episode"]["l"] == episode.num_steps
+
+
+def test_record_batch_with_noop_policy_and_step_cap(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=0))
+    episodes = record_batch(
+        repo, data, study.id, "maze", 2, policy="noop", user=USER, max_steps=7, progress=False
+    )
+    assert [e.num_steps for e in episodes] == [7, 7]
+    assert len({e.session_id for e in episodes}) == 1
+    with open_episode(episodes[0], data) as reader:
+        assert all(int(s.action) == 4 for s in list(reader)[:-1])  # procgen's no-op combo
+    with pytest.raises(StepmarkError, match="unknown policy"):
+        record_batch(repo, data, study.id, "maze", 1, policy="greedy", user=USER)
+
+
+# ----- killed recordings --------------------------------------------------------------------------------
+CHILD = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from pipelines.store import open_store
+    from annotator.recorder import Recorder
+    from protos.rlds_creator import client_pb2
+
+    data, study, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+    repo = open_store(None, data)
+    rec = Recorder(repo, data, study, "maze", "killed@example.com", seed=0)
+    rec.start()
+    for _ in range(20):
+        rec.act(["ArrowRight"])
+    if mode == "mid-episode":
+        print("READY", flush=True)
+        time.sleep(600)
+    # Die between the files being complete (renamed to the final folder) and registration.
+    repo.add_episode = lambda episode: os.kill(os.getpid(), signal.SIGKILL)
+    rec.save(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True))
+    """
+)
+
+
+def run_child(data: Path, study_id: str, mode: str) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(data), study_id, mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+    )
+    try:
+        if mode == "mid-episode":
+            assert proc.stdout.readline().strip() == "READY"
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_sigkill_mid_episode_leaves_nothing_registered_and_is_cleaned(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=0))
+    run_child(data, study.id, "mid-episode")
+    assert repo.list_episodes(study_id=study.id) == []
+    [temp] = layout.temp_folders(data)
+    assert not (temp / layout.PENDING_FILE).exists()
+    # The next recorder start for this data dir deletes the broken temp folder.
+    with Recorder(repo, data, study.id, "maze", USER) as rec:
+        rec.start()
+        assert rec.recovery.deleted == [temp] and rec.recovery.registered == []
+        rec.cancel()
+    assert not temp.exists() and repo.list_episodes(study_id=study.id) == []
+
+
+def test_sigkill_before_registration_is_recovered_as_abandoned(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=0))
+    run_child(data, study.id, "before-registration")
+    assert repo.list_episodes(study_id=study.id) == []
+    [folder] = layout.pending_folders(data)
+    report = publish.recover_abandoned(repo, data)
+    [episode] = report.registered
+    assert episode.state == State.STATE_ABANDONED and episode.num_steps == 20
+    assert episode.metadata["recovered"] is True and episode.metadata["intended_state"] == "STATE_COMPLETED"
+    assert episode.user.email == "killed@example.com"
+    assert (folder / layout.EPISODE_FILE).is_file() and not layout.pending_folders(data)
+    with open_episode(episode, data) as reader:
+        assert len(reader) == 21 and reader.step(19).info["episode"]["l"] == 20
+    # Idempotent: nothing left to do.
+    again = publish.recover_abandoned(repo, data)
+    assert again.registered == [] and again.deleted == []
+    np.testing.assert_equal(len(repo.list_episodes(study_id=study.id)), 1)

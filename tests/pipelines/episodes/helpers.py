@@ -1,0 +1,40 @@
+"""Shared by the episode storage, recorder and `record` CLI tests: real stores, studies and environments."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from PIL import Image
+
+from pipelines.store import open_store
+from protos.rlds_creator import study_pb2
+
+CREATOR = "creator@example.com"
+USER = "annotator@example.com"
+
+
+def procgen_spec(
+    env_id: str = "maze", game: str = "maze", *, sync: bool = True, max_steps: int = 200, rand_seed: int = 7
+) -> study_pb2.EnvironmentSpec:
+    """Procgen with one fixed level: maze/jumper episodes then end within tens of random steps."""
+    spec = study_pb2.EnvironmentSpec(id=env_id, name=env_id, sync=sync, max_episode_steps=max_steps)
+    spec.procgen.id = game
+    spec.procgen.num_levels = 1
+    spec.procgen.rand_seed = rand_seed
+    return spec
+
+
+def new_store(data_dir: Path):  # noqa: ANN201 - Repository
+    return open_store(None, data_dir)
+
+
+def make_study(repo, *env_specs: study_pb2.EnvironmentSpec) -> study_pb2.StudySpec:  # noqa: ANN001
+    spec = study_pb2.StudySpec(name="recording test", environment_specs=list(env_specs or [procgen_spec()]))
+    return repo.create_study(spec, CREATOR)
+
+
+def jpeg_size(data: bytes) -> tuple[int, int]:
+    with Image.open(io.BytesIO(data)) as im:
+        assert im.format == "JPEG"
+        return im.size

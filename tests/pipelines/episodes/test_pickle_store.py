@@ -1,0 +1,119 @@
+"""Pickle episodes: our writer round trip, RLDS Creator's own files, and refusing unsafe pickles."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import types
+from typing import Any, NamedTuple
+
+import dm_env
+import numpy as np
+import pytest
+from dm_env import specs
+
+from pipelines.episodes import open_episode
+from pipelines.episodes.envlogger_store import EnvloggerEpisodeReader
+from pipelines.episodes.pickle_store import PickleEpisodeReader
+from pipelines.errors import StepmarkError
+from protos.rlds_creator import study_pb2
+from tests.pipelines.episodes.test_envlogger_store import META, record_episode
+
+
+def test_pickle_round_trip_matches_envlogger_for_the_same_play(tmp_path):
+    # Same seed -> same play; both formats must give the same RLDS steps.
+    pk = record_episode(tmp_path / "pk", kind="pickle", n=30, seed=5)
+    el = record_episode(tmp_path / "el", kind="envlogger", n=30, seed=5)
+    assert [int(a) for a in pk["actions"]] == [int(a) for a in el["actions"]]
+    assert pk["storage"].pickle.path == "s1/se1/maze/ep1/episode.pkl"
+    assert not list((tmp_path / "pk").glob("*.partial"))
+    episode = study_pb2.Episode(id="ep1")
+    episode.storage.pickle.path = str(tmp_path / "pk" / "episode.pkl")  # absolute paths are honoured
+    with open_episode(episode, tmp_path / "elsewhere") as p, EnvloggerEpisodeReader(tmp_path / "el") as e:
+        assert len(p) == len(e) == len(pk["actions"]) + 1
+        assert p.metadata["agent_id"] == META.agent_id and p.metadata["format"] == "pickle"
+        assert p.specs["observation_spec"]["image"].shape == (64, 64, 3)
+        for a, b in zip(p, e, strict=True):
+            np.testing.assert_array_equal(a.observation["image"], b.observation["image"])
+            assert (a.action is None and b.action is None) or int(a.action) == int(b.action)
+            assert (a.reward, a.discount, a.keys, a.info, a.image) == (
+                b.reward,
+                b.discount,
+                b.keys,
+                b.info,
+                b.image,
+            )
+            assert (a.is_first, a.is_last, a.is_terminal) == (b.is_first, b.is_last, b.is_terminal)
+
+
+class _CreatorStepData(NamedTuple):
+    timestep: Any
+    action: Any
+    custom_data: Any = None
+
+
+def test_reads_an_rlds_creator_pickle(tmp_path, monkeypatch):
+    """RLDS Creator pickled its own `rlds_creator.episode_storage.StepData`, info as a dict, keys as a dict."""
+    module = types.ModuleType("rlds_creator.episode_storage")
+    _CreatorStepData.__module__ = module.__name__
+    _CreatorStepData.__qualname__ = "StepData"
+    module.StepData = _CreatorStepData
+    monkeypatch.setitem(sys.modules, "rlds_creator", types.ModuleType("rlds_creator"))
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    obs = [np.full((4, 4, 3), i, np.uint8) for i in range(3)]
+    steps = [
+        _CreatorStepData(dm_env.restart(obs[0]), None, {"image": b"i0", "keys": {}}),
+        _CreatorStepData(
+            dm_env.transition(1.0, obs[1]), 2, {"image": b"i1", "keys": {"Up": True}, "info": {"a": 1}}
+        ),
+        _CreatorStepData(dm_env.termination(5.0, obs[2]), 3, {"image": b"i2", "keys": {"Left": True}}),
+    ]
+    data = {
+        "metadata": {"agent_id": "x", "episode_id": "e"},
+        "steps": steps,
+        "observation_spec": specs.Array((4, 4, 3), np.uint8),
+        "action_spec": specs.DiscreteArray(4),
+        "reward_spec": specs.Array((), float),
+        "discount_spec": specs.BoundedArray((), float, 0.0, 1.0),
+    }
+    path = tmp_path / "0.pkl"
+    path.write_bytes(pickle.dumps(data))
+    monkeypatch.delitem(sys.modules, module.__name__)  # the reader must not need RLDS Creator installed
+    monkeypatch.delitem(sys.modules, "rlds_creator")
+    with PickleEpisodeReader(path) as reader:
+        got = list(reader)
+    assert [s.action for s in got] == [2, 3, None]
+    assert [s.reward for s in got] == [1.0, 5.0, 0.0]
+    assert [s.keys for s in got] == [["Up"], ["Left"], []]
+    assert got[0].info == {"a": 1} and got[1].info == {}
+    assert got[2].is_last and got[2].is_terminal and got[0].image == b"i0"
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_unsafe_pickle_is_refused_with_the_class_named(tmp_path):
+    path = tmp_path / "evil.pkl"
+    path.write_bytes(pickle.dumps({"steps": [_Evil()]}))
+    with pytest.raises(StepmarkError, match=r"evil\.pkl: refusing to load class posix\.system"):
+        PickleEpisodeReader(path)
+
+
+def test_truncated_and_foreign_pickles_are_named(tmp_path):
+    good = tmp_path / "t.pkl"
+    good.write_bytes(pickle.dumps({"steps": [], "metadata": {}})[:-5])
+    with pytest.raises(StepmarkError, match=r"t\.pkl: not a readable episode pickle"):
+        PickleEpisodeReader(good)
+    foreign = tmp_path / "f.pkl"
+    foreign.write_bytes(pickle.dumps([1, 2, 3]))
+    with pytest.raises(StepmarkError, match="no 'steps' list"):
+        PickleEpisodeReader(foreign)
+    bad_step = tmp_path / "b.pkl"
+    bad_step.write_bytes(pickle.dumps({"steps": [("not", "a", "timestep")]}))
+    with pytest.raises(StepmarkError, match="step 0 is not"):
+        PickleEpisodeReader(bad_step)
+    with pytest.raises(StepmarkError, match="not found"):
+        PickleEpisodeReader(tmp_path / "missing.pkl")

@@ -1,0 +1,66 @@
+"""`stepmark record`: batch recording from the command line into a real data directory."""
+
+from __future__ import annotations
+
+import re
+
+from pipelines.episodes import open_episode, stats
+from protos.rlds_creator import study_pb2
+from stepmark.cli import main
+from tests.pipelines.episodes.helpers import make_study, new_store, procgen_spec
+
+
+def test_record_prints_a_summary_and_registers_completed_episodes(tmp_path, capsys):
+    with new_store(tmp_path) as repo:
+        study = make_study(repo, procgen_spec(max_steps=12))
+    code = main(
+        ["record", "--data", str(tmp_path), "--study", study.id, "--env", "maze", "--episodes", "2",
+         "--seed", "5", "--user", "cli@example.com", "--no-progress"]
+    )  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert f"recorded 2 episode(s) of 'maze' in study '{study.id}' as cli@example.com" in out
+    rows = re.findall(r"^([0-9a-f]{32})\s+(\d+)\s+(\S+)\s+(true|false)\s+(\S+)$", out, re.M)
+    assert len(rows) == 2
+    with new_store(tmp_path) as repo:
+        episodes = {e.id: e for e in repo.list_episodes(study_id=study.id)}
+        assert set(episodes) == {r[0] for r in rows}
+        for episode_id, steps, ret, success, rel in rows:
+            e = episodes[episode_id]
+            figures = stats.stats_of_episode(e)
+            assert e.state == study_pb2.Episode.STATE_COMPLETED and e.user.email == "cli@example.com"
+            assert (int(steps), float(ret), success == "true") == (figures.l, figures.r, figures.s)
+            assert rel == e.storage.environment_logger.tag_directory and (tmp_path / rel).is_dir()
+            with open_episode(e, tmp_path) as reader:
+                assert len(reader) == figures.l + 1
+    assert f"files under {tmp_path}" in out
+
+
+def test_record_pickle_with_step_cap_and_default_user(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("USER", "loginname")
+    monkeypatch.setattr("stepmark.cli.default_user", lambda: "loginname")
+    with new_store(tmp_path) as repo:
+        study = make_study(repo, procgen_spec(max_steps=0))
+    code = main(
+        ["record", "--data", str(tmp_path), "--study", study.id, "--env", "maze", "--policy", "noop",
+         "--max-steps", "4", "--storage", "pickle", "--no-progress"]
+    )  # fmt: skip
+    assert code == 0
+    with new_store(tmp_path) as repo:
+        [episode] = repo.list_episodes(study_id=study.id)
+    assert episode.user.email == "loginname" and episode.num_steps == 4
+    assert episode.storage.pickle.path.endswith("episode.pkl")
+
+
+def test_record_errors_are_one_line(tmp_path, capsys):
+    with new_store(tmp_path) as repo:
+        study = make_study(repo, procgen_spec())
+    assert main(["record", "--data", str(tmp_path), "--study", "nope", "--env", "maze"]) == 2
+    assert capsys.readouterr().err.strip() == "stepmark record: error: study 'nope' not found"
+    assert main(["record", "--data", str(tmp_path), "--study", study.id, "--env", "x", "--no-progress"]) == 2
+    assert "has no environment 'x'" in capsys.readouterr().err
+    assert (
+        main(["record", "--data", str(tmp_path), "--study", study.id, "--env", "maze", "--episodes", "0"])
+        == 2
+    )
+    assert "--episodes must be >= 1" in capsys.readouterr().err
