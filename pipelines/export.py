@@ -1,0 +1,636 @@
+"""`stepmark export`: selected episodes -> one training-ready envlogger or TFDS/RLDS dataset (Apache Beam).
+
+Shape of the job (Beam wiring only; the work lives in `pipelines/exporters/`):
+1. plan (driver): select the episodes in the store, group them by spec (refusing mixed specs unless
+   `--split-by-spec`), and derive each dataset's features/specs from one of its episodes;
+2. per episode (any worker, independent): read the steps, transform them (truncation, tag fields,
+   stripping, statistics) and write one Riegeli shard (envlogger) or one serialized example (TFDS);
+   episodes that fail become dead letters with a reason, never silently dropped;
+3. last step: envlogger `metadata.riegeli` / TFDS shards + `dataset_info.json`, then the summary, the
+   optional ZIP, and one rename of the temporary folder to `--out`. A failed or killed export leaves only a
+   `<out>.tmp-*` folder behind, never something at `--out`.
+Runs on FnApiRunner by default and on any Beam runner by flags (workers must see `--data` and `--out`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.episodes import open_episode
+from pipelines.errors import StepmarkError
+from pipelines.exporters import archive, envlogger_writer
+from pipelines.exporters.selection import (
+    SelectionQuery,
+    SpecGroup,
+    group_by_spec,
+    mixed_specs_error,
+    parse_ref,
+    select_episodes,
+)
+from pipelines.exporters.transform import (
+    KIND_UI,
+    ExportEpisode,
+    InconsistentEpisode,
+    MissingStatistic,
+    TransformOptions,
+    episode_name,
+    step_tag_labels,
+    transform_episode,
+)
+from pipelines.store import open_store
+from protos.rlds_creator import client_pb2, study_pb2
+
+FORMATS = ("envlogger", "tfds")
+SUMMARY_FILE = "stepmark_export.json"
+DEAD_LETTERS_FILE = "dead_letters.jsonl"
+WORK_DIR = "_work"
+NAMESPACE = "stepmark.export"
+Progress = Callable[[float], None]
+
+
+@dataclass
+class ExportRequest:
+    """Everything one export needs. `from_download_request` maps the protocol's DownloadEpisodesRequest."""
+
+    data_dir: str
+    out: str
+    format: str = "envlogger"
+    store_url: str | None = None
+    refs: list[client_pb2.EpisodeRef] = field(default_factory=list)
+    study_id: str | None = None
+    tag: str | None = None
+    state: str | None = None
+    archive: bool = False
+    strip_internal_metadata: bool = False
+    end_of_episode_tags: list[str] = field(default_factory=list)
+    include_incomplete: bool = False
+    include_invalid_sessions: bool = False
+    split_by_spec: bool = False
+    beam_args: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_download_request(
+        cls,
+        request: client_pb2.DownloadEpisodesRequest,
+        *,
+        data_dir: str | os.PathLike[str],
+        out: str | os.PathLike[str],
+        format: str = "envlogger",  # noqa: A002 - the option's name
+        store_url: str | None = None,
+        **kwargs: Any,
+    ) -> ExportRequest:
+        return cls(
+            data_dir=str(data_dir),
+            out=str(out),
+            format=format,
+            store_url=store_url,
+            refs=[client_pb2.EpisodeRef().FromString(r.SerializeToString()) for r in request.refs],
+            archive=request.archive,
+            strip_internal_metadata=request.strip_internal_metadata,
+            end_of_episode_tags=list(request.end_of_episode_tags),
+            **kwargs,
+        )
+
+
+@dataclass
+class DeadLetter:
+    episode: str  # study/session/episode
+    reason: str  # unreadable | missing_statistic | inconsistent | spec_mismatch | write_failed
+    error: str
+
+
+@dataclass
+class DatasetSummary:
+    name: str
+    path: str  # where the dataset is inside the output (the output itself for a single dataset)
+    kind: str
+    environment_id: str
+    episodes: int = 0
+    steps: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class ExportSummary:
+    out: str
+    format: str
+    archive: bool
+    datasets: list[DatasetSummary] = field(default_factory=list)
+    episodes: int = 0
+    steps: int = 0
+    bytes: int = 0
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        lines = [
+            f"exported {self.episodes} episode(s), {self.steps} step(s), {self.bytes:,} bytes "
+            f"as {self.format}{' (ZIP)' if self.archive else ''} to {self.out}"
+        ]
+        if len(self.datasets) > 1:
+            for d in self.datasets:
+                lines.append(
+                    f"  {d.path}: {d.episodes} episode(s), {d.steps} step(s) [{d.environment_id or d.kind}]"
+                )
+        for s in self.skipped:
+            lines.append(f"  left out {s['episode']}: {s['reason']}")
+        for d in self.dead_letters:
+            lines.append(f"  dead letter {d.episode}: {d.reason}: {d.error}")
+        return "\n".join(lines)
+
+
+# --- per-episode work (runs on the workers) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DatasetJob:
+    """What every worker needs to export the episodes of one dataset (picklable, small)."""
+
+    name: str
+    format: str
+    data_dir: str
+    staging_dir: str  # this dataset's folder inside the export's temporary folder
+    progress_dir: str
+    options: TransformOptions
+    expected_signature: str
+    features_json: str = ""  # TFDS only
+
+
+class ExportEpisodeFn(beam.DoFn):
+    """(index, serialized Episode) -> written shard / serialized example; failures -> dead letters."""
+
+    DEAD_LETTERS = "dead_letters"
+    EXAMPLES = "examples"
+
+    def __init__(self, job: DatasetJob) -> None:
+        self.job = job
+        self.episodes = Metrics.counter(NAMESPACE, "episodes")
+        self.steps = Metrics.counter(NAMESPACE, "steps")
+        self.bytes = Metrics.counter(NAMESPACE, "bytes")
+        self.dead = Metrics.counter(NAMESPACE, "dead_letters")
+        self._serializer: Any = None
+
+    def setup(self) -> None:
+        if self.job.format == "tfds":
+            from pipelines.exporters import tfds_writer  # TensorFlow only on the TFDS path
+
+            self._serializer = tfds_writer.EpisodeSerializer(self.job.features_json)
+
+    def _dead(self, episode: study_pb2.Episode, reason: str, exc: BaseException) -> pvalue.TaggedOutput:
+        self.dead.inc()
+        Metrics.counter(NAMESPACE, f"dead_letters.{reason}").inc()
+        letter = DeadLetter(
+            episode=episode_name(episode), reason=reason, error=f"{type(exc).__name__}: {exc}"
+        )
+        return pvalue.TaggedOutput(self.DEAD_LETTERS, json.dumps(asdict(letter)))
+
+    def process(self, element: tuple[int, bytes]):
+        index, blob = element
+        episode = study_pb2.Episode.FromString(blob)
+        try:
+            exported = read_and_transform(index, episode, self.job)
+        except MissingStatistic as exc:
+            yield self._dead(episode, "missing_statistic", exc)
+            return
+        except InconsistentEpisode as exc:
+            yield self._dead(episode, "inconsistent", exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - any unreadable episode becomes a dead letter
+            yield self._dead(episode, "unreadable", exc)
+            return
+        signature = envlogger_writer.episode_signature(exported)
+        if signature != self.job.expected_signature:
+            yield self._dead(
+                episode,
+                "spec_mismatch",
+                StepmarkError(f"{signature} differs from the dataset's {self.job.expected_signature}"),
+            )
+            return
+        try:
+            if self.job.format == "tfds":
+                example = self._serializer.serialize(exported)
+                size = len(example)
+                yield pvalue.TaggedOutput(self.EXAMPLES, (index, example))
+            else:
+                size = envlogger_writer.write_episode_shard(exported, self.job.staging_dir).num_bytes
+        except Exception as exc:  # noqa: BLE001
+            yield self._dead(episode, "write_failed", exc)
+            return
+        self.episodes.inc()
+        self.steps.inc(exported.num_steps)
+        self.bytes.inc(size)
+        _mark_done(self.job.progress_dir, f"{self.job.name}-{index}")
+        yield json.dumps(
+            {"index": index, "episode": episode_name(episode), "steps": exported.num_steps, "bytes": size}
+        )
+
+
+def read_and_transform(index: int, episode: study_pb2.Episode, job: DatasetJob) -> ExportEpisode:
+    reader = open_episode(episode, job.data_dir)
+    try:
+        steps = list(reader)
+        metadata = reader.metadata
+    finally:
+        reader.close()
+    return transform_episode(index, episode, steps, job.options, metadata)
+
+
+def _mark_done(progress_dir: str, name: str) -> None:
+    with FileSystems.create(FileSystems.join(progress_dir, name)):
+        pass
+
+
+class ExportDataset(beam.PTransform):
+    """One dataset: (index, Episode bytes) -> episode results; writes shards, collects dead letters."""
+
+    def __init__(self, job: DatasetJob, tfds_writer: Any = None) -> None:
+        super().__init__()
+        self.job = job
+        self.tfds_writer = tfds_writer
+
+    def expand(self, episodes):
+        work = FileSystems.join(self.job.staging_dir, WORK_DIR)
+        outputs = (
+            episodes
+            | "Spread" >> beam.Reshuffle()
+            | "Export"
+            >> beam.ParDo(ExportEpisodeFn(self.job)).with_outputs(
+                ExportEpisodeFn.DEAD_LETTERS, ExportEpisodeFn.EXAMPLES, main="results"
+            )
+        )
+        if self.tfds_writer is not None:
+            self.tfds_writer.write_from_pcollection(outputs[ExportEpisodeFn.EXAMPLES])
+        _ = outputs.results | "WriteResults" >> beam.io.WriteToText(
+            FileSystems.join(work, "results"), file_name_suffix=".jsonl", shard_name_template="", num_shards=1
+        )
+        _ = outputs[ExportEpisodeFn.DEAD_LETTERS] | "WriteDeadLetters" >> beam.io.WriteToText(
+            FileSystems.join(work, "dead"), file_name_suffix=".jsonl", shard_name_template="", num_shards=1
+        )
+        return outputs.results
+
+
+# --- planning and the last step (driver) -------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    group: SpecGroup
+    job: DatasetJob
+    env_specs: dict[str, Any] | None = None
+    sample_error: str = ""
+
+
+def _pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
+    try:
+        from pipelines.beam_options import pipeline_options  # the CONVERT helper's one home of defaults
+    except ImportError:
+        args = list(beam_args)
+        if not any(a == "--runner" or a.startswith("--runner=") for a in args):
+            args.append("--runner=FnApiRunner")
+        return PipelineOptions(args)
+    return pipeline_options(list(beam_args))
+
+
+def _sample(group: SpecGroup, job: DatasetJob) -> tuple[ExportEpisode | None, dict[str, Any] | None, str]:
+    """Transforms the group's first readable episode: it defines the dataset's features and specs."""
+    errors = []
+    for episode in group.episodes:
+        try:
+            reader = open_episode(episode, job.data_dir)
+            try:
+                steps = list(reader)
+                specs = getattr(reader, "specs", None) or None
+                metadata = reader.metadata
+            finally:
+                reader.close()
+            exported = transform_episode(0, episode, steps, job.options, metadata)
+        except Exception as exc:  # noqa: BLE001 - reported as the dead letters of the group
+            errors.append(f"{episode_name(episode)}: {exc}")
+            continue
+        if specs and specs.get("observation_spec") is None:
+            specs = None
+        return exported, specs, ""
+    return None, None, "; ".join(errors)
+
+
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+    if not FileSystems.exists(path):
+        return []
+    with FileSystems.open(path) as f:
+        return [json.loads(line) for line in f.read().decode("utf-8").splitlines() if line.strip()]
+
+
+def _folder_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+class _ProgressPoller:
+    """Reports the share of episodes done (marker files written by the workers) while the pipeline runs."""
+
+    def __init__(self, progress_dir: str, total: int, callback: Progress | None) -> None:
+        self.progress_dir, self.total, self.callback = progress_dir, max(total, 1), callback
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _ProgressPoller:
+        if self.callback is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        last = 0.0  # export_episodes reported 0 before the pipeline started
+        while not self._stop.wait(0.5):
+            try:
+                done = len(FileSystems.match([FileSystems.join(self.progress_dir, "*")])[0].metadata_list)
+            except Exception:  # noqa: BLE001 - progress is best effort; the export itself decides success
+                continue
+            pct = round(90.0 * min(done, self.total) / self.total, 1)
+            if pct != last:
+                last = pct
+                self.callback(pct)
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() or out.is_symlink():
+        raise StepmarkError(f"{out}: already exists; choose another --out (exports never overwrite)")
+    if not out.parent.is_dir():
+        raise StepmarkError(f"{out.parent}: the folder for --out does not exist")
+
+
+def export_episodes(request: ExportRequest, progress: Progress | None = None) -> ExportSummary:
+    """Runs one export; `progress(percent)` gets 0-100. Raises StepmarkError for bad requests or mixed specs."""
+    if request.format not in FORMATS:
+        raise StepmarkError(f"unknown format {request.format!r} (choose from {', '.join(FORMATS)})")
+    out = Path(request.out).absolute()
+    _check_out(out)
+    tfds_writer = None
+    if request.format == "tfds":
+        from pipelines.exporters import tfds_writer  # TensorFlow only on the TFDS path
+
+        tfds_writer.require_tfds()
+
+    query = SelectionQuery(
+        refs=tuple(request.refs),
+        study_id=request.study_id,
+        tag=request.tag,
+        state=request.state,
+        include_incomplete=request.include_incomplete,
+        include_invalid_sessions=request.include_invalid_sessions,
+    )
+    with open_store(request.store_url, request.data_dir) as repo:
+        selection = select_episodes(repo, query)
+        groups = group_by_spec(repo, selection.episodes)
+        if len(groups) > 1 and not request.split_by_spec:
+            raise mixed_specs_error(repo, groups)
+    if progress:
+        progress(0.0)
+
+    options = TransformOptions(
+        strip_internal_metadata=request.strip_internal_metadata,
+        end_of_episode_tags=tuple(request.end_of_episode_tags),
+        step_tag_labels=step_tag_labels(selection.episodes),
+    )
+    staging = out.with_name(f"{out.name}.tmp-{uuid.uuid4().hex[:12]}")
+    root = staging / "dataset" if request.archive else staging
+    progress_dir = str(staging / "progress")
+    summary = ExportSummary(
+        out=str(out),
+        format=request.format,
+        archive=request.archive,
+        skipped=[{"episode": s.episode, "reason": s.reason} for s in selection.skipped],
+    )
+    try:
+        plans: list[_Plan] = []
+        for group in groups:
+            dataset_dir = root / group.name if len(groups) > 1 else root
+            job = DatasetJob(
+                name=group.name,
+                format=request.format,
+                data_dir=str(Path(request.data_dir).absolute()),
+                staging_dir=str(dataset_dir),
+                progress_dir=progress_dir,
+                options=options,
+                expected_signature="",
+            )
+            sample, specs, error = _sample(group, job)
+            if sample is None:
+                plans.append(_Plan(group=group, job=job, sample_error=error))
+                continue
+            signature = envlogger_writer.episode_signature(sample)
+            features_json = ""
+            if tfds_writer is not None:
+                features_json = tfds_writer.features_to_json(tfds_writer.build_features(sample, options))
+            job = dataclasses.replace(job, expected_signature=signature, features_json=features_json)
+            plans.append(_Plan(group=group, job=job, env_specs=specs or _derived_specs(sample)))
+
+        writers: dict[str, Any] = {}
+        runnable = [p for p in plans if not p.sample_error]
+        if runnable:
+            with _ProgressPoller(progress_dir, len(selection.episodes), progress):
+                with beam.Pipeline(options=_pipeline_options(request.beam_args)) as pipeline:
+                    for plan in runnable:
+                        items = [(i, e.SerializeToString()) for i, e in enumerate(plan.group.episodes)]
+                        writer = tfds_writer.beam_writer(plan.job.staging_dir) if tfds_writer else None
+                        writers[plan.group.name] = writer
+                        _ = (
+                            pipeline
+                            | f"Episodes[{plan.group.name}]" >> beam.Create(items, reshuffle=False)
+                            | f"ExportDataset[{plan.group.name}]" >> ExportDataset(plan.job, writer)
+                        )
+
+        for plan in plans:
+            summary.datasets.append(
+                _finish_dataset(plan, request, writers.get(plan.group.name), summary, len(groups))
+            )
+        summary.episodes = sum(d.episodes for d in summary.datasets)
+        summary.steps = sum(d.steps for d in summary.datasets)
+        if summary.dead_letters:
+            with open(root / DEAD_LETTERS_FILE, "w", encoding="utf-8") as f:
+                for letter in summary.dead_letters:
+                    f.write(json.dumps(asdict(letter)) + "\n")
+        if summary.episodes == 0:
+            raise StepmarkError(
+                "no episode could be exported: "
+                + "; ".join(f"{d.episode}: {d.reason}: {d.error}" for d in summary.dead_letters[:5])
+            )
+        shutil.rmtree(progress_dir, ignore_errors=True)
+        summary.bytes = _folder_size(root)
+        (root / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
+        if request.archive:
+            zip_tmp = staging / "dataset.zip"
+            summary.bytes = archive.write_zip(root, zip_tmp)
+            os.replace(zip_tmp, out)  # same filesystem: the ZIP appears complete or not at all
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if progress:
+        progress(100.0)
+    return summary
+
+
+def _derived_specs(sample: ExportEpisode) -> dict[str, Any] | None:
+    if sample.meta.kind == KIND_UI:  # UI observations have per-screen object counts: no fixed dm_env spec
+        return None
+    return envlogger_writer.specs_from_episode(sample)
+
+
+def _finish_dataset(
+    plan: _Plan, request: ExportRequest, writer: Any, summary: ExportSummary, num_groups: int
+) -> DatasetSummary:
+    """The last step for one dataset: dead letters, the spec check, and the format's metadata files."""
+    group, job = plan.group, plan.job
+    dataset = DatasetSummary(
+        name=group.name,
+        path=group.name if num_groups > 1 else ".",
+        kind=group.kind,
+        environment_id=group.environment_id,
+    )
+    if plan.sample_error:
+        for episode in group.episodes:
+            summary.dead_letters.append(DeadLetter(episode_name(episode), "unreadable", plan.sample_error))
+        return dataset
+    work = FileSystems.join(job.staging_dir, WORK_DIR)
+    results = _read_jsonl(FileSystems.join(work, "results.jsonl"))
+    dead = [DeadLetter(**d) for d in _read_jsonl(FileSystems.join(work, "dead.jsonl"))]
+    mismatched = [d for d in dead if d.reason == "spec_mismatch"]
+    if mismatched:
+        raise StepmarkError(
+            f"dataset {group.name}: episodes with another observation/action spec than "
+            f"{job.expected_signature}: " + "; ".join(f"{d.episode} ({d.error})" for d in mismatched)
+        )
+    summary.dead_letters.extend(dead)
+    shutil.rmtree(work, ignore_errors=True)
+    dataset.episodes = len(results)
+    dataset.steps = sum(int(r["steps"]) for r in results)
+    if not results:
+        return dataset
+    description = (
+        f"stepmark export of {dataset.episodes} episode(s) ({group.environment_id or group.kind}); "
+        "fields: schemas/dataset_spec.md"
+    )
+    if job.format == "tfds":
+        from pipelines.exporters import tfds_writer
+
+        written, _ = tfds_writer.write_dataset_info(job.staging_dir, job.features_json, writer, description)
+        if written != dataset.episodes:
+            raise StepmarkError(
+                f"dataset {group.name}: wrote {written} episodes, expected {dataset.episodes}"
+            )
+    else:
+        extra = {
+            "stepmark_export": {
+                "format_version": 1,
+                "kind": group.kind,
+                "environment_id": group.environment_id,
+                "strip_internal_metadata": job.options.strip_internal_metadata,
+                "end_of_episode_tags": list(job.options.end_of_episode_tags),
+                "step_tags": list(job.options.step_tag_labels),
+            }
+        }
+        envlogger_writer.write_dataset_metadata(job.staging_dir, plan.env_specs, extra)
+    dataset.bytes = _folder_size(Path(job.staging_dir))
+    return dataset
+
+
+# --- command line -------------------------------------------------------------------------------------------
+
+
+def add_export_arguments(parser: argparse.ArgumentParser) -> None:
+    """The export options (the `stepmark export` subcommand and `run(argv)` share them)."""
+    what = parser.add_argument_group("selection (all given filters apply)")
+    what.add_argument("--study", dest="study_id", help="every episode of this study")
+    what.add_argument(
+        "--episode",
+        dest="refs",
+        action="append",
+        default=[],
+        metavar="STUDY/SESSION/EPISODE",
+        help="one episode",
+    )
+    what.add_argument("--tag", help="episodes carrying this episode or step tag")
+    what.add_argument("--state", help="episodes in this state (completed, abandoned, cancelled, rejected)")
+    what.add_argument("--include-incomplete", action="store_true", help="also episodes not COMPLETED")
+    what.add_argument(
+        "--include-invalid-sessions", action="store_true", help="also episodes of invalid sessions"
+    )
+    how = parser.add_argument_group("output")
+    how.add_argument("--format", choices=FORMATS, default="envlogger")
+    how.add_argument("--out", required=True, help="dataset folder (or ZIP file with --archive) to create")
+    how.add_argument("--archive", action="store_true", help="write one ZIP file instead of a folder")
+    how.add_argument(
+        "--strip-internal-metadata",
+        action="store_true",
+        help="drop images, pressed keys, info, episode tags and notes (keeps ids and statistics)",
+    )
+    how.add_argument(
+        "--end-of-episode-tag",
+        dest="end_of_episode_tags",
+        action="append",
+        default=[],
+        metavar="TAG",
+        help="cut each episode at its first step carrying this tag (repeatable)",
+    )
+    how.add_argument("--split-by-spec", action="store_true", help="one dataset per environment spec")
+
+
+def request_from_args(args: argparse.Namespace, beam_args: Sequence[str]) -> ExportRequest:
+    return ExportRequest(
+        data_dir=args.data,
+        out=args.out,
+        format=args.format,
+        store_url=args.store,
+        refs=[parse_ref(r) for r in args.refs],
+        study_id=args.study_id,
+        tag=args.tag,
+        state=args.state,
+        archive=args.archive,
+        strip_internal_metadata=args.strip_internal_metadata,
+        end_of_episode_tags=list(args.end_of_episode_tags),
+        include_incomplete=args.include_incomplete,
+        include_invalid_sessions=args.include_invalid_sessions,
+        split_by_spec=args.split_by_spec,
+        beam_args=list(beam_args),
+    )
+
+
+def print_progress(percent: float) -> None:
+    print(f"export: {percent:5.1f}%", flush=True)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Entry point in the style of apache_beam/examples: known options here, the rest go to Beam."""
+    parser = argparse.ArgumentParser(prog="stepmark export", description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=os.environ.get("STEPMARK_DATA", "./stepmark-data"))
+    parser.add_argument("--store", default=os.environ.get("STEPMARK_STORE"))
+    add_export_arguments(parser)
+    args, beam_args = parser.parse_known_args(list(argv) if argv is not None else None)
+    summary = export_episodes(request_from_args(args, beam_args), print_progress)
+    print(summary.describe())
+    return 1 if summary.dead_letters else 0

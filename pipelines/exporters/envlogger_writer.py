@@ -1,0 +1,206 @@
+"""Exported episodes as one envlogger (Riegeli) dataset that `envlogger.Reader` opens unchanged.
+
+Scales with workers: each episode is written on its own, by envlogger's `RiegeliBackendWriter`, as one
+Riegeli shard (`steps`, `step_offsets`, `episode_metadata`, `episode_index`) in a folder named by its
+position in the export (`<staging>/<index:08d>/`). envlogger's dataset reader takes every sub-folder holding
+a `step_offsets.riegeli`, sorted by name, as a shard, so the shards form one dataset once the last step adds
+the dataset-level `metadata.riegeli` (environment specs + export settings). Shards are written locally and
+copied with Beam's `FileSystems`, so the output may live on any Beam filesystem.
+
+Records follow dm_env/envlogger: record t holds timestep t (observation t, the reward/discount of the
+transition into it), the action that led to it (None on the first), and custom data (`schemas/dataset_spec.md`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import dm_env
+import numpy as np
+from apache_beam.io.filesystems import FileSystems
+from dm_env import specs as dm_specs
+from envlogger import step_data
+from envlogger.backends import riegeli_backend_writer
+from envlogger.converters import spec_codec
+
+from pipelines.errors import StepmarkError
+from pipelines.exporters.transform import ExportEpisode, ExportStep, info_json
+
+METADATA_FILE = "metadata.riegeli"
+SHARD_FILES = ("steps.riegeli", "step_offsets.riegeli", "episode_metadata.riegeli", "episode_index.riegeli")
+WRITER_OPTIONS = "transpose,zstd:3,chunk_size:1M"
+# Custom-data keys of an exported record.
+CUSTOM_EPISODE = "episode"
+CUSTOM_IMAGE = "image"
+CUSTOM_KEYS = "keys"
+CUSTOM_INFO = "info"
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What writing one episode produced (for the summary and the merge step)."""
+
+    index: int
+    path: str
+    num_steps: int
+    num_bytes: int
+    signature: str
+
+
+def shard_name(index: int) -> str:
+    return f"{index:08d}"
+
+
+def _never_flush(_data: Any) -> bool:
+    return False
+
+
+def _custom_data(record_step: ExportStep, prev: ExportStep | None, episode_entry: dict[str, Any]) -> dict:
+    """Custom data of the record holding `record_step`'s observation (`prev` = the step whose action led here)."""
+    data: dict[str, Any] = {CUSTOM_EPISODE: dict(episode_entry)}
+    data.update({k: bool(v) for k, v in record_step.tags.items()})
+    if record_step.info is not None:  # not stripped: the internal metadata the recorder stored
+        if record_step.image is not None:
+            data[CUSTOM_IMAGE] = bytes(record_step.image)
+        data[CUSTOM_KEYS] = list(prev.keys or []) if prev is not None else []
+        data[CUSTOM_INFO] = info_json(prev.info if prev is not None else {})
+    return data
+
+
+def episode_records(episode: ExportEpisode) -> list[step_data.StepData]:
+    """RLDS steps -> envlogger records (the inverse of the episode readers' pairing)."""
+    steps = episode.steps
+    records: list[step_data.StepData] = []
+    n = len(steps)
+    for t, step in enumerate(steps):
+        if t == 0:
+            ts = dm_env.restart(step.observation)
+            # With a single step there is no later record: the statistics go on the only one.
+            entry = step.episode if n == 1 else {"r": 0.0, "l": 0, "s": False, "mask": False}
+            records.append(step_data.StepData(ts, None, _custom_data(step, None, entry)))
+            continue
+        prev = steps[t - 1]
+        step_type = dm_env.StepType.LAST if t == n - 1 else dm_env.StepType.MID
+        ts = dm_env.TimeStep(step_type, float(prev.reward), float(prev.discount), step.observation)
+        records.append(step_data.StepData(ts, prev.action, _custom_data(step, prev, prev.episode)))
+    return records
+
+
+def structure_signature(value: Any) -> str:
+    """Shapes and dtypes of a nested observation/action, for checking that episodes can share a dataset."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{structure_signature(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(structure_signature(v) for v in value) + "]"
+    if value is None:
+        return "None"
+    if isinstance(value, bytes | str):
+        return type(value).__name__
+    arr = np.asarray(value)
+    return f"{arr.dtype}{list(arr.shape)}"
+
+
+def episode_signature(episode: ExportEpisode) -> str:
+    """The shape signature of an episode: observation and action of its first step (UI: kind only)."""
+    if episode.meta.kind == "ui":
+        return "ui"
+    first = episode.steps[0]
+    action = next((s.action for s in episode.steps if s.action is not None), None)
+    return f"obs={structure_signature(first.observation)} action={structure_signature(action)}"
+
+
+def _spec_of(value: Any, name: str = "") -> Any:
+    if isinstance(value, dict):
+        return {k: _spec_of(v, k) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_spec_of(v, name) for v in value)
+    if isinstance(value, list):
+        return [_spec_of(v, name) for v in value]
+    arr = np.asarray(value)
+    return dm_specs.Array(arr.shape, arr.dtype, name)
+
+
+def specs_from_episode(episode: ExportEpisode) -> dict[str, Any]:
+    """dm_env specs derived from an exported episode's data (used when the source has none recorded)."""
+    first = episode.steps[0]
+    action = next((s.action for s in episode.steps if s.action is not None), None)
+    return {
+        "observation_spec": _spec_of(first.observation, "observation"),
+        "action_spec": _spec_of(action, "action") if action is not None else dm_specs.Array((), np.int64),
+        "reward_spec": dm_specs.Array((), np.float64, "reward"),
+        "discount_spec": dm_specs.BoundedArray((), np.float64, 0.0, 1.0, "discount"),
+    }
+
+
+def encode_specs(specs: dict[str, Any]) -> dict[str, Any]:
+    """Specs in envlogger's metadata encoding (`metadata["environment_specs"]`)."""
+    return {name: spec_codec.encode(spec) for name, spec in specs.items()}
+
+
+def _new_writer(folder: str, metadata: dict[str, Any]) -> riegeli_backend_writer.RiegeliBackendWriter:
+    os.makedirs(folder, exist_ok=True)
+    writer = riegeli_backend_writer.RiegeliBackendWriter(
+        data_directory=folder, metadata=metadata, writer_options=WRITER_OPTIONS, flush_scheduler=_never_flush
+    )
+    if not os.path.exists(os.path.join(folder, METADATA_FILE)):  # envlogger logs init errors and goes on
+        writer.close()
+        raise StepmarkError(f"{folder}: envlogger could not open a writer there")
+    return writer
+
+
+def _copy_out(local: str, dest: str) -> int:
+    """Copies a local file to any Beam filesystem path; returns its size."""
+    size = 0
+    with open(local, "rb") as src, FileSystems.create(dest) as out:
+        while chunk := src.read(1 << 20):
+            out.write(chunk)
+            size += len(chunk)
+    return size
+
+
+def write_episode_shard(episode: ExportEpisode, staging_dir: str) -> ShardResult:
+    """Writes one episode as a Riegeli shard at `<staging_dir>/<index:08d>/` (idempotent on retries)."""
+    records = episode_records(episode)
+    local = tempfile.mkdtemp(prefix="stepmark-export-")
+    try:
+        writer = _new_writer(local, {})
+        try:
+            for t, record in enumerate(records):
+                writer.record_step(record, is_new_episode=t == 0)
+            writer.set_episode_metadata(episode.meta.to_dict())
+        finally:
+            writer.close()
+        subdirs = [d for d in os.listdir(local) if os.path.isdir(os.path.join(local, d))]
+        if len(subdirs) != 1:
+            raise StepmarkError(f"envlogger wrote {len(subdirs)} shard folders for one episode, expected 1")
+        shard_local = os.path.join(local, subdirs[0])
+        dest = FileSystems.join(staging_dir, shard_name(episode.meta.episode_index))
+        size = 0
+        for name in SHARD_FILES:
+            size += _copy_out(os.path.join(shard_local, name), FileSystems.join(dest, name))
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+    return ShardResult(
+        index=episode.meta.episode_index,
+        path=dest,
+        num_steps=len(records),
+        num_bytes=size,
+        signature=episode_signature(episode),
+    )
+
+
+def write_dataset_metadata(staging_dir: str, specs: dict[str, Any] | None, extra: dict[str, Any]) -> int:
+    """The last step: the dataset-level `metadata.riegeli` that turns the shards into one dataset."""
+    metadata: dict[str, Any] = dict(extra)
+    if specs:
+        metadata["environment_specs"] = encode_specs(specs)
+    local = tempfile.mkdtemp(prefix="stepmark-export-meta-")
+    try:
+        _new_writer(local, metadata).close()
+        return _copy_out(os.path.join(local, METADATA_FILE), FileSystems.join(staging_dir, METADATA_FILE))
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
