@@ -43,26 +43,36 @@ def detect_format(data: bytes) -> str:
     raise HierarchyError("unknown_format", f"neither XML nor JSON (starts with {stripped[:40]!r})")
 
 
-def parse(data: bytes, *, fmt: str | None = None, drop_invisible: bool = False) -> Screen:
+def parse(
+    data: bytes,
+    *,
+    fmt: str | None = None,
+    drop_invisible: bool = False,
+    screen_size: tuple[int, int] | None = None,
+) -> Screen:
     """A `Screen` from hierarchy bytes in `fmt` ('uiautomator', 'rico', 'droidbot'), detected when None.
 
     JSON is told apart by its keys: Rico documents have `activity`, DroidBot states have `views`.
+    `screen_size` (width, height), when known (e.g. the screenshot's size), replaces the size estimated from
+    the window bounds for uiautomator and DroidBot; Rico's coordinate space is always 1440x2560 and ignores it.
     """
     if fmt == "uiautomator":
-        return uiautomator.parse(data, drop_invisible=drop_invisible)
+        return uiautomator.parse(data, drop_invisible=drop_invisible, screen_size=screen_size)
     if fmt == "rico":
         return rico.parse(data, drop_invisible=drop_invisible)
     if fmt == "droidbot":
-        return droidbot.parse(data, drop_invisible=drop_invisible)
+        return droidbot.parse(data, drop_invisible=drop_invisible, screen_size=screen_size)
     if fmt is not None:
         raise ValueError(f"unknown hierarchy format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if detect_format(data) == "uiautomator":
-        return uiautomator.parse(data, drop_invisible=drop_invisible)
-    doc = load_json(bytes(data))
+        return uiautomator.parse(data, drop_invisible=drop_invisible, screen_size=screen_size)
+    doc, warnings = load_json(bytes(data))
     if isinstance(doc, dict) and "activity" in doc:
-        return rico.from_document(doc, drop_invisible=drop_invisible)
+        return rico.from_document(doc, drop_invisible=drop_invisible, warnings=warnings)
     if isinstance(doc, dict) and "views" in doc:
-        return droidbot.from_document(doc, drop_invisible=drop_invisible)
+        return droidbot.from_document(
+            doc, drop_invisible=drop_invisible, screen_size=screen_size, warnings=warnings
+        )
     keys = ", ".join(sorted(doc)[:8]) if isinstance(doc, dict) else type(doc).__name__
     raise HierarchyError(
         "unknown_format", f"JSON that is neither Rico (activity) nor DroidBot (views): {keys}"

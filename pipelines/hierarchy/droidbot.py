@@ -22,7 +22,8 @@ def parse(
     resolution), else top-level `width`/`height` if the state has them, else the window roots' extent
     (with a warning when no root starts at the origin, e.g. a state holding only a dialog).
     """
-    return from_document(load_json(bytes(data)), drop_invisible=drop_invisible, screen_size=screen_size)
+    doc, warnings = load_json(bytes(data))
+    return from_document(doc, drop_invisible=drop_invisible, screen_size=screen_size, warnings=warnings)
 
 
 def from_document(
@@ -30,12 +31,13 @@ def from_document(
     *,
     drop_invisible: bool = False,
     screen_size: tuple[int, int] | None = None,
+    warnings: list[str] | None = None,
 ) -> Screen:
     """Same as `parse`, from the already-decoded JSON document."""
     views = doc.get("views") if isinstance(doc, dict) else None
     if not isinstance(views, list):
         raise HierarchyError("malformed", "DroidBot state JSON without a 'views' list")
-    warnings: list[str] = []
+    warnings = list(warnings or ())
     by_id: dict[int, dict] = {}
     for position, view in enumerate(views):
         if not isinstance(view, dict):
@@ -133,6 +135,7 @@ def from_document(
     if dropped:
         warnings.append(f"dropped {dropped} view(s): invisible ones and their subtrees")
 
+    estimated = False
     if screen_size is not None:
         width, height = screen_size
     elif isinstance(doc.get("width"), int) and isinstance(doc.get("height"), int):
@@ -140,10 +143,11 @@ def from_document(
     else:
         width, height = window_size(root_boxes)
         boxes = [b for b in root_boxes if b is not None]
-        if boxes and (min(b.left for b in boxes) > 0 or min(b.top for b in boxes) > 0):
+        estimated = bool(boxes) and (min(b.left for b in boxes) > 0 or min(b.top for b in boxes) > 0)
+        if estimated:
             warnings.append(
                 f"screen size {width}x{height} estimated from windows that do not start at the origin"
             )
     if width <= 0 or height <= 0:
         warnings.append("screen size unknown (no window bounds): every grid location is UNKNOWN_LOCATION")
-    return build_screen(nodes, width, height, fmt=FORMAT, warnings=warnings)
+    return build_screen(nodes, width, height, fmt=FORMAT, warnings=warnings, size_estimated=estimated)

@@ -22,6 +22,7 @@ UNKNOWN_LOCATION = G.UNKNOWN_LOCATION
 #: Deepest node level (0 = window root) any parser accepts; deeper input fails with reason `too_deep`.
 #: libxml2 (with XML_PARSE_HUGE) refuses element depth 2048, and a dump spends one level on <hierarchy>.
 MAX_DEPTH = 2000
+INT32_MAX = 2**31 - 1
 
 _Object = episode_pb2.Object
 _FromString = episode_pb2.Object.FromString
@@ -91,6 +92,9 @@ class Screen:
     naf: list[int] = field(default_factory=list)
     #: (sx, sy) applied by `rescale` to reach this coordinate space from the parsed one; (1, 1) when parsed.
     scale: tuple[float, float] = (1.0, 1.0)
+    #: True when width/height are a guess from window bounds that do not start at the origin (e.g. a state
+    #: holding only a dialog): a caller that knows the real size (the screenshot's) should prefer it.
+    size_estimated: bool = False
 
 
 def grid_location(box: Box | None, width: int, height: int) -> int:
@@ -176,6 +180,7 @@ def build_screen(
     rotation: int = 0,
     fmt: str = "",
     warnings: list[str] | None = None,
+    size_estimated: bool = False,
 ) -> Screen:
     """Objects with every computed field from pre-ordered nodes (parents before children)."""
     warnings = list(warnings or ())
@@ -243,22 +248,27 @@ def build_screen(
         else:
             left, top, right, bottom = box
             b = o.bbox
-            b.left = left
-            b.top = top
-            b.right = right
-            b.bottom = bottom
-            if right <= left or bottom <= top:
-                invalid += 1
+            try:
+                b.left = left
+                b.top = top
+                b.right = right
+                b.bottom = bottom
+            except ValueError:  # a coordinate outside int32: no usable box
+                o.ClearField("bbox")
+                missing += 1
             else:
-                sx = left + right
-                sy = top + bottom
-                if sx < 0 or sy < 0 or sx >= w2 or sy >= h2:
-                    off_screen += 1
+                if right <= left or bottom <= top:
+                    invalid += 1
                 else:
-                    grid = 1 + (3 * sy // h2) * 3 + 3 * sx // w2
-                    o.grid_location = grid
-                    if left < 0 or top < 0 or right > width or bottom > height:
-                        outside += 1
+                    sx = left + right
+                    sy = top + bottom
+                    if sx < 0 or sy < 0 or sx >= w2 or sy >= h2:
+                        off_screen += 1
+                    else:
+                        grid = 1 + (3 * sy // h2) * 3 + 3 * sx // w2
+                        o.grid_location = grid
+                        if left < 0 or top < 0 or right > width or bottom > height:
+                            outside += 1
         depth = nd.depth
         d = o.dom_position
         d.depth = depth
@@ -274,20 +284,26 @@ def build_screen(
             naf.append(i)
         append(o)
     if missing:
-        warnings.append(f"{missing} object(s) without parseable bounds: bbox unset, grid UNKNOWN_LOCATION")
+        warnings.append(
+            f"{missing} object(s) without usable bounds (missing, unparseable or beyond int32): "
+            "bbox unset, grid UNKNOWN_LOCATION"
+        )
     if invalid:
         warnings.append(f"{invalid} object(s) with inverted or zero-size bounds: grid UNKNOWN_LOCATION")
     if off_screen:
         warnings.append(f"{off_screen} object(s) with the box centre off-screen: grid UNKNOWN_LOCATION")
     if outside:
         warnings.append(f"{outside} object(s) partly outside the {width}x{height} screen (boxes kept as is)")
-    return Screen(objects, width, height, rotation, fmt, warnings, naf)
+    return Screen(objects, width, height, rotation, fmt, warnings, naf, (1.0, 1.0), size_estimated)
 
 
 def window_size(boxes: Sequence[Box | None]) -> tuple[int, int]:
-    """Screen size from the window roots' boxes: the largest right and bottom edges (0 when none)."""
-    width = max((b.right for b in boxes if b is not None), default=0)
-    height = max((b.bottom for b in boxes if b is not None), default=0)
+    """Screen size from the window roots' boxes: the largest right and bottom edges (0 when none).
+
+    Boxes with an edge beyond int32 (unusable in the protos) are ignored."""
+    usable = [b for b in boxes if b is not None and max(b) < INT32_MAX and min(b) > -INT32_MAX]
+    width = max((b.right for b in usable), default=0)
+    height = max((b.bottom for b in usable), default=0)
     return max(width, 0), max(height, 0)
 
 
@@ -336,6 +352,7 @@ def rescale(screen: Screen, width: int, height: int) -> Screen:
         warnings,
         list(screen.naf),
         (sx * width / old_w, sy * height / old_h),
+        screen.size_estimated,
     )
 
 

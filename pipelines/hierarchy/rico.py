@@ -43,16 +43,17 @@ def _ancestors(value: object) -> tuple[str, ...]:
 
 def parse(data: bytes, *, drop_invisible: bool = False) -> Screen:
     """Objects of a Rico hierarchy in pre-order; see `schemas/objects.md` for every field."""
-    return from_document(load_json(bytes(data)), drop_invisible=drop_invisible)
+    doc, warnings = load_json(bytes(data))
+    return from_document(doc, drop_invisible=drop_invisible, warnings=warnings)
 
 
-def from_document(doc: object, *, drop_invisible: bool = False) -> Screen:
+def from_document(doc: object, *, drop_invisible: bool = False, warnings: list[str] | None = None) -> Screen:
     """Same as `parse`, from the already-decoded JSON document."""
     activity = doc.get("activity") if isinstance(doc, dict) else None
     root = activity.get("root") if isinstance(activity, dict) else None
     if not isinstance(root, dict):
         raise HierarchyError("malformed", "Rico JSON without an object at activity.root")
-    warnings: list[str] = []
+    warnings = list(warnings or ())
     nodes: list[RawNode] = []
     not_nodes = dropped = 0
     stack: list[tuple[object, int, int, int]] = [(root, -1, 0, 0)]

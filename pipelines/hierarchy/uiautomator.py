@@ -160,7 +160,7 @@ def _valid_xml_char(code: int) -> bool:
 def _decode(data: bytes, warnings: list[str]) -> str:
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         declared = _DECLARED_ENCODING.search(data[:400].replace(b"\x00", b""))
-        if declared and declared.group(1).lower().replace("_", "-") in ("utf-8", "utf8"):
+        if declared and declared.group(1).lower().replace(b"_", b"-") in (b"utf-8", b"utf8"):
             warnings.append("UTF-16 text with a BOM under a UTF-8 declaration (decoded as UTF-16)")
         else:
             warnings.append("UTF-16 text with a BOM (decoded as UTF-16)")
@@ -304,17 +304,25 @@ def parse(
     rotation = _int_attr(top.get("rotation")) if top is not None else 0
 
     root_boxes = found.root_boxes
+    estimated = False
     if screen_size is not None:
         width, height = screen_size
-    elif top is not None and top.get("width") and top.get("height"):
-        width, height = _int_attr(top.get("width")), _int_attr(top.get("height"))
+    elif (
+        top is not None
+        and 0 < _int_attr(top.get("width")) < 2**31
+        and 0 < _int_attr(top.get("height")) < 2**31
+    ):
+        width, height = _int_attr(top.get("width")), _int_attr(top.get("height"))  # Appium page source
     else:
         width, height = window_size(root_boxes)
         boxes = [b for b in root_boxes if b is not None]
-        if boxes and (min(b.left for b in boxes) > 0 or min(b.top for b in boxes) > 0):
+        estimated = bool(boxes) and (min(b.left for b in boxes) > 0 or min(b.top for b in boxes) > 0)
+        if estimated:
             warnings.append(
                 f"screen size {width}x{height} estimated from windows that do not start at the origin"
             )
     if width <= 0 or height <= 0:
         warnings.append("screen size unknown (no window bounds): every grid location is UNKNOWN_LOCATION")
-    return build_screen(found.nodes, width, height, rotation=rotation, fmt=FORMAT, warnings=warnings)
+    return build_screen(
+        found.nodes, width, height, rotation=rotation, fmt=FORMAT, warnings=warnings, size_estimated=estimated
+    )
