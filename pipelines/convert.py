@@ -41,14 +41,12 @@ from pipelines.beam_options import pipeline_options, runner_name
 from pipelines.errors import StepmarkError
 from pipelines.traces import DeadLetter, EpisodeSource, IgnoredFile, discover, files, read_episode
 from pipelines.ui_episode import EpisodeResult, convert_episode
+from pipelines.ui_records import DEAD_LETTERS, SHARD_GLOB, SUMMARY, read_summary
 
 NAMESPACE = "stepmark"
 DEAD = "dead_letters"
 REPORT = "report"
 SHARD_NAME = "episodes-{shard:05d}-of-{count:05d}.tfrecord"
-SHARD_GLOB = "episodes-*-of-*.tfrecord"
-DEAD_LETTERS = "dead_letters.jsonl"
-SUMMARY = "summary.json"
 TMP_PREFIX = ".stepmark-tmp-"
 PROGRESS_SECONDS = 5.0
 
@@ -446,10 +444,6 @@ def counters(result) -> dict[str, int]:
     for c in found:
         totals[c.key.metric.name] += c.committed if c.committed is not None else c.attempted
     return dict(sorted(totals.items()))
-
-
-def read_summary(output: str) -> dict:
-    return json.loads(files.read_bytes(files.join(output, SUMMARY)))
 
 
 def format_report(summary: dict, metric_counts: dict[str, int]) -> str:
