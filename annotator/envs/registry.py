@@ -37,8 +37,15 @@ def family(spec: study_pb2.EnvironmentSpec) -> str:
     return FAMILIES[field][0]
 
 
-def create(spec: study_pb2.EnvironmentSpec, *, seed: int | None = None) -> Environment:
-    """A running environment for the spec (not yet reset). Raises StepmarkError for unusable specs."""
+def create(
+    spec: study_pb2.EnvironmentSpec, *, seed: int | None = None, render_size: int | None = None
+) -> Environment:
+    """A running environment for the spec (not yet reset). Raises StepmarkError for unusable specs.
+
+    `seed` makes the run reproducible where the family allows it; `render_size` is the camera image
+    size for families rendered from 3-D cameras (Robosuite; others have fixed frames or, for RoboDesk,
+    take it from the spec's image_size).
+    """
     field = spec.WhichOneof("type")
     family(spec)  # clear error for a spec without a type
     _, module_name, class_name = FAMILIES[field]
@@ -49,7 +56,10 @@ def create(spec: study_pb2.EnvironmentSpec, *, seed: int | None = None) -> Envir
         raise StepmarkError(f"environment {spec.id!r}: max_episode_steps must be >= 0 (0 = no limit)")
     if not getattr(spec, field).id and field != "robodesk":
         raise StepmarkError(f"environment {spec.id or spec.name!r}: the {field} settings need an id")
-    return getattr(module, class_name)(spec, seed=seed)
+    cls = getattr(module, class_name)
+    if field == "robosuite":
+        return cls(spec, seed=seed, render_size=render_size)
+    return cls(spec, seed=seed)
 
 
 @functools.cache

@@ -1,0 +1,139 @@
+"""AppTest of the Replay page on environment episodes recorded in Procgen: scrubbing, tagging, notes, state,
+undo, and two annotator sessions on the same episode."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from annotator.operations import ref_key, ref_of
+from tests.annotator.annotator_data import ALICE, BOB, build_env_data
+
+APP = "../../annotator/app.py"
+
+
+@pytest.fixture(scope="module")
+def env_data(tmp_path_factory):
+    return build_env_data(tmp_path_factory.mktemp("app_replay"), episodes=2, max_steps=20)
+
+
+def open_replay(data, user: str, episode, monkeypatch, step: int = 0) -> AppTest:
+    monkeypatch.setenv("STEPMARK_DATA", str(data.data_dir))
+    monkeypatch.setenv("STEPMARK_USER", user)
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page("views/replay.py")
+    at.query_params["episode"] = ref_key(ref_of(episode))
+    at.query_params["step"] = str(step)
+    return at.run()
+
+
+def button(at: AppTest, label: str):
+    return next(b for b in at.button if b.label == label)
+
+
+def step_tags_shown(at: AppTest) -> str:
+    return next(m.value for m in at.markdown if m.value.startswith("Tags on this step"))
+
+
+def test_scrub_and_show_an_environment_step(env_data, monkeypatch):
+    episode = env_data.episodes[0]
+    at = open_replay(env_data, ALICE, episode, monkeypatch, step=3)
+    assert not at.exception
+    assert at.session_state["replay_step"] == 3
+    assert any(f"{episode.num_steps + 1} steps" in c.value for c in at.caption)
+    assert at.get("image")[0].captions == ["step 3"], "the frame is shown"
+    assert at.metric[0].label == "Reward"
+    assert at.get("vega_lite_chart"), "reward-per-step chart"
+
+    at.button(key="replay_next").click().run()
+    at.button(key="replay_next").click().run()
+    assert at.session_state["replay_step"] == 5
+    assert at.query_params["step"] == "5"
+    at.button(key="replay_prev").click().run()
+    assert at.session_state["replay_step"] == 4
+    at.slider(key="replay_step").set_value(episode.num_steps).run()  # the final step
+    assert at.button(key="replay_next").disabled
+    assert at.query_params["step"] == str(episode.num_steps)
+
+
+def test_tag_steps_and_episode_notes_state_and_undo(env_data, monkeypatch):
+    episode = env_data.episodes[1]
+    ref = ref_of(episode)
+    at = open_replay(env_data, ALICE, episode, monkeypatch, step=2)
+    at.text_input(key="step_tag_text").set_value("jump")
+    button(at, "Tag step").click().run()
+    assert not at.exception
+    assert "Tagged step 2 'jump'" in [t.value for t in at.toast]
+    assert step_tags_shown(at) == "Tags on this step: `jump`"
+    assert [t.label for t in env_data.repo.get_episode(ref).step_metadata[2].tags] == ["jump"]
+
+    # the recent tag is one click away on another step, and the tagged steps are offered as jumps
+    at.button(key="replay_next").click().run()
+    at.button(key="quick_step_jump").click().run()
+    assert [t.label for t in env_data.repo.get_episode(ref).step_metadata[3].tags] == ["jump"]
+    jump = at.selectbox(key="replay_jump")
+    assert jump.options == ["step 2: jump", "step 3: jump"]
+    jump.set_value(2).run()
+    assert at.session_state["replay_step"] == 2
+
+    at.text_input(key="episode_tag_text").set_value("hard level")
+    button(at, "Tag episode").click().run()
+    assert [t.label for t in env_data.repo.get_episode(ref).tags] == ["hard level"]
+    notes_key = f"notes_{ref_key(ref)}"
+    at.text_area(key=notes_key).set_value("agent stuck behind a wall").run()
+    at.button(key="save_notes").click().run()
+    assert env_data.repo.get_episode(ref).notes == "agent stuck behind a wall"
+    at.selectbox(key=f"state_{ref_key(ref)}").set_value("Rejected").run()
+    at.button(key="set_state").click().run()
+    assert env_data.repo.get_episode(ref).state == 4  # STATE_REJECTED
+    assert "State set to Rejected" in [t.value for t in at.toast]
+
+    at.button(key="undo").click().run()
+    assert env_data.repo.get_episode(ref).state == 1  # back to COMPLETED
+    assert "Undid your last change" in [t.value for t in at.toast]
+
+    at.button(key="rm_step_jump").click().run()  # on step 2
+    stored = env_data.repo.get_episode(ref)
+    assert 2 not in {i for i, m in stored.step_metadata.items() if len(m.tags)}
+    assert step_tags_shown(at) == "Tags on this step: _none_"
+    actions = [e.action for e in env_data.repo.audit_log(ref)]
+    assert actions[:2] == ["step.tag.remove", "undo"]
+
+
+def test_two_annotators_on_one_episode_lose_nothing(env_data, monkeypatch):
+    episode = env_data.episodes[0]
+    ref = ref_of(episode)
+    alice = open_replay(env_data, ALICE, episode, monkeypatch, step=1)
+    bob = open_replay(env_data, BOB, episode, monkeypatch, step=1)
+    alice.text_input(key="step_tag_text").set_value("alice saw this")
+    bob.text_input(key="step_tag_text").set_value("bob saw this")
+    button(alice, "Tag step").click()
+    button(bob, "Tag step").click()
+    alice.run()
+    bob.run()
+    assert set(step_tags_shown(bob).split("`")[1::2]) == {"alice saw this", "bob saw this"}
+    notes_key = f"notes_{ref_key(ref)}"
+    alice.text_area(key=notes_key).set_value("alice: slow start").run()
+    alice.button(key="save_notes").click().run()
+    bob.run()  # bob's notes box now shows alice's notes instead of keeping a stale copy
+    assert bob.text_area(key=notes_key).value == "alice: slow start"
+    bob.text_area(key=notes_key).set_value("alice: slow start\nbob: fine after step 10").run()
+    bob.button(key="save_notes").click().run()
+    stored = env_data.repo.get_episode(ref)
+    assert {t.label for t in stored.step_metadata[1].tags} == {"alice saw this", "bob saw this"}
+    assert stored.notes == "alice: slow start\nbob: fine after step 10"
+    assert [(e.user, e.action) for e in env_data.repo.audit_log(ref)][:2] == [
+        (BOB, "episode.notes"),
+        (ALICE, "episode.notes"),
+    ]
+
+
+def test_unknown_episode_is_reported(env_data, monkeypatch):
+    monkeypatch.setenv("STEPMARK_DATA", str(env_data.data_dir))
+    monkeypatch.setenv("STEPMARK_USER", ALICE)
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page("views/replay.py")
+    at.query_params["episode"] = f"{env_data.study.id}/nosession/noepisode"
+    at.run()
+    assert not at.exception
+    assert "Cannot open episode" in at.error[0].value
