@@ -69,8 +69,10 @@ def from_document(
             continue
         add_seen(temp_id)
         visible = get("visible", True) is not False
-        children = get("children") or ()
-        if type(children) is not list:
+        children = get("children")
+        if children is None:
+            children = ()
+        elif type(children) is not list:
             bad_links += 1
             children = ()
         if p == -2 or (drop_invisible and not visible):
