@@ -84,18 +84,18 @@ def _label(label: str) -> str:
     return label
 
 
-def _validate_spec(spec: StudySpec) -> None:
-    """Rules a stored study must meet; messages name the field."""
+def validate_spec(spec: StudySpec, source: str = "study spec") -> None:
+    """Rules a stored study must meet; messages name the source and the field."""
     if not spec.name.strip():
-        raise InvalidSpec("study spec: field 'name' is required")
+        raise InvalidSpec(f"{source}: field 'name' is required")
     seen: set[str] = set()
     for i, env in enumerate(spec.environment_specs):
         if not env.id.strip():
-            raise InvalidSpec(f"study spec: environment_specs[{i}].id is required (unique in the study)")
+            raise InvalidSpec(f"{source}: field environment_specs[{i}].id is required (unique in the study)")
         if len(env.id) > 128:
-            raise InvalidSpec(f"study spec: environment_specs[{i}].id is longer than 128 characters")
+            raise InvalidSpec(f"{source}: field environment_specs[{i}].id is longer than 128 characters")
         if env.id in seen:
-            raise InvalidSpec(f"study spec: environment_specs[{i}].id {env.id!r} is used twice")
+            raise InvalidSpec(f"{source}: field environment_specs[{i}].id {env.id!r} is used twice")
         seen.add(env.id)
 
 
@@ -215,7 +215,7 @@ class Repository:
 
     def create_study(self, spec: StudySpec, creator: str) -> StudySpec:
         """Store a new study (id from the spec or a new one); creator, creation time and state are set here."""
-        _validate_spec(spec)
+        validate_spec(spec)
         if not creator:
             raise StoreError("a study needs a creator")
         study_id = spec.id or new_id()
@@ -251,7 +251,7 @@ class Repository:
         """
         if not spec.id:
             raise InvalidSpec("study spec has no id; use create_study for a new study")
-        _validate_spec(spec)
+        validate_spec(spec)
         with self._write() as s:
             row = self._study_row(s, spec.id, lock=True)
             if row.creator != user:
