@@ -15,6 +15,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from pipelines import ui_records  # the CONVERT helper's module: the one home for reading shards
 from pipelines.episodes.base import EpisodeReader, Step
 from pipelines.episodes.layout import resolve
 from pipelines.errors import StepmarkError
@@ -33,8 +34,6 @@ class UiEpisodeReader(EpisodeReader):
 
     @classmethod
     def open(cls, shard: str | Path, offset: int, *, episode_id: str = "") -> UiEpisodeReader:
-        from pipelines import ui_records  # the CONVERT helper's module: one home for reading shards
-
         path = Path(shard)
         if not path.is_file():
             raise StepmarkError(f"{path}: UI record shard not found")
