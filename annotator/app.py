@@ -10,9 +10,11 @@ from pathlib import Path
 
 import streamlit as st
 
-from annotator.pages import session
+from annotator.views import session
 
-PAGES = Path(__file__).resolve().parent / "pages"
+# The page scripts live in views/, not pages/: a pages/ folder beside the entry script puts Streamlit's test
+# harness (AppTest) into the legacy multipage mode, where the pages run without this entry script.
+VIEWS = Path(__file__).resolve().parent / "views"
 
 st.set_page_config(page_title="stepmark annotator", page_icon="🏷️", layout="wide")
 
@@ -20,11 +22,11 @@ config = session.settings()
 user = session.sidebar_identity(config)
 navigation = st.navigation(
     [
-        st.Page(PAGES / "episodes.py", title="Episodes", icon="📋", default=True),
-        st.Page(PAGES / "replay.py", title="Replay", icon="▶️"),
-        st.Page(PAGES / "record.py", title="Record", icon="🎮"),
-        st.Page(PAGES / "studies.py", title="Studies", icon="📚"),
-        st.Page(PAGES / "export.py", title="Export", icon="📦"),
+        st.Page(VIEWS / "episodes.py", title="Episodes", icon="📋", default=True),
+        st.Page(VIEWS / "replay.py", title="Replay", icon="▶️"),
+        st.Page(VIEWS / "record.py", title="Record", icon="🎮"),
+        st.Page(VIEWS / "studies.py", title="Studies", icon="📚"),
+        st.Page(VIEWS / "export.py", title="Export", icon="📦"),
     ]
 )
 if not user:

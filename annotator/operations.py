@@ -15,7 +15,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -308,7 +308,6 @@ class ExportOptions:
     format: str = "envlogger"  # or "tfds"
     out_dir: Path | None = None
     include_incomplete: bool = False
-    extra: dict = field(default_factory=dict)
 
 
 class Operations:
@@ -322,6 +321,7 @@ class Operations:
         *,
         open_reader: Callable[[study_pb2.Episode], SharedReader] | None = None,
         export_dir: str | Path | None = None,
+        store_url: str | None = None,
     ) -> None:
         if not user:
             raise OperationError("an annotator needs a user name")
@@ -330,6 +330,8 @@ class Operations:
         self.user = user
         self._open_reader = open_reader or ReaderCache(self.data_dir)
         self.export_dir = Path(export_dir) if export_dir else self.data_dir / "exports"
+        self.store_url = store_url  # passed to the export pipeline, which opens its own connection
+        self.last_export: Any = None
         self.study: study_pb2.StudySpec | None = None
         self.env: study_pb2.EnvironmentSpec | None = None
         self.replay: ReplayState | None = None
@@ -546,15 +548,24 @@ class Operations:
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")
         out = (opts.out_dir or self.export_dir) / f"export-{stamp}"
         out.parent.mkdir(parents=True, exist_ok=True)
-        export_request = _export_request(export, request, opts, out, self)
+        if request.archive:
+            out = out.with_suffix(".zip")
+        export_request = export.ExportRequest.from_download_request(
+            request,
+            data_dir=self.data_dir,
+            out=out,
+            format=opts.format,
+            store_url=self.store_url,
+            include_incomplete=opts.include_incomplete,
+        )
 
-        def report(fraction: float) -> None:
+        def report(percent: float) -> None:  # the pipeline reports 0-100, the page wants 0-1
             if progress is not None:
-                progress(max(0.0, min(1.0, float(fraction))))
+                progress(max(0.0, min(1.0, float(percent) / 100.0)))
 
         summary = export.export_episodes(export_request, report)
-        location = _summary_location(summary, out, request.archive)
-        return client_pb2.DownloadEpisodesResponse(url=Path(location).resolve().as_uri(), progress=100.0)
+        self.last_export = summary
+        return client_pb2.DownloadEpisodesResponse(url=Path(summary.out).resolve().as_uri(), progress=100.0)
 
     # -- recording ----------------------------------------------------------------------------------------------
 

@@ -66,5 +66,4 @@ def import_ui_fixtures(data_dir: Path, fixtures: Path, user: str = ALICE) -> stu
     code = convert.run([str(fixtures / "droidbot"), str(out), "--runner=FnApiRunner"])
     assert code in (0, None), f"convert-ui failed with {code}"
     repo = open_store(None, data_dir)
-    result = ui_import.import_ui(repo, str(out), study_name=UI_STUDY_NAME, user=user, data_dir=data_dir)
-    return result.study if hasattr(result, "study") else result
+    return ui_import.import_ui(repo, str(out), UI_STUDY_NAME, user)

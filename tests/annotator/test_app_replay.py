@@ -7,7 +7,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from annotator.operations import ref_key, ref_of
-from tests.annotator.annotator_data import ALICE, BOB, build_env_data
+from pipelines.episodes import open_episode
+from pipelines.store import open_store
+from protos.stepmark import ui_episode_pb2
+from tests.annotator.annotator_data import ALICE, BOB, build_env_data, import_ui_fixtures
 
 APP = "../../annotator/app.py"
 
@@ -18,9 +21,12 @@ def env_data(tmp_path_factory):
 
 
 def open_replay(data, user: str, episode, monkeypatch, step: int = 0) -> AppTest:
+    """A browser session of `user`, who types their name into the sidebar (no --user given)."""
     monkeypatch.setenv("STEPMARK_DATA", str(data.data_dir))
-    monkeypatch.setenv("STEPMARK_USER", user)
+    monkeypatch.delenv("STEPMARK_USER", raising=False)
     at = AppTest.from_file(APP, default_timeout=120).run()
+    assert "Tell us who you are" in at.info[0].value
+    at.sidebar.text_input(key="typed_user").set_value(user).run()
     at.switch_page("views/replay.py")
     at.query_params["episode"] = ref_key(ref_of(episode))
     at.query_params["step"] = str(step)
@@ -137,3 +143,54 @@ def test_unknown_episode_is_reported(env_data, monkeypatch):
     at.run()
     assert not at.exception
     assert "Cannot open episode" in at.error[0].value
+
+
+# -- UI episodes (DroidBot run from ../shared/fixtures, converted with convert-ui and imported) -------------
+
+
+@pytest.fixture(scope="module")
+def ui_data(tmp_path_factory, fixtures_dir):
+    data_dir = tmp_path_factory.mktemp("app_replay_ui")
+    study = import_ui_fixtures(data_dir, fixtures_dir)
+    repo = open_store(None, data_dir)
+    episode = repo.list_episodes(study_id=study.id)[0]
+    return data_dir, repo, episode
+
+
+def test_replay_a_ui_episode_with_boxes_grid_touch_and_object_table(ui_data, monkeypatch):
+    data_dir, repo, episode = ui_data
+    monkeypatch.setenv("STEPMARK_DATA", str(data_dir))
+    monkeypatch.setenv("STEPMARK_USER", ALICE)
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page("views/replay.py")
+    at.query_params["episode"] = ref_key(ref_of(episode))
+    at.query_params["step"] = "1"
+    at.run()
+    assert not at.exception
+    reader = open_episode(repo.get_episode(ref_of(episode)), data_dir)
+    step = reader.step(1)
+    action = next(m.value for m in at.markdown if m.value.startswith("**Action:**"))
+    assert ui_episode_pb2.Action.Type.Name(step.action.type) in action
+    assert f"({step.action.x}, {step.action.y})" in action
+    objects = at.dataframe(key="ui_objects_1").value
+    assert len(objects) == len(step.observation.objects)
+    assert list(objects["text"]) == [o.text for o in step.observation.objects]
+    picture = at.get("image")[0]
+    assert picture.captions == ["step 1"]
+
+    # every overlay option renders; a selected row is highlighted (state kept per step)
+    for mode in ("actionable", "leaves", "none", "all"):
+        at.radio(key="ui_boxes").set_value(mode).run()
+        assert not at.exception
+    at.toggle(key="ui_grid").set_value(True).run()
+    at.toggle(key="ui_touch").set_value(False).run()
+    at.session_state["ui_objects_1"] = {"selection": {"rows": [3], "columns": []}}
+    at.run()
+    assert not at.exception
+    at.button(key="replay_next").click().run()
+    assert at.dataframe(key="ui_objects_2").value.shape[0] == len(reader.step(2).observation.objects)
+    reader.close()
+
+    at.text_input(key="step_tag_text").set_value("login screen")
+    button(at, "Tag step").click().run()
+    assert [t.label for t in repo.get_episode(ref_of(episode)).step_metadata[2].tags] == ["login screen"]

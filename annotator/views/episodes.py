@@ -18,7 +18,7 @@ from annotator.operations import (
     ref_key,
     ref_of,
 )
-from annotator.pages import session
+from annotator.views import session
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import client_pb2
 
@@ -124,10 +124,10 @@ def render() -> None:
     )
     c1, c2, c3 = st.columns(3)
     if c1.button("▶️ Replay", disabled=len(selected) != 1, key="ep_replay"):
-        st.switch_page("pages/replay.py", query_params={"episode": selected[0], "step": "0"})
+        st.switch_page("views/replay.py", query_params={"episode": selected[0], "step": "0"})
     if c2.button("📦 Export selected", disabled=not selected, key="ep_export"):
         st.session_state["export_refs"] = selected
-        st.switch_page("pages/export.py")
+        st.switch_page("views/export.py")
     with c3.popover("🗑️ Delete selected", disabled=not selected):
         deletable = [k for k in selected if bool(table.loc[table["episode"] == k, "can delete"].iloc[0])]
         refused = [k for k in selected if k not in deletable]

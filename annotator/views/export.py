@@ -11,7 +11,7 @@ from urllib.parse import unquote, urlparse
 import streamlit as st
 
 from annotator.operations import ExportOptions, parse_ref_key, ref_key, ref_of
-from annotator.pages import session
+from annotator.views import session
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import client_pb2
 

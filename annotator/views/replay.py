@@ -25,7 +25,7 @@ from annotator.operations import (
     tagged_steps,
     ui_step_view,
 )
-from annotator.pages import session
+from annotator.views import session
 from pipelines.errors import StepmarkError
 from protos.llm4mobile import episode_pb2
 from protos.rlds_creator import client_pb2
@@ -181,7 +181,7 @@ def env_step(response: client_pb2.ReplayStepResponse, rewards, tagged: dict[int,
         marks = pd.DataFrame(
             [{"step": i, "tags": ", ".join(t)} for i, t in tagged.items()], columns=["step", "tags"]
         )
-        rules = alt.Chart(marks).mark_rule(color="orange").encode(x="step:Q", tooltip=["step", "tags"])
+        rules = alt.Chart(marks).mark_rule(color="orange").encode(x="step:Q", tooltip=["step:Q", "tags:N"])
         now = (
             alt.Chart(pd.DataFrame({"step": [response.index]}))
             .mark_rule(color="red", strokeDash=[4, 4])
@@ -305,7 +305,7 @@ def tagging(ops, index: int) -> None:
                 session.confirm("Nothing of yours to undo", "ℹ️")
             else:
                 step = f" on step {entry.step_index}" if entry.step_index is not None else ""
-                session.confirm(f"Undid {entry.action}{step}", "↩️")
+                session.confirm(f"Undid your last change{step}", "↩️")
             st.rerun()
 
 

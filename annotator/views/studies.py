@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from annotator.pages import session
+from annotator.views import session
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import client_pb2, study_pb2
 

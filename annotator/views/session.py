@@ -66,7 +66,12 @@ def current_user(config: Settings) -> str | None:
         return str(st.user.get("email") or st.user.get("name") or "")
     if config.user:
         return config.user
-    return st.session_state.get("typed_user") or None
+    return st.session_state.get("_user") or None
+
+
+def _remember_typed_user() -> None:
+    # Widget values may be dropped when the page changes; the name is kept under a plain key.
+    st.session_state["_user"] = (st.session_state.get("typed_user") or "").strip()
 
 
 def _login_configured() -> bool:
@@ -91,7 +96,8 @@ def sidebar_identity(config: Settings) -> str | None:
         elif user:
             st.caption(f"Annotating as **{user}**")
         else:
-            st.text_input("Your name or e-mail", key="typed_user", help="Recorded with every change you make")
+            st.text_input("Your name or e-mail", key="typed_user", on_change=_remember_typed_user,
+                          help="Recorded with every change you make")  # fmt: skip
         st.caption(f"Data: `{config.data_dir}`")
     return user
 
@@ -108,7 +114,9 @@ def start(config: Settings, user: str) -> Operations:
     ops = st.session_state.get("_ops")
     if ops is None or ops.user != user:
         repo = repository(config.store, str(config.data_dir))
-        ops = Operations(repo, config.data_dir, user, open_reader=_reader_for(config.data_dir))
+        ops = Operations(
+            repo, config.data_dir, user, open_reader=_reader_for(config.data_dir), store_url=config.store
+        )
         st.session_state["_ops"] = ops
     return ops
 
