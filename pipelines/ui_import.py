@@ -65,6 +65,11 @@ def find_or_create_study(repo: Repository, study: str, user: str) -> study_pb2.S
     return repo.save_study(spec, user)
 
 
+def _absolute(shard: str) -> str:
+    """Local shards by absolute path (the store is read from other working directories); URLs unchanged."""
+    return shard if "://" in shard else str(Path(shard).resolve())
+
+
 def ui_episode(study_id: str, session: study_pb2.Session, record) -> study_pb2.Episode:  # noqa: ANN001
     """The store episode of one converted record (a `pipelines.ui_records.RecordRef`)."""
     episode = study_pb2.Episode(
@@ -80,7 +85,7 @@ def ui_episode(study_id: str, session: study_pb2.Session, record) -> study_pb2.E
         {
             "kind": "ui",
             "ui_record": {
-                "shard": str(Path(record.shard).resolve()),
+                "shard": _absolute(record.shard),
                 "offset": record.offset,
                 "episode_id": record.episode_id,
             },
@@ -96,10 +101,7 @@ def import_records(repo: Repository, output_path: str | Path, study_name: str, u
     """Import every record under `output_path` (a convert-ui output folder or one shard)."""
     from pipelines.ui_records import index_records  # the CONVERT helper's reader
 
-    path = Path(output_path)
-    if not path.exists():
-        raise StoreError(f"{path}: no such convert-ui output (folder or .tfrecord shard)")
-    records = index_records(str(path))
+    records = index_records(str(output_path))  # StepmarkError naming the path if it is not an output
     study = find_or_create_study(repo, study_name, user)
     known = repo.source_keys(study.id)
     new = [r for r in records if f"ui:{r.episode_id}" not in known]

@@ -80,10 +80,10 @@ def test_create_study_with_given_id_and_duplicates(repo: Repository) -> None:
     ("mutate", "message"),
     [
         (lambda s: s.ClearField("name"), "field 'name' is required"),
-        (lambda s: s.environment_specs[1].ClearField("id"), r"environment_specs\[1\].id is required"),
+        (lambda s: s.environment_specs[1].ClearField("id"), r"field environment_specs\[1\].id is required"),
         (
             lambda s: setattr(s.environment_specs[1], "id", "maze"),
-            r"environment_specs\[1\].id 'maze' is used twice",
+            r"environment_specs\[1\].id .maze. is used twice",
         ),
     ],
 )

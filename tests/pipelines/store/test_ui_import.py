@@ -1,0 +1,103 @@
+"""Importing real convert-ui output (converted from ../shared/fixtures) into the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipelines import ui_records
+from pipelines.errors import StepmarkError
+from pipelines.store import PermissionDenied, Repository, StoreError, StudyDisabled
+from pipelines.ui_import import UI_ENV_ID, import_records, import_ui
+from protos.rlds_creator import study_pb2
+from stepmark.cli import main
+from tests.pipelines.store.conftest import study_spec
+
+
+@pytest.fixture(scope="module")
+def ui_output(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> Path:
+    """All UI fixtures (Rico screens, uiautomator dumps, the DroidBot run) through `stepmark convert-ui`."""
+    out = tmp_path_factory.mktemp("convert") / "out"
+    assert main(["convert-ui", str(fixtures_dir), str(out), "--shards", "3", "--quiet"]) == 0
+    return out
+
+
+def test_import_registers_one_episode_per_record(repo: Repository, ui_output: Path) -> None:
+    records = ui_records.index_records(str(ui_output))
+    assert len(records) > 10
+
+    study = import_ui(repo, ui_output, "Android traces", "ann@example.com")
+    assert study.name == "Android traces" and study.creator.email == "ann@example.com"
+    [env] = study.environment_specs
+    assert (env.id, env.name, env.WhichOneof("type")) == (UI_ENV_ID, "Android UI", None)
+    [session] = repo.list_sessions(study.id)
+    assert session.user.email == "ann@example.com" and session.HasField("end_time")
+
+    episodes = repo.list_episodes(study_id=study.id)
+    assert len(episodes) == len(records)
+    by_ui_id = {e.metadata["ui_record"]["episode_id"]: e for e in episodes}
+    assert set(by_ui_id) == {r.episode_id for r in records}
+    for record in records:
+        episode = by_ui_id[record.episode_id]
+        assert episode.state == study_pb2.Episode.STATE_COMPLETED
+        assert episode.num_steps == record.num_steps and episode.total_reward == 0.0
+        assert episode.session_id == session.id and episode.user.email == "ann@example.com"
+        assert not episode.HasField("storage")
+        meta = episode.metadata
+        assert (meta["kind"], meta["app_package"], meta["source"], meta["success"]) == (
+            "ui",
+            record.app_package,
+            record.source,
+            False,
+        )
+        # Nothing copied: the reference leads back to the record itself, by absolute path and byte offset.
+        shard, offset = meta["ui_record"]["shard"], int(meta["ui_record"]["offset"])
+        assert Path(shard).is_absolute() and Path(shard).samefile(record.shard) and offset == record.offset
+    sample = by_ui_id[records[-1].episode_id].metadata["ui_record"]
+    ui = ui_records.read_episode(sample["shard"], int(sample["offset"]))
+    assert ui.episode_id == records[-1].episode_id
+
+
+def test_reimport_adds_nothing_and_a_partial_import_is_completed(repo: Repository, ui_output: Path) -> None:
+    shards = ui_records.shard_paths(str(ui_output))
+    first = import_records(repo, shards[0], "traces", "ann")
+    assert len(first.added) == len(ui_records.index_records(shards[0])) > 0
+    rest = import_records(repo, ui_output, "traces", "ann")
+    assert rest.study.id == first.study.id
+    assert rest.skipped == len(first.added)
+    total = len(ui_records.index_records(str(ui_output)))
+    assert len(first.added) + len(rest.added) == total
+    again = import_records(repo, ui_output, first.study.id, "bob")  # by id this time
+    assert (len(again.added), again.skipped) == (0, total)
+    assert len(repo.list_episodes(study_id=first.study.id)) == total
+    assert len(repo.list_sessions(first.study.id)) == 2  # no session for an import that added nothing
+
+
+def test_import_into_an_existing_study(repo: Repository, ui_output: Path) -> None:
+    other = repo.create_study(study_spec("mixed"), "ann")
+    with pytest.raises(PermissionDenied, match="only its creator"):
+        import_ui(repo, ui_output, "mixed", "bob")
+    study = import_ui(repo, ui_output, "mixed", "ann")
+    assert study.id == other.id
+    assert [e.id for e in study.environment_specs] == ["maze", "pong", UI_ENV_ID]
+    repo.enable_study(study.id, False, "ann")
+    repo.create_study(study_spec("twice"), "ann")
+    repo.create_study(study_spec("twice"), "bob")
+    with pytest.raises(StoreError, match="2 studies have this name"):
+        import_ui(repo, ui_output, "twice", "ann")
+
+
+def test_disabled_study_and_bad_paths(repo: Repository, ui_output: Path, tmp_path: Path) -> None:
+    study = import_ui(repo, ui_records.shard_paths(str(ui_output))[0], "ui", "ann")
+    repo.enable_study(study.id, False, "ann")
+    with pytest.raises(StudyDisabled):
+        import_ui(repo, ui_output, "ui", "ann")
+    with pytest.raises(StepmarkError, match="no such file or folder"):
+        import_ui(repo, tmp_path / "missing", "ui", "ann")
+    (tmp_path / "folder").mkdir()  # neither shards nor summary.json
+    with pytest.raises(StepmarkError, match="folder: cannot open"):
+        import_ui(repo, tmp_path / "folder", "ui", "ann")
+    assert len(repo.list_episodes(study_id=study.id)) == len(
+        ui_records.index_records(ui_records.shard_paths(str(ui_output))[0])
+    )
