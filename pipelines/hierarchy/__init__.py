@@ -36,6 +36,8 @@ def detect_format(data: bytes) -> str:
     elif head.count(b"\x00") > len(head) // 4:
         head = head.replace(b"\x00", b"")
     stripped = head.lstrip()
+    if not stripped:
+        raise HierarchyError("empty", "the hierarchy file holds only a byte order mark or whitespace")
     if stripped[:1] in (b"{", b"["):
         return "json"
     if b"<" in head or b"ERROR:" in head:

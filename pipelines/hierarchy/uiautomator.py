@@ -198,6 +198,8 @@ def _repair(data: bytes, warnings: list[str]) -> bytes:
     text = _decode(data, warnings)
     if not text.strip():
         raise HierarchyError("empty", "the hierarchy file holds only whitespace")
+    if _FORBIDDEN_TEXT.search(text):  # anywhere, even in text that would be cut off as a log line
+        raise HierarchyError("forbidden_entity", "XML with a DOCTYPE/ENTITY declaration is refused")
     start = _XML_START.search(text)
     if start is None:
         error = _ERROR_LINE.search(text)
@@ -218,8 +220,6 @@ def _repair(data: bytes, warnings: list[str]) -> bytes:
     if suffix.strip():
         warnings.append(f"ignored text after the XML: {_excerpt(suffix)!r}")
     text = _DECLARATION.sub("", text[start_at:end_at], count=1)
-    if _FORBIDDEN_TEXT.search(text):
-        raise HierarchyError("forbidden_entity", "XML with a DOCTYPE/ENTITY declaration is refused")
     if "\r" in text:
         if "\r\r\n" in text:
             warnings.append("CR CR LF line endings (a shell redirect) normalised")
