@@ -54,7 +54,7 @@ def create(
         return module.create(spec, seed=seed)  # DMLab: raises with the reason
     if spec.max_episode_steps < 0:
         raise StepmarkError(f"environment {spec.id!r}: max_episode_steps must be >= 0 (0 = no limit)")
-    if not getattr(spec, field).id and field != "robodesk":
+    if field != "robodesk" and not getattr(spec, field).id:
         raise StepmarkError(f"environment {spec.id or spec.name!r}: the {field} settings need an id")
     cls = getattr(module, class_name)
     if field == "robosuite":

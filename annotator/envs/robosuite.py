@@ -15,6 +15,7 @@ Images are turned right way up (robosuite renders in OpenGL's bottom-up conventi
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,10 @@ from annotator.envs import keymaps
 from annotator.envs.base import Environment
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import client_pb2, study_pb2
+
+if not os.environ.get("DISPLAY"):  # no X server: MuJoCo must render offscreen
+    os.environ.setdefault("MUJOCO_GL", "osmesa")
+    os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 
 CONTROLLERS = ("OSC_POSE", "IK_POSE")
 DEFAULT_CAMERA = "agentview"

@@ -1,0 +1,108 @@
+"""AppTest of the Episodes page: the table across studies (Procgen episodes + imported UI traces), filters,
+notes search, selection for replay/export/delete, permissions and the per-episode audit log."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from annotator.operations import ref_key, ref_of
+from pipelines.store import open_store
+from protos.rlds_creator import study_pb2
+from tests.annotator.annotator_data import ALICE, BOB, build_env_data, import_ui_fixtures
+
+APP = "../../annotator/app.py"
+TABLE = "episodes_table"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, fixtures_dir):
+    env = build_env_data(tmp_path_factory.mktemp("app_episodes"), episodes=3, max_steps=15)
+    ui_study = import_ui_fixtures(env.data_dir, fixtures_dir)
+    first = ref_of(env.episodes[0])
+    env.repo.add_step_tag(first, 3, "crash", ALICE)
+    env.repo.set_notes(first, "Agent Falls into the pit", ALICE)
+    env.repo.set_episode_state(ref_of(env.episodes[1]), study_pb2.Episode.STATE_REJECTED, ALICE)
+    return env, ui_study
+
+
+def episodes_page(data_dir, user: str, monkeypatch) -> AppTest:
+    monkeypatch.setenv("STEPMARK_DATA", str(data_dir))
+    monkeypatch.setenv("STEPMARK_USER", user)
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert at.title[0].value == "Episodes"  # the default page
+    return at
+
+
+def table(at: AppTest):
+    return at.dataframe(key=TABLE).value
+
+
+def test_table_and_filters(data, monkeypatch):
+    env, ui_study = data
+    at = episodes_page(env.data_dir, ALICE, monkeypatch)
+    rows = table(at)
+    ui_episodes = open_store(None, env.data_dir).list_episodes(study_id=ui_study.id)
+    assert len(rows) == 3 + len(ui_episodes)
+    first = rows[rows["episode"] == ref_key(ref_of(env.episodes[0]))].iloc[0]
+    assert first["user"] == ALICE and first["environment"] == "coinrun" and first["kind"] == "env"
+    assert first["status"] == "Completed" and first["steps"] == env.episodes[0].num_steps
+    assert first["success"] in ("yes", "no") and first["duration"].endswith("s")
+    assert set(rows[rows["kind"] == "ui"]["study"]) == {ui_study.name}
+
+    at.selectbox(key="f_study").set_value(env.study.id).run()
+    assert len(table(at)) == 3
+    at.multiselect(key="f_status").set_value(["Rejected"]).run()
+    assert table(at)["episode"].tolist() == [ref_key(ref_of(env.episodes[1]))]
+    at.multiselect(key="f_status").set_value([]).run()
+    at.selectbox(key="f_tag").set_value("crash").run()
+    assert table(at)["episode"].tolist() == [ref_key(ref_of(env.episodes[0]))]
+    at.selectbox(key="f_tag").set_value("(any)").run()
+    at.text_input(key="f_notes").set_value("falls INTO").run()
+    assert table(at)["episode"].tolist() == [ref_key(ref_of(env.episodes[0]))]
+    at.text_input(key="f_notes").set_value("nothing like this").run()
+    assert "No episode matches" in at.info[0].value
+    at.text_input(key="f_notes").set_value("").run()
+    at.selectbox(key="f_env").set_value("coinrun").run()
+    assert len(table(at)) == 3
+
+
+def test_select_to_replay_export_and_see_the_audit_log(data, monkeypatch):
+    env, _ = data
+    at = episodes_page(env.data_dir, ALICE, monkeypatch)
+    keys = table(at)["episode"].tolist()
+    first = keys.index(ref_key(ref_of(env.episodes[0])))
+    at.session_state[TABLE] = {"selection": {"rows": [first], "columns": []}}
+    at.run()
+    audit = at.dataframe[-1].value  # the audit log of the selected episode
+    assert audit["action"].tolist()[:2] == ["episode.notes", "step.tag.add"]
+    assert audit["who"].tolist()[0] == ALICE
+    assert audit["step"].tolist()[1] == 3
+    at.button(key="ep_replay").click().run()
+    assert at.title[0].value == "Replay"
+    assert at.query_params["episode"] == keys[first]
+
+    at = episodes_page(env.data_dir, ALICE, monkeypatch)
+    at.session_state[TABLE] = {"selection": {"rows": [0, 1], "columns": []}}
+    at.run()
+    assert at.button(key="ep_replay").disabled  # replay takes exactly one
+    at.button(key="ep_export").click().run()
+    assert at.title[0].value == "Export"
+    assert at.multiselect(key="export_pick").value == keys[:2]
+
+
+def test_delete_respects_permissions(tmp_path, monkeypatch):
+    env = build_env_data(tmp_path, episodes=2, max_steps=5)
+    at = episodes_page(env.data_dir, BOB, monkeypatch)
+    at.session_state[TABLE] = {"selection": {"rows": [0], "columns": []}}
+    at.run()
+    assert "You may not delete 1 of them" in at.warning[0].value
+    assert at.button(key="ep_delete").disabled
+
+    at = episodes_page(env.data_dir, ALICE, monkeypatch)
+    at.session_state[TABLE] = {"selection": {"rows": [0], "columns": []}}
+    at.run()
+    at.button(key="ep_delete").click().run()
+    assert "Deleted 1 episode(s)" in [t.value for t in at.toast]
+    assert len(table(at)) == 1
+    assert len(env.repo.list_episodes()) == 1

@@ -1,0 +1,109 @@
+"""AppTest of the Studies page and of who is annotating (sidebar prompt) over a real SQLite store."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from pipelines.store import open_store
+from protos.rlds_creator import study_pb2
+from tests.annotator.annotator_data import ALICE, BOB
+
+APP = "../../annotator/app.py"
+
+
+@pytest.fixture()
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("STEPMARK_DATA", str(tmp_path))
+    monkeypatch.delenv("STEPMARK_STORE", raising=False)
+    return tmp_path
+
+
+def studies_page(user: str | None, monkeypatch) -> AppTest:
+    if user:
+        monkeypatch.setenv("STEPMARK_USER", user)
+    else:
+        monkeypatch.delenv("STEPMARK_USER", raising=False)
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page("views/studies.py")
+    return at.run()
+
+
+def test_the_annotator_asks_who_is_annotating(data_dir, monkeypatch):
+    at = studies_page(None, monkeypatch)
+    assert at.info[0].value.startswith("Tell us who you are")
+    assert at.title[0].value == "stepmark annotator"
+    at.sidebar.text_input(key="typed_user").set_value("carol@example.com").run()
+    at.switch_page("views/studies.py").run()
+    assert at.title[0].value == "Studies"
+    assert any("carol@example.com" in c.value for c in at.sidebar.caption)
+
+
+def test_create_a_study_with_a_procgen_environment_then_edit_and_disable(data_dir, monkeypatch):
+    at = studies_page(ALICE, monkeypatch)
+    assert "No study yet" in at.info[0].value
+    assert at.selectbox(key="study_pick").value == "➕ New study"
+    at.text_input(key="s_new_name").set_value("Coin collecting")
+    at.text_area(key="s_new_desc").set_value("Collect the coin in CoinRun")
+    at.text_input(key="s_new_env_id").set_value("coinrun-easy")
+    assert at.selectbox(key="s_new_env_family").value == "procgen"
+    games = at.selectbox(key="s_new_env_procgen_id").options
+    assert "coinrun" in games and "bigfish" in games  # the valid ids of the installed procgen
+    at.selectbox(key="s_new_env_procgen_id").set_value("coinrun")
+    at.selectbox(key="s_new_env_pg_mode").set_value("DISTRIBUTION_HARD")
+    at.number_input(key="s_new_env_max").set_value(50)
+    at.button(key="s_new_env_add").click().run()
+    assert "`coinrun-easy · Procgen coinrun · sync · max 50`" in [m.value for m in at.markdown]
+    at.button(key="s_new_save").click().run()
+    assert not at.exception
+    assert "Study 'Coin collecting' saved" in [t.value for t in at.toast]
+
+    repo = open_store(None, data_dir)
+    (study,) = repo.list_studies()
+    assert study.creator.email == ALICE and study.description == "Collect the coin in CoinRun"
+    env = study.environment_specs[0]
+    assert (env.id, env.procgen.id, env.max_episode_steps) == ("coinrun-easy", "coinrun", 50)
+    assert env.procgen.distribution_mode == study_pb2.EnvironmentSpec.Procgen.DISTRIBUTION_HARD
+    assert at.selectbox(key="study_pick").value == study.id
+    assert at.dataframe[0].value["name"].tolist() == ["Coin collecting"]
+
+    # edit: another environment family (Atari) and a new description
+    prefix = f"s_{study.id}_"
+    at.text_area(key=f"{prefix}desc").set_value("Two games now")
+    at.selectbox(key=f"{prefix}env_family").set_value("atari").run()
+    at.text_input(key=f"{prefix}env_id").set_value("pong")
+    games = at.selectbox(key=f"{prefix}env_atari_id").options
+    assert len(games) > 10  # the ROMs shipped with ale-py
+    at.selectbox(key=f"{prefix}env_atari_id").set_value(games[0])
+    at.button(key=f"{prefix}env_add").click().run()
+    at.button(key=f"{prefix}save").click().run()
+    study = repo.get_study(study.id)
+    assert study.description == "Two games now"
+    assert [e.WhichOneof("type") for e in study.environment_specs] == ["procgen", "atari"]
+
+    at.button(key=f"toggle_{study.id}").click().run()
+    assert repo.get_study(study.id).state == study_pb2.StudySpec.STATE_DISABLED
+    assert "Study disabled" in [t.value for t in at.toast]
+    at.button(key=f"toggle_{study.id}").click().run()
+    assert repo.get_study(study.id).state == study_pb2.StudySpec.STATE_ENABLED
+
+
+def test_only_the_creator_edits(data_dir, monkeypatch):
+    repo = open_store(None, data_dir)
+    spec = study_pb2.StudySpec(name="Alice's study")
+    spec.environment_specs.add(id="coin", sync=True).procgen.id = "coinrun"
+    study = repo.create_study(spec, ALICE)
+    at = studies_page(BOB, monkeypatch)
+    at.selectbox(key="study_pick").set_value(study.id).run()
+    assert f"Only the creator ({ALICE})" in at.info[0].value
+    assert not [b for b in at.button if b.key and b.key.startswith(f"s_{study.id}_")]
+    assert not [b for b in at.button if b.key == f"toggle_{study.id}"]
+
+
+def test_duplicate_environment_id_is_refused_in_the_form(data_dir, monkeypatch):
+    at = studies_page(ALICE, monkeypatch)
+    at.text_input(key="s_new_name").set_value("Dup")
+    for _ in range(2):
+        at.text_input(key="s_new_env_id").set_value("same")
+        at.button(key="s_new_env_add").click().run()
+    assert "already used" in at.error[0].value
