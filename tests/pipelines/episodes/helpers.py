@@ -38,3 +38,15 @@ def jpeg_size(data: bytes) -> tuple[int, int]:
     with Image.open(io.BytesIO(data)) as im:
         assert im.format == "JPEG"
         return im.size
+
+
+def same_figures(a, b) -> bool:  # noqa: ANN001 - EpisodeStats
+    """Episode.total_reward is a float32 in the proto: compare the return at float32 precision."""
+    import math
+
+    return (
+        a is not None
+        and b is not None
+        and (a.l, a.s) == (b.l, b.s)
+        and math.isclose(a.r, b.r, rel_tol=1e-6, abs_tol=1e-6)
+    )
