@@ -164,4 +164,5 @@ def render() -> None:
         st.caption("No change recorded for this episode yet.")
 
 
-render()
+if __name__ == "__main__":  # run as a Streamlit page (importing it, e.g. in tests, renders nothing)
+    render()

@@ -99,4 +99,5 @@ def render() -> None:
             st.warning(f"The export at {path} is gone.")
 
 
-render()
+if __name__ == "__main__":  # run as a Streamlit page (importing it, e.g. in tests, renders nothing)
+    render()

@@ -170,4 +170,5 @@ def render() -> None:
         st.rerun()
 
 
-render()
+if __name__ == "__main__":  # run as a Streamlit page (importing it, e.g. in tests, renders nothing)
+    render()

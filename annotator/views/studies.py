@@ -264,4 +264,5 @@ def render() -> None:
             st.markdown(f"- `{env_summary(env)}`")
 
 
-render()
+if __name__ == "__main__":  # run as a Streamlit page (importing it, e.g. in tests, renders nothing)
+    render()

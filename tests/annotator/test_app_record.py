@@ -37,7 +37,7 @@ def test_play_and_save_completed_then_reject_the_next(tmp_path, monkeypatch):
     at.button(key="rec_start").click().run()
     assert not at.exception
     assert at.get("image")[0].captions == ["episode 0 · step 0"]
-    assert key_button(at, "ArrowRight").proto.shortcut == "Right"
+    assert key_button(at, "ArrowRight").proto.shortcut == "right"  # a keyboard key presses it
     for n in range(1, 4):
         key_button(at, "ArrowRight").click().run()
         assert at.get("image")[0].captions == [f"episode 0 · step {n}"]
