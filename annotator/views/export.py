@@ -88,7 +88,7 @@ def render() -> None:
             return
         bar.progress(1.0, text="Done")
         st.session_state["export_result"] = response.url
-        session.confirm(f"Exported {len(chosen)} episode(s)", "📦")
+        st.toast(f"Exported {len(chosen)} episode(s)", icon="📦")
     url = st.session_state.get("export_result")
     if url:
         path = result_path(url)

@@ -1,0 +1,75 @@
+"""AppTest of the Export page: choose episodes and options, run the export pipeline, download the result;
+the exported envlogger dataset is read back with envlogger's own reader."""
+
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from annotator.operations import ExportOptions, Operations, ref_key, ref_of
+from protos.rlds_creator import client_pb2
+from tests.annotator.annotator_data import ALICE, build_env_data
+
+APP = "../../annotator/app.py"
+
+
+@pytest.fixture(scope="module")
+def env_data(tmp_path_factory):
+    data = build_env_data(tmp_path_factory.mktemp("app_export"), episodes=2, max_steps=12)
+    data.repo.add_step_tag(ref_of(data.episodes[0]), 5, "goal", ALICE)
+    return data
+
+
+def export_page(env_data, monkeypatch) -> AppTest:
+    monkeypatch.setenv("STEPMARK_DATA", str(env_data.data_dir))
+    monkeypatch.setenv("STEPMARK_USER", ALICE)
+    at = AppTest.from_file(APP, default_timeout=300).run()
+    at.switch_page("views/export.py")
+    return at.run()
+
+
+def test_export_as_zip_with_end_of_episode_tag_and_download(env_data, monkeypatch):
+    at = export_page(env_data, monkeypatch)
+    keys = [ref_key(ref_of(e)) for e in env_data.episodes]
+    assert at.button(key="export_run").disabled
+    at.multiselect(key="export_pick").set_value(keys).run()
+    assert "goal" in at.multiselect(key="export_end_tags").options
+    at.multiselect(key="export_end_tags").set_value(["goal"])
+    at.checkbox(key="export_strip").check()
+    at.button(key="export_run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, at.error[0].value
+    assert at.get("progress")[0].proto.value == 100
+    assert "Exported 2 episode(s)" in [t.value for t in at.toast]
+    ready = at.success[0].value
+    assert ready.startswith("Export ready:") and ".zip" in ready
+    assert at.get("download_button"), "a download button for the ZIP"
+    zip_path = ready.split("`")[1]
+    with zipfile.ZipFile(zip_path) as archive:
+        names = archive.namelist()
+    assert any(n.endswith("metadata.riegeli") for n in names)
+
+
+def test_export_folder_reads_back_with_envlogger(env_data, tmp_path):
+    import envlogger
+
+    ops = Operations(env_data.repo, env_data.data_dir, ALICE, export_dir=tmp_path)
+    fractions: list[float] = []
+    request = client_pb2.DownloadEpisodesRequest(refs=[ref_of(e) for e in env_data.episodes], archive=False,
+                                                 end_of_episode_tags=["goal"])  # fmt: skip
+    response = ops.download_episodes(request, ExportOptions(format="envlogger"), progress=fractions.append)
+    assert response.progress == 100 and response.url.startswith("file://")
+    assert fractions and fractions[-1] == 1.0 and all(0 <= f <= 1 for f in fractions)
+    out = response.url.removeprefix("file://")
+    with envlogger.Reader(out) as reader:
+        lengths = sorted(len(list(episode)) for episode in reader.episodes)
+    # envlogger records: episode 0 cut at its tagged step 5 (records 0..5); episode 1 whole (reset + 12)
+    assert lengths == [6, env_data.episodes[1].num_steps + 1]
+
+
+def test_export_without_episodes_is_refused(env_data):
+    ops = Operations(env_data.repo, env_data.data_dir, ALICE)
+    response = ops.handle(client_pb2.OperationRequest(download_episodes=client_pb2.DownloadEpisodesRequest()))
+    assert response.error.mesg == "download_episodes: choose at least one episode to export"
