@@ -88,7 +88,10 @@ def valid_ids() -> list[str]:
 
 @functools.cache
 def _glyph_atlas() -> tuple[np.ndarray, int, int]:
-    """Coverage masks (256, h, w) in [0, 1] for every byte, drawn once per process."""
+    """Every (byte, colour) cell pre-drawn: uint8 tiles (256, 16, h, w, 3), made once per process.
+
+    A frame is then one gather and a reshape (about 1 ms) instead of drawing 1,920 glyphs.
+    """
     try:
         font: Any = ImageFont.truetype("DejaVuSansMono.ttf", FONT_SIZE)
     except OSError:  # no system font: Pillow's bundled one, still placed on the fixed grid
@@ -100,22 +103,20 @@ def _glyph_atlas() -> tuple[np.ndarray, int, int]:
         tile = Image.new("L", (width, height))
         ImageDraw.Draw(tile).text((0, 0), chr(code), fill=255, font=font)
         masks[code] = np.asarray(tile, np.float32) / 255.0
-    return masks, height, width
+    tiles = masks[:, None, :, :, None] * PALETTE[None, :, None, None, :]
+    return np.rint(tiles).astype(np.uint8), height, width
 
 
 def render_tty(chars: np.ndarray, colors: np.ndarray, cursor: Sequence[int] | None = None) -> np.ndarray:
     """An RGB image of the terminal: each cell a font glyph in its colour; the cursor cell inverted."""
-    masks, h, w = _glyph_atlas()
+    tiles, h, w = _glyph_atlas()
     rows, cols = chars.shape
-    coverage = masks[chars.astype(np.uint8)]  # rows, cols, h, w
-    rgb = PALETTE[(colors.astype(np.int16) & 15)]  # rows, cols, 3
-    cells = coverage[..., None] * rgb[:, :, None, None, :]  # rows, cols, h, w, 3
+    cells = tiles[chars.astype(np.uint8), colors.astype(np.int16) & 15]  # rows, cols, h, w, 3
     if cursor is not None:
         r, c = int(cursor[0]), int(cursor[1])
         if 0 <= r < rows and 0 <= c < cols:
-            cells[r, c] = 255.0 - cells[r, c]
-    image = cells.transpose(0, 2, 1, 3, 4).reshape(rows * h, cols * w, 3)
-    return image.astype(np.uint8)
+            cells[r, c] = 255 - cells[r, c]
+    return np.ascontiguousarray(cells.transpose(0, 2, 1, 3, 4).reshape(rows * h, cols * w, 3))
 
 
 class NetHackEnvironment(Environment):
