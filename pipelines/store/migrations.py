@@ -170,11 +170,49 @@ def _v2_sources_and_audit_indexes(conn: Connection) -> None:
     conn.execute(sa.text('CREATE INDEX ix_audit_log_user ON audit_log ("user", id)'))
 
 
+_APPEND_ONLY = "audit_log is append-only"
+
+
+def _v3_append_only_audit_log(conn: Connection) -> None:
+    """Version 3: the database itself refuses UPDATE and DELETE (and TRUNCATE) on `audit_log`.
+
+    SQLite and PostgreSQL get triggers; on other databases the rule is kept by the code only.
+    """
+    if conn.dialect.name == "sqlite":
+        for op in ("UPDATE", "DELETE"):
+            conn.execute(
+                sa.text(
+                    f"CREATE TRIGGER audit_log_no_{op.lower()} BEFORE {op} ON audit_log "
+                    f"BEGIN SELECT RAISE(ABORT, '{_APPEND_ONLY}'); END"
+                )
+            )
+    elif conn.dialect.name == "postgresql":
+        conn.execute(
+            sa.text(
+                "CREATE FUNCTION stepmark_audit_log_append_only() RETURNS trigger LANGUAGE plpgsql AS "
+                f"$$ BEGIN RAISE EXCEPTION '{_APPEND_ONLY}'; END $$"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "CREATE TRIGGER audit_log_no_change BEFORE UPDATE OR DELETE ON audit_log "
+                "FOR EACH ROW EXECUTE FUNCTION stepmark_audit_log_append_only()"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log "
+                "FOR EACH STATEMENT EXECUTE FUNCTION stepmark_audit_log_append_only()"
+            )
+        )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _v1_initial),
     Migration(
         2, "episodes.source_key for idempotent imports; audit log indexes", _v2_sources_and_audit_indexes
     ),
+    Migration(3, "audit_log append-only (triggers)", _v3_append_only_audit_log),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

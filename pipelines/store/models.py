@@ -161,7 +161,9 @@ class StepTagRow(Base):
 
 
 class AuditRow(Base):
-    """Append-only log of every change. No foreign keys: entries outlive the episodes they describe."""
+    """Append-only log of every change (triggers refuse UPDATE/DELETE, migration 3). No foreign keys: entries
+    outlive the episodes they describe.
+    """
 
     __tablename__ = "audit_log"
     __table_args__ = (

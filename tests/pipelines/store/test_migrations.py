@@ -173,3 +173,13 @@ def test_foreign_database_is_refused(store_url: str | None, data_dir: Path) -> N
     engine.dispose()
     with pytest.raises(SchemaVersionError, match=r"stepmark tables \(studies\) but no schema_version"):
         open_store(store_url, data_dir)
+
+
+def test_audit_log_is_append_only_in_the_database(store_url: str | None, data_dir: Path) -> None:
+    with open_store(store_url, data_dir) as repo:
+        repo.create_study(study_spec(), "alice")
+        for statement in ("UPDATE audit_log SET \"user\" = 'mallory'", "DELETE FROM audit_log"):
+            with pytest.raises(sa.exc.DatabaseError, match="audit_log is append-only"):
+                with repo.engine.begin() as conn:
+                    conn.execute(sa.text(statement))
+        assert [e.user for e in repo.audit_log()] == ["alice"]
