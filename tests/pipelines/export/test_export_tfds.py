@@ -1,0 +1,127 @@
+"""Export to TFDS/RLDS on real recorded and converted episodes, loaded back with tfds.builder_from_directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+
+from pipelines import export
+from pipelines.episodes import open_episode
+from pipelines.exporters import archive
+from tests.pipelines.export import readback
+from tests.pipelines.export.export_data import NETHACK_ENV, PROCGEN_ENV, ExportData
+
+pytestmark = pytest.mark.tfds
+
+
+def request(data: ExportData, out: Path, **kw) -> export.ExportRequest:
+    return export.ExportRequest(data_dir=str(data.data_dir), out=str(out), format="tfds", **kw)
+
+
+def test_round_trip_matches_the_store(export_data: ExportData, tmp_path: Path) -> None:
+    out = tmp_path / "tfds"
+    summary = export.export_episodes(
+        request(export_data, out, study_id=export_data.study_id, split_by_spec=True, end_of_episode_tags=["goal"])
+    )
+    assert summary.episodes == 4 and not summary.dead_letters
+    stored = {e.id: e for e in [*export_data.procgen, *export_data.nethack]}
+    for name, expected in ((PROCGEN_ENV, export_data.procgen), (NETHACK_ENV, export_data.nethack)):
+        episodes = readback.read_tfds(out / name)
+        assert [e["episode_id"].decode() for e in episodes] == [e.id for e in expected]
+        for e in episodes:
+            episode = stored[e["episode_id"].decode()]
+            with open_episode(episode, export_data.data_dir) as reader:
+                steps = list(reader)
+            cut = 5 if episode.id == export_data.procgen[0].id else None
+            n = cut + 1 if cut is not None else len(steps)
+            got = e["steps"]
+            assert len(got) == n
+            assert [bool(s["is_first"]) for s in got] == [True] + [False] * (n - 1)
+            assert [bool(s["is_last"]) for s in got] == [False] * (n - 1) + [True]
+            assert [float(s["reward"]) for s in got[:-1]] == pytest.approx([s.reward for s in steps[: n - 1]])
+            labels = ("door", "goal", "jump")
+            for i, s in enumerate(got):
+                tags = {t.label for t in episode.step_metadata[i].tags} if i in episode.step_metadata else set()
+                assert {k: bool(s[f"tag:{k}"]) for k in labels} == {k: k in tags for k in labels}
+            for i in range(n - 1):
+                np.testing.assert_array_equal(got[i]["action"], steps[i].action)
+            mask = [bool(s["info"]["episode"]["mask"]) for s in got]
+            assert mask.index(True) == n - 2 and sum(mask) == 1
+            info = got[n - 2]["info"]["episode"]
+            assert int(info["l"]) == int(e["episode_length"]) == n - 1
+            assert float(info["r"]) == pytest.approx(float(e["episode_return"]))
+            assert float(e["episode_return"]) == pytest.approx(sum(s.reward for s in steps[: n - 1]), abs=1e-5)
+            if cut is not None:
+                assert e["truncated_by_tag"] == b"goal" and not got[-1]["is_terminal"]
+                assert float(got[-1]["discount"]) == 1.0 and got[-1]["tag:goal"]
+                assert list(e["tags"]) == [b"good run"] and e["notes"] == b"reached the ledge"
+    nethack = readback.read_tfds(out / NETHACK_ENV)[0]["steps"][0]["observation"]
+    with open_episode(export_data.nethack[0], export_data.data_dir) as reader:
+        first = reader.step(0).observation
+    assert set(nethack) == set(first)
+    for key in first:
+        np.testing.assert_array_equal(nethack[key], first[key])
+
+
+def test_strip_gives_fixed_shape_steps(export_data: ExportData, tmp_path: Path) -> None:
+    out = tmp_path / "strip"
+    export.export_episodes(
+        request(export_data, out, refs=[export_data.ref(e) for e in export_data.procgen], strip_internal_metadata=True)
+    )
+    import tensorflow_datasets as tfds
+
+    builder = tfds.builder_from_directory(str(out))
+    step_features = builder.info.features["steps"].feature
+    assert set(step_features.keys()) == {
+        "observation", "action", "reward", "discount", "is_first", "is_last", "is_terminal", "info",
+        "tag:goal", "tag:jump",
+    }  # fmt: skip
+    assert set(builder.info.features.keys()) >= {"episode_id", "episode_return", "episode_length", "episode_success"}
+    assert "tags" not in builder.info.features and "notes" not in builder.info.features
+
+    def fixed(feature) -> bool:
+        if hasattr(feature, "items") and not hasattr(feature, "shape"):
+            return all(fixed(f) for _, f in feature.items())
+        return None not in tuple(feature.shape)
+
+    assert fixed(step_features)
+    # Batchable: every step has the same fields and shapes, so steps of all episodes stack.
+    ds = builder.as_dataset(split="train").flat_map(lambda e: e["steps"]).batch(64)
+    batch = next(iter(tfds.as_numpy(ds)))
+    assert batch["observation"]["image"].shape[1:] == (64, 64, 3)
+    jsonschema.validate(readback.tfds_instance(out), readback.schema())
+
+
+def test_ui_episodes_as_rlds(export_data: ExportData, tmp_path: Path) -> None:
+    out = tmp_path / "ui"
+    summary = export.export_episodes(request(export_data, out, study_id=export_data.ui_study_id))
+    assert summary.episodes == len(export_data.ui)
+    episodes = {e["episode_id"].decode(): e for e in readback.read_tfds(out)}
+    multi = episodes[export_data.ui[0].id]
+    assert len(multi["steps"]) == export_data.ui[0].num_steps
+    assert [bool(s["tag:login"]) for s in multi["steps"][:3]] == [False, True, False]
+    obs = multi["steps"][0]["observation"]
+    assert obs["screenshot"][:2] in (b"\xff\xd8", b"\x89P")
+    n = obs["objects"]["bbox"].shape[0]
+    assert n > 0 and obs["objects"]["bbox"].shape == (n, 4) and len(obs["objects"]["text"]) == n
+    from protos.llm4mobile import episode_pb2
+
+    proto = episode_pb2.Observation.FromString(obs["proto"])
+    assert len(proto.objects) == n and not proto.screenshot
+    action = multi["steps"][0]["action"]
+    assert action["type_name"] != b"" and "raw_json" in action
+    assert multi["kind"] == b"ui" and multi["app_package"]
+    jsonschema.validate(readback.tfds_instance(out), readback.schema())
+
+
+def test_tfds_archive_and_schema(export_data: ExportData, tmp_path: Path) -> None:
+    out = tmp_path / "ds.zip"
+    export.export_episodes(
+        request(export_data, out, refs=[export_data.ref(e) for e in export_data.nethack], archive=True)
+    )
+    dest = archive.safe_extract(out, tmp_path / "x")
+    assert len(readback.read_tfds(dest)) == 2
+    jsonschema.validate(readback.tfds_instance(dest), readback.schema())
