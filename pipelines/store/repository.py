@@ -510,33 +510,27 @@ class Repository:
         with self._read() as s:
             return mapping.episode_proto(self._episode_row(s, ref))
 
-    def episodes_by_refs(
-        self, refs: Sequence[EpisodeRef], *, include_invalid_sessions: bool = False
-    ) -> list[Episode]:
-        """Episodes in the order of `refs`; NotFound if any is missing.
+    def episodes_by_refs(self, refs: Sequence[EpisodeRef]) -> list[Episode]:
+        """One episode per reference, in order; NotFound if any is missing.
 
-        Episodes of INVALID sessions are left out (the reference ignores them in exports) unless
-        `include_invalid_sessions`; a caller that must report them compares the lengths.
+        Episodes of INVALID sessions are included: the caller (export) reports them as skipped, with the reason.
         """
         with self._read() as s:
-            query = (
-                sa.select(EpisodeRow, SessionRow.state)
-                .outerjoin(SessionRow, SessionRow.id == EpisodeRow.session_id)
+            rows = s.scalars(
+                sa.select(EpisodeRow)
                 .where(EpisodeRow.id.in_([r.episode_id for r in refs]))
                 .options(selectinload(EpisodeRow.tags), selectinload(EpisodeRow.step_tags))
-            )
-            by_id = {row.id: (row, state) for row, state in s.execute(query).all()}
+            ).all()
+            by_id = {row.id: row for row in rows}
             result = []
             for ref in refs:
-                row, session_state = by_id.get(ref.episode_id, (None, None))
+                row = by_id.get(ref.episode_id)
                 if (
                     row is None
                     or (ref.study_id and row.study_id != ref.study_id)
                     or (ref.session_id and row.session_id != ref.session_id)
                 ):
                     raise NotFound(f"episode {ref.episode_id!r} not found")
-                if session_state == _INVALID and not include_invalid_sessions:
-                    continue
                 result.append(mapping.episode_proto(row))
             return result
 
