@@ -13,6 +13,7 @@ from pipelines.store.audit import AuditAction, AuditEntry
 from pipelines.store.database import create_engine, upgrade
 from pipelines.store.errors import (
     AlreadyExists,
+    Conflict,
     InvalidSpec,
     NotFound,
     PermissionDenied,
@@ -40,6 +41,7 @@ __all__ = [
     "AlreadyExists",
     "AuditAction",
     "AuditEntry",
+    "Conflict",
     "InvalidSpec",
     "NotFound",
     "PermissionDenied",

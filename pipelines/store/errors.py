@@ -17,6 +17,10 @@ class AlreadyExists(StoreError):
     """An object with the given id already exists."""
 
 
+class Conflict(StoreError):
+    """The change would overwrite someone else's later change (e.g. undoing notes edited since)."""
+
+
 class PermissionDenied(StoreError):
     """The user may not do this (e.g. only the study's creator may edit, enable or disable it)."""
 

@@ -31,6 +31,7 @@ from pipelines.store.audit import UNDOABLE, AuditAction, AuditEntry
 from pipelines.store.database import WRITE
 from pipelines.store.errors import (
     AlreadyExists,
+    Conflict,
     InvalidSpec,
     NotFound,
     PermissionDenied,
@@ -799,10 +800,29 @@ class Repository:
         with self._read() as s:
             return [mapping.audit_entry(row) for row in s.scalars(query).all()]
 
+    @staticmethod
+    def _check_unchanged_since(s: Session, entry: AuditRow, current: dict[str, Any]) -> None:
+        """Undoing a value someone changed since would silently drop their change: refuse instead."""
+        if current == entry.after:
+            return
+        later = s.scalars(
+            sa.select(AuditRow)
+            .where(AuditRow.episode_id == entry.episode_id, AuditRow.id > entry.id)
+            .where(AuditRow.action.in_([entry.action, str(AuditAction.UNDO)]))
+            .order_by(AuditRow.id.desc())
+            .limit(1)
+        ).first()
+        by = f" by {later.user} at {mapping.utc(later.time):%Y-%m-%d %H:%M:%S} UTC" if later else ""
+        field = next(iter(current))
+        raise Conflict(
+            f"cannot undo your {entry.action} on episode {entry.episode_id!r}: its {field} changed since{by}"
+        )
+
     def undo_last(self, user: str) -> AuditEntry | None:
         """Revert `user`'s most recent undoable change (tag add/remove, notes, state) not yet undone.
 
-        Changes to episodes that were deleted since are skipped. The undo itself is logged (action "undo",
+        Changes to episodes that were deleted since are skipped. If someone else changed the notes or state
+        since, undoing would drop their change: Conflict is raised and nothing changes. The undo itself is logged (action "undo",
         `undo_of` = the reverted entry) and returned; None when there is nothing to undo.
         """
         undone = sa.select(AuditRow.undo_of).where(AuditRow.undo_of.is_not(None))
@@ -838,11 +858,13 @@ class Repository:
                 before, after = (None, {"label": label}) if restore else ({"label": label}, None)
             elif action == AuditAction.EPISODE_NOTES:
                 before, after = {"notes": row.notes or ""}, {"notes": entry.before["notes"]}
+                self._check_unchanged_since(s, entry, before)
                 row.notes = entry.before["notes"] or None
             else:  # EPISODE_STATE
                 previous = Episode.State.Value(entry.before["state"])
                 before = {"state": _state_name(Episode.State, row.state)}
                 after = {"state": entry.before["state"]}
+                self._check_unchanged_since(s, entry, before)
                 row.state = previous
             undo = self._audit(
                 s, user, AuditAction.UNDO, **self._where(row), step_index=entry.step_index,

@@ -9,6 +9,7 @@ import pytest
 from pipelines.store import (
     AlreadyExists,
     AuditAction,
+    Conflict,
     InvalidSpec,
     NotFound,
     PermissionDenied,
@@ -444,3 +445,20 @@ def test_add_episodes_skips_imported_sources(repo: Repository, study, session) -
     with pytest.raises(AlreadyExists):
         repo.add_episodes([ui("r1")], skip_existing_sources=False)
     assert len(repo.list_episodes(study_id=study.id)) == 3
+
+
+def test_undo_refuses_to_drop_a_later_change_by_someone_else(repo: Repository, episode) -> None:
+    ref = ref_of(episode)
+    repo.set_notes(ref, "bob's note", "bob")
+    repo.set_notes(ref, "carol's note", "carol")
+    with pytest.raises(Conflict, match="its notes changed since by carol at 20"):
+        repo.undo_last("bob")
+    assert repo.get_episode(ref).notes == "carol's note"
+    assert repo.undo_last("carol").after == {"notes": "bob's note"}  # carol undoes hers: bob's is back
+    assert repo.undo_last("bob").after == {"notes": ""}  # and now bob's undo is safe
+
+    repo.set_episode_state(ref, Episode.STATE_REJECTED, "bob")
+    repo.set_episode_state(ref, Episode.STATE_CANCELLED, "carol")
+    with pytest.raises(Conflict, match="its state changed since by carol"):
+        repo.undo_last("bob")
+    assert repo.get_episode(ref).state == Episode.STATE_CANCELLED
