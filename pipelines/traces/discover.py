@@ -85,7 +85,22 @@ def _is_screen_file(name: str, hierarchies: dict[str, list[str]]) -> bool:
 
 
 def plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile]:
-    """Turn the file list under `root` into episode sources (plus orphan/ignored reports). Pure."""
+    """Turn the file list under `root` into episode sources (plus orphan/ignored reports). Pure.
+
+    Episode ids are unique: should a single screen's id equal a folder episode's (`a/b.xml` beside `a/b/`),
+    the later one gets a `~2`, `~3`, ... suffix.
+    """
+    seen: dict[str, int] = {}
+    for item in _plan(root, paths):
+        if isinstance(item, EpisodeSource):
+            n = seen.get(item.episode_id, 0) + 1
+            seen[item.episode_id] = n
+            if n > 1:
+                item = EpisodeSource(item.layout, f"{item.episode_id}~{n}", item.source_path, item.files)
+        yield item
+
+
+def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile]:
     root = files.strip_slash(root)
     base_name = files.split(root)[1] or root
     by_rel: dict[str, str] = {}

@@ -292,3 +292,9 @@ def test_droidbot_event_mapping() -> None:
     menu = event_action({"event_type": "key", "name": "MENU"}, "{}")
     assert (menu.kind, menu.text) == ("other", "MENU")
     assert event_action({"event_type": "intent", "intent": "am start x"}, '{"i": 1}').raw_json == '{"i": 1}'
+
+
+def test_episode_ids_are_unique() -> None:
+    paths = ["/d/a/b.xml", "/d/a/b/actions.jsonl", "/d/a/b/0.xml"]
+    ids = sorted(s.episode_id for s in sources_of(plan("/d", paths)))
+    assert ids == ["a/b", "a/b~2"]
