@@ -248,6 +248,18 @@ class WriteDeadLetters(beam.DoFn):
         yield DeadLettersWritten(path, sum(reasons.values()), tuple(sorted(reasons.items())))
 
 
+def delete_tree(path: str) -> None:
+    """Delete every file under `path`, then the folder itself where the filesystem has folders (object stores
+    have only the files)."""
+    below = [m.path for m in FileSystems.match([files.join(path, "**")])[0].metadata_list]
+    if below:
+        FileSystems.delete(below)
+    try:
+        FileSystems.delete([path])
+    except Exception:  # nothing left to delete (no folders on this filesystem)
+        pass
+
+
 def _write_text(path: str, text: str) -> None:
     with FileSystems.create(path) as out:
         out.write(text.encode("utf-8"))
@@ -315,7 +327,7 @@ class CommitOutput(beam.DoFn):
         temp_summary = files.join(self.temp_dir, SUMMARY)
         _write_text(temp_summary, json.dumps(asdict(summary), indent=2, sort_keys=True) + "\n")
         FileSystems.rename([temp_summary], [files.join(self.output, SUMMARY)])
-        FileSystems.delete([self.temp_dir])
+        delete_tree(self.temp_dir)
         yield summary
 
 
@@ -422,8 +434,10 @@ def prepare_output(output: str, overwrite: bool) -> None:
             f"{output} already holds a conversion ({len(previous)} output files); "
             "pass --overwrite to replace it or choose another folder"
         )
-    if previous or stale:
-        FileSystems.delete(previous + stale)
+    if previous:
+        FileSystems.delete(previous)
+    for folder in stale:
+        delete_tree(folder)
     if not FileSystems.exists(output):
         FileSystems.mkdirs(output)
 
