@@ -1,9 +1,9 @@
 """Parser throughput on the real fixtures, side by side with the bare lxml/json parse of the same bytes.
 
 Run: `.venv/bin/python bench/bench_parse.py [--rounds N] [--fixtures DIR]`. Prints screens/s ("steps/s") and
-objects/s per format and the ratio full conversion / bare parse (target: at most 2.5). Each round times the
-bare parse and the full conversion of every file back to back, and the best round counts, so both sides see
-the same machine load.
+objects/s per format and the ratio full conversion / bare parse (target: at most 2.5). Timings are CPU time of
+this process (`time.process_time`), so other work on a shared machine does not leak in; each file's bare parse
+and full conversion are timed alternately, and per file the best of the rounds counts.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from lxml import etree
@@ -35,34 +36,38 @@ def _fixture_sets(root: Path) -> dict[str, list[bytes]]:
     return {fmt: [p.read_bytes() for p in paths] for fmt, paths in sets.items() if paths}
 
 
-def _bare(fmt: str, blobs: list[bytes], inner: int) -> float:
-    if fmt == "uiautomator":
-        fromstring = etree.fromstring
-        start = time.perf_counter()
-        for _ in range(inner):
-            for data in blobs:
-                fromstring(data)
-        return time.perf_counter() - start
-    loads = json.loads
-    start = time.perf_counter()
-    for _ in range(inner):
-        for data in blobs:
-            loads(data)
-    return time.perf_counter() - start
+def _bare_once(fmt: str) -> Callable[[bytes], object]:
+    return etree.fromstring if fmt == "uiautomator" else json.loads
 
 
-def _full(fmt: str, blobs: list[bytes], inner: int) -> float:
-    start = time.perf_counter()
+def _timed(func: Callable[[bytes], object], data: bytes, inner: int) -> float:
+    clock = time.process_time
+    start = clock()
     for _ in range(inner):
-        for data in blobs:
-            parse(data, fmt=fmt)
-    return time.perf_counter() - start
+        func(data)
+    return (clock() - start) / inner
+
+
+def _measure(fmt: str, blobs: list[bytes], rounds: int, inner: int) -> tuple[float, float]:
+    """(bare, full) seconds for one pass over `blobs`: per file, the best of `rounds` alternating timings."""
+    bare_func = _bare_once(fmt)
+
+    def full_func(data: bytes) -> object:
+        return parse(data, fmt=fmt)
+
+    best_bare = [float("inf")] * len(blobs)
+    best_full = [float("inf")] * len(blobs)
+    for _ in range(rounds):
+        for i, data in enumerate(blobs):
+            best_bare[i] = min(best_bare[i], _timed(bare_func, data, inner))
+            best_full[i] = min(best_full[i], _timed(full_func, data, inner))
+    return sum(best_bare), sum(best_full)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--inner", type=int, default=5, help="passes over the files per timed round")
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--inner", type=int, default=20, help="repetitions of each file per timing")
     ap.add_argument(
         "--fixtures",
         type=Path,
@@ -74,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no fixtures under {args.fixtures}", file=sys.stderr)
         return 2
 
-    print(f"parser benchmark: best of {args.rounds} rounds x {args.inner} passes, fixtures {args.fixtures}")
+    print(f"parser benchmark: CPU time, best of {args.rounds} rounds x {args.inner} repetitions per file")
+    print(f"fixtures: {args.fixtures}")
     header = f"{'format':<12}{'screens':>8}{'objects':>9}{'bare ms':>10}{'full ms':>10}"
     header += f"{'screens/s':>11}{'objects/s':>11}{'bare scr/s':>11}{'ratio':>7}"
     print(header)
@@ -82,15 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     total_screens = total_objects = 0
     for fmt, blobs in sets.items():
         objects = sum(len(parse(b, fmt=fmt).objects) for b in blobs)
-        _full(fmt, blobs, 1)  # warm caches (class lookups, parser instances)
-        _bare(fmt, blobs, 1)
-        bare = full = float("inf")
         gc.disable()
         try:
-            for _ in range(args.rounds):
-                bare = min(bare, _bare(fmt, blobs, args.inner) / args.inner)
-                full = min(full, _full(fmt, blobs, args.inner) / args.inner)
-                gc.collect()
+            bare, full = _measure(fmt, blobs, args.rounds, args.inner)
         finally:
             gc.enable()
         n = len(blobs)

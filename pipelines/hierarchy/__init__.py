@@ -7,11 +7,12 @@ syntax, `objects` every computed field (defined in `schemas/objects.md`).
 from __future__ import annotations
 
 import codecs
+from functools import partial
 
 from . import droidbot, rico, uiautomator
 from .bounds import Box, parse_bounds
 from .errors import REASONS, HierarchyError
-from .jsonio import load_json
+from .jsonio import with_json_document
 from .objects import MAX_DEPTH, RawNode, Screen, build_screen, grid_location, object_at, rescale
 from .screenshot import ImageInfo, image_info
 
@@ -68,7 +69,12 @@ def parse(
         raise ValueError(f"unknown hierarchy format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if detect_format(data) == "uiautomator":
         return uiautomator.parse(data, drop_invisible=drop_invisible, screen_size=screen_size)
-    doc, warnings = load_json(bytes(data))
+    return with_json_document(bytes(data), partial(_from_json, drop_invisible, screen_size))
+
+
+def _from_json(
+    drop_invisible: bool, screen_size: tuple[int, int] | None, doc: object, warnings: list[str]
+) -> Screen:
     if isinstance(doc, dict) and "activity" in doc:
         return rico.from_document(doc, drop_invisible=drop_invisible, warnings=warnings)
     if isinstance(doc, dict) and "views" in doc:

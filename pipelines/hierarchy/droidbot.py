@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from .bounds import Box, from_pairs
 from .errors import HierarchyError
-from .jsonio import load_json
-from .objects import MAX_DEPTH, RawNode, Screen, build_screen, window_size
+from .jsonio import with_json_document
+from .objects import MAX_DEPTH, RawNode, Screen, build_screen, raw_node, window_size
 
 FORMAT = "droidbot"
 
@@ -22,8 +22,12 @@ def parse(
     resolution), else top-level `width`/`height` if the state has them, else the window roots' extent
     (with a warning when no root starts at the origin, e.g. a state holding only a dialog).
     """
-    doc, warnings = load_json(bytes(data))
-    return from_document(doc, drop_invisible=drop_invisible, screen_size=screen_size, warnings=warnings)
+    return with_json_document(
+        bytes(data),
+        lambda doc, warnings: from_document(
+            doc, drop_invisible=drop_invisible, screen_size=screen_size, warnings=warnings
+        ),
+    )
 
 
 def from_document(
@@ -96,30 +100,34 @@ def from_document(
         resource_id = get("resource_id")
         index = len(nodes)
         nodes.append(
-            RawNode(
-                p,
-                depth,
-                sibling,
-                android_class if type(android_class) is str else "",
-                package if type(package) is str else "",
-                text if type(text) is str else "",
-                content_desc if type(content_desc) is str else "",
-                resource_id if type(resource_id) is str else "",
-                "",
-                box,
+            raw_node(
                 (
-                    get("clickable") is True,
-                    visible,
-                    get("enabled", True) is not False,
-                    get("focusable") is True,
-                    get("focused") is True,
-                    get("scrollable") is True,
-                    get("long_clickable") is True,
-                    get("selected") is True,
-                    get("checkable") is True,
-                    get("checked") is True,
-                ),
-                editable if type(editable) is bool else None,
+                    p,
+                    depth,
+                    sibling,
+                    android_class if type(android_class) is str else "",
+                    package if type(package) is str else "",
+                    text if type(text) is str else "",
+                    content_desc if type(content_desc) is str else "",
+                    resource_id if type(resource_id) is str else "",
+                    "",
+                    box,
+                    (
+                        get("clickable") is True,
+                        visible,
+                        get("enabled", True) is not False,
+                        get("focusable") is True,
+                        get("focused") is True,
+                        get("scrollable") is True,
+                        get("long_clickable") is True,
+                        get("selected") is True,
+                        get("checkable") is True,
+                        get("checked") is True,
+                    ),
+                    editable if type(editable) is bool else None,
+                    (),
+                    False,
+                )
             )
         )
         for position in range(len(children) - 1, -1, -1):

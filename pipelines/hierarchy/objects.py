@@ -8,8 +8,10 @@ parent links; `build_screen` computes everything else once, the same way for all
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from typing import NamedTuple
 
 from protos.llm4mobile import episode_pb2
 
@@ -28,47 +30,33 @@ _Object = episode_pb2.Object
 _FromString = episode_pb2.Object.FromString
 
 
-class RawNode:
-    """One view as a parser read it, before any computed field. Strings are "" when the source has none."""
+class RawNode(NamedTuple):
+    """One view as a parser read it, before any computed field. Strings are "" when the source has none.
 
-    __slots__ = (
-        "parent", "depth", "sibling", "android_class", "package", "text", "content_desc", "resource_id",
-        "hint", "box", "flags", "editable", "ancestors", "naf",
-    )  # fmt: skip
+    A tuple so that parsers can build millions of them cheaply (`raw_node(values)`) and `build_screen` can
+    unpack one in a single step.
+    """
 
-    def __init__(
-        self,
-        parent: int,
-        depth: int,
-        sibling: int,
-        android_class: str,
-        package: str,
-        text: str,
-        content_desc: str,
-        resource_id: str,
-        hint: str,
-        box: Box | None,
-        flags: tuple[bool, ...],
-        editable: bool | None = None,
-        ancestors: tuple[str, ...] = (),
-        naf: bool = False,
-    ) -> None:
-        self.parent = parent  # index of the parent in the node list, -1 for a window root
-        self.depth = depth  # 0 for a window root
-        self.sibling = sibling  # position among the parent's children in the source (window number for roots)
-        self.android_class = android_class
-        self.package = package
-        self.text = text
-        self.content_desc = content_desc
-        self.resource_id = resource_id
-        self.hint = hint
-        self.box = box
-        # (clickable, visible, enabled, focusable, focused, scrollable, long_clickable, selected, checkable,
-        #  checked) in this order: the order of the Object fields.
-        self.flags = flags
-        self.editable = editable  # None: decided from the type (EditText and subclasses)
-        self.ancestors = ancestors  # Rico super-classes, nearest first
-        self.naf = naf  # uiautomator NAF="true": actionable but not accessibility-friendly (no label)
+    parent: int  # index of the parent in the node list, -1 for a window root
+    depth: int  # 0 for a window root
+    sibling: int  # position among the parent's children in the source (window number for roots)
+    android_class: str
+    package: str
+    text: str
+    content_desc: str
+    resource_id: str
+    hint: str
+    box: Box | None
+    # (clickable, visible, enabled, focusable, focused, scrollable, long_clickable, selected, checkable,
+    #  checked): the order of the Object fields.
+    flags: tuple[bool, ...]
+    editable: bool | None = None  # None: decided from the type (EditText and subclasses)
+    ancestors: tuple[str, ...] = ()  # Rico super-classes, nearest first
+    naf: bool = False  # uiautomator NAF="true": actionable but not accessibility-friendly (no label)
+
+
+#: Builds a RawNode from a tuple of all 14 values without the keyword-argument machinery (hot path).
+raw_node: Callable[[tuple], RawNode] = partial(tuple.__new__, RawNode)
 
 
 FLAG_NAMES = (
@@ -201,13 +189,27 @@ def build_screen(
     naf: list[int] = []
     missing = invalid = off_screen = outside = 0
     w2, h2 = 2 * width, 2 * height
-    for i, nd in enumerate(nodes):
-        android_class = nd.android_class
-        key = (android_class, nd.package, nd.ancestors, nd.flags)
+    i = -1
+    for (
+        p,
+        depth,
+        sibling,
+        android_class,
+        package,
+        text,
+        content_desc,
+        resource_id,
+        hint,
+        box,
+        flags,
+        editable,
+        ancestors,
+        is_naf,
+    ) in nodes:
+        i += 1
+        key = (android_class, package, ancestors, flags)
         cached = templates_get(key) or _template(key)
         o = _FromString(cached[0])
-        p = nd.parent
-        box = nd.box
         if p >= 0:
             parent_id = ids[p]
             o.parent_id = parent_id
@@ -219,14 +221,10 @@ def build_screen(
             where = ""
         else:
             where = f"{box[0]},{box[1]},{box[2]},{box[3]}"
-        oid = blake2b(f"{parent_id}/{nd.sibling}|{android_class}|{where}".encode(), digest_size=8).hexdigest()
+        oid = blake2b(f"{parent_id}/{sibling}|{android_class}|{where}".encode(), digest_size=8).hexdigest()
         ids[i] = oid
         o.id = oid
         o.index = i
-        text = nd.text
-        content_desc = nd.content_desc
-        hint = nd.hint
-        resource_id = nd.resource_id
         if text:
             o.text = text
         if content_desc:
@@ -269,7 +267,6 @@ def build_screen(
                         o.grid_location = grid
                         if left < 0 or top < 0 or right > width or bottom > height:
                             outside += 1
-        depth = nd.depth
         d = o.dom_position
         d.depth = depth
         d.pre_order_id = i
@@ -277,10 +274,9 @@ def build_screen(
         if not children[i]:
             o.is_leaf = True
         if grid:
-            editable = nd.editable
             if cached[1] if editable is None else (cached[2] if editable else cached[3]):
                 o.is_actionable = True
-        if nd.naf:
+        if is_naf:
             naf.append(i)
         append(o)
     if missing:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from .bounds import from_ltrb
 from .errors import HierarchyError
-from .jsonio import load_json
-from .objects import MAX_DEPTH, RawNode, Screen, build_screen
+from .jsonio import with_json_document
+from .objects import MAX_DEPTH, RawNode, Screen, build_screen, raw_node
 
 FORMAT = "rico"
 RICO_WIDTH = 1440
@@ -43,8 +43,10 @@ def _ancestors(value: object) -> tuple[str, ...]:
 
 def parse(data: bytes, *, drop_invisible: bool = False) -> Screen:
     """Objects of a Rico hierarchy in pre-order; see `schemas/objects.md` for every field."""
-    doc, warnings = load_json(bytes(data))
-    return from_document(doc, drop_invisible=drop_invisible, warnings=warnings)
+    return with_json_document(
+        bytes(data),
+        lambda doc, warnings: from_document(doc, drop_invisible=drop_invisible, warnings=warnings),
+    )
 
 
 def from_document(doc: object, *, drop_invisible: bool = False, warnings: list[str] | None = None) -> Screen:
@@ -79,31 +81,34 @@ def from_document(doc: object, *, drop_invisible: bool = False, warnings: list[s
         hint = get("text-hint")
         index = len(nodes)
         nodes.append(
-            RawNode(
-                p,
-                depth,
-                sibling,
-                android_class if type(android_class) is str else "",
-                package if type(package) is str else "",
-                text if type(text) is str else "",
-                _content_desc(content_desc) if content_desc != _NO_DESC else "",
-                resource_id if type(resource_id) is str else "",
-                hint if type(hint) is str else "",
-                from_ltrb(get("bounds")),
+            raw_node(
                 (
-                    get("clickable") is True,
-                    visible,
-                    get("enabled", True) is not False,
-                    get("focusable") is True,
-                    get("focused") is True,
-                    get("scrollable-vertical") is True or get("scrollable-horizontal") is True,
-                    get("long-clickable") is True,
-                    get("selected") is True,
-                    get("checkable") is True,
-                    get("checked") is True,
-                ),
-                None,
-                _ancestors(ancestors),
+                    p,
+                    depth,
+                    sibling,
+                    android_class if type(android_class) is str else "",
+                    package if type(package) is str else "",
+                    text if type(text) is str else "",
+                    _content_desc(content_desc) if content_desc != _NO_DESC else "",
+                    resource_id if type(resource_id) is str else "",
+                    hint if type(hint) is str else "",
+                    from_ltrb(get("bounds")),
+                    (
+                        get("clickable") is True,
+                        visible,
+                        get("enabled", True) is not False,
+                        get("focusable") is True,
+                        get("focused") is True,
+                        get("scrollable-vertical") is True or get("scrollable-horizontal") is True,
+                        get("long-clickable") is True,
+                        get("selected") is True,
+                        get("checkable") is True,
+                        get("checked") is True,
+                    ),
+                    None,
+                    _ancestors(ancestors),
+                    False,
+                )
             )
         )
         children = get("children")

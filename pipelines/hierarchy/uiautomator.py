@@ -18,7 +18,7 @@ from lxml import etree
 
 from .bounds import Box, from_string
 from .errors import HierarchyError
-from .objects import MAX_DEPTH, RawNode, Screen, build_screen, window_size
+from .objects import MAX_DEPTH, RawNode, Screen, build_screen, raw_node, window_size
 
 FORMAT = "uiautomator"
 
@@ -95,32 +95,34 @@ class _Collector:
         stack.append(len(nodes))
         self.child_counts.append(0)
         nodes.append(
-            RawNode(
-                p,
-                depth,
-                sibling,
-                get("class") or (tag if tag != "node" else ""),
-                get("package", ""),
-                get("text", ""),
-                get("content-desc", ""),
-                get("resource-id", ""),
-                get("hint", ""),
-                box,
+            raw_node(
                 (
-                    get("clickable") == "true",
-                    visible,
-                    get("enabled") != "false",
-                    get("focusable") == "true",
-                    get("focused") == "true",
-                    get("scrollable") == "true",
-                    get("long-clickable") == "true",
-                    get("selected") == "true",
-                    get("checkable") == "true",
-                    get("checked") == "true",
-                ),
-                None,
-                (),
-                get("NAF") == "true",
+                    p,
+                    depth,
+                    sibling,
+                    get("class") or (tag if tag != "node" else ""),
+                    get("package", ""),
+                    get("text", ""),
+                    get("content-desc", ""),
+                    get("resource-id", ""),
+                    get("hint", ""),
+                    box,
+                    (
+                        get("clickable") == "true",
+                        visible,
+                        get("enabled") != "false",
+                        get("focusable") == "true",
+                        get("focused") == "true",
+                        get("scrollable") == "true",
+                        get("long-clickable") == "true",
+                        get("selected") == "true",
+                        get("checkable") == "true",
+                        get("checked") == "true",
+                    ),
+                    None,
+                    (),
+                    get("NAF") == "true",
+                )
             )
         )
 
