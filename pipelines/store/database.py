@@ -7,7 +7,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from pipelines.store import migrations
 from pipelines.store.errors import StoreError
@@ -50,7 +50,10 @@ def _configure_sqlite(engine: Engine) -> None:
 def create_engine(url: str | None, data_dir: str | Path) -> Engine:
     """An engine for `url`, or for `<data_dir>/stepmark.db` when url is None (the folder is created)."""
     if url is None:
-        Path(data_dir).mkdir(parents=True, exist_ok=True)
+        try:
+            Path(data_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"--data {data_dir}: cannot create the data directory ({exc.strerror})") from exc
         url = default_url(data_dir)
     try:
         parsed = make_url(url)
@@ -58,7 +61,12 @@ def create_engine(url: str | None, data_dir: str | Path) -> Engine:
         raise StoreError(f"--store {url!r}: not a database URL ({exc})") from exc
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(
+                    f"--store {url}: cannot create {Path(parsed.database).parent} ({exc.strerror})"
+                ) from exc
         engine = sa.create_engine(parsed)
         _configure_sqlite(engine)
     else:
@@ -74,5 +82,6 @@ def upgrade(engine: Engine) -> tuple[int, int]:
     try:
         with engine.execution_options(**{WRITE: True}).begin() as conn:
             return migrations.migrate(conn)
-    except OperationalError as exc:
-        raise StoreError(f"cannot open database {engine.url.render_as_string()}: {exc.orig}") from exc
+    except DBAPIError as exc:
+        reason = " ".join(str(exc.orig).split())  # one line: the CLI prints errors on one line
+        raise StoreError(f"cannot open database {engine.url.render_as_string()}: {reason}") from exc

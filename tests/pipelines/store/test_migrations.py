@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from pipelines.store import CURRENT_VERSION, SchemaVersionError, open_store
+from pipelines.store import CURRENT_VERSION, SchemaVersionError, StoreError, open_store
 from pipelines.store.database import WRITE, create_engine
 from pipelines.store.migrations import MIGRATIONS, migrate
 from pipelines.store.models import Base
@@ -183,3 +183,18 @@ def test_audit_log_is_append_only_in_the_database(store_url: str | None, data_di
                 with repo.engine.begin() as conn:
                     conn.execute(sa.text(statement))
         assert [e.user for e in repo.audit_log()] == ["alice"]
+
+
+def test_unusable_databases_are_reported_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "stepmark.db").write_bytes(b"not a database " * 100)
+    with pytest.raises(
+        StoreError, match=r"cannot open database sqlite:///.*stepmark.db: file is not a database"
+    ):
+        open_store(None, tmp_path)
+    with pytest.raises(StoreError, match="--data .*: cannot create the data directory"):
+        open_store(None, tmp_path / "stepmark.db" / "sub")
+    with pytest.raises(StoreError, match="not a database URL"):
+        open_store("not a url", tmp_path)
+    with pytest.raises(StoreError, match=r"Connection refused") as info:
+        open_store("postgresql+psycopg://postgres@127.0.0.1:1/x", tmp_path)
+    assert "\n" not in str(info.value)
