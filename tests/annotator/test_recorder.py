@@ -167,6 +167,26 @@ def test_user_ends_episode_early_last_transition_is_a_truncation(store):
     assert steps[4].discount == 1.0 and steps[5].is_last and not steps[5].is_terminal
 
 
+def test_gamepad_input_is_recorded_with_its_controller(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=0))
+    with Recorder(repo, data, study.id, "maze", USER, seed=2) as rec:
+        rec.start()
+        pad = client_pb2.GamepadInput(id="Xbox 360 Controller (XInput STANDARD GAMEPAD)")
+        pad.axes[0] = 1.0  # stick right
+        rec.act([], pad)
+        rec.act(["ArrowLeft"])
+        expected = [rec.env.action_from_input(["ArrowRight"]), rec.env.action_from_input(["ArrowLeft"])]
+        episode = rec.save(
+            client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=False)
+        ).episode.episode
+    assert episode.controller_id == pad.id
+    assert repo.get_episode(repo.ref(episode)).controller_id == pad.id
+    with open_episode(episode, data) as reader:
+        actions = [int(s.action) for s in list(reader)[:-1]]
+    assert actions == expected and expected[0] != expected[1]
+
+
 def test_cancel_and_second_episode_index(store):
     repo, data = store
     study = make_study(repo, procgen_spec(max_steps=0))
