@@ -61,8 +61,8 @@ def shard_paths(path: str) -> list[str]:
         return shards
     if not FileSystems.exists(path):
         raise StepmarkError(f"{path}: no such file or folder")
-    if not FileSystems.match([path])[0].metadata_list:
-        raise StepmarkError(f"{path}: not a convert-ui output folder or shard")
+    if FileSystems.match([files.join(path, "*")])[0].metadata_list:
+        raise StepmarkError(f"{path}: not a convert-ui output folder (no {SHARD_GLOB}, no {SUMMARY})")
     return [path]
 
 

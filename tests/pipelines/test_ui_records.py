@@ -87,3 +87,9 @@ def test_unfinished_output_is_refused(converted: Path, tmp_path: Path) -> None:
         ui_records.index_records(str(partial))
     with pytest.raises(StepmarkError, match="no such file"):
         ui_records.index_records(str(tmp_path / "nowhere"))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("these are notes, not a TFRecord shard")
+    with pytest.raises(StepmarkError, match="not a convert-ui output folder"):
+        ui_records.index_records(str(tmp_path / "other"))
+    with pytest.raises(StepmarkError, match="not the start of a TFRecord record"):
+        ui_records.index_records(str(tmp_path / "other" / "notes.txt"))
