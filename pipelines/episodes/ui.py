@@ -34,10 +34,10 @@ class UiEpisodeReader(EpisodeReader):
 
     @classmethod
     def open(cls, shard: str | Path, offset: int, *, episode_id: str = "") -> UiEpisodeReader:
-        path = Path(shard)
-        if not path.is_file():
+        path = str(shard)
+        if "://" not in path and not Path(path).is_file():  # URLs (gs://...) go to Beam's filesystems
             raise StepmarkError(f"{path}: UI record shard not found")
-        record = ui_records.read_episode(str(path), int(offset))
+        record = ui_records.read_episode(path, int(offset))
         if episode_id and record.episode_id != episode_id:
             raise StepmarkError(
                 f"{path}@{offset}: holds UI episode {record.episode_id!r}, expected {episode_id!r}"
@@ -95,6 +95,5 @@ def open_ui_episode(ui_record: dict[str, Any], data_dir: str | Path) -> UiEpisod
         offset = int(ui_record["offset"])
     except (KeyError, TypeError, ValueError) as exc:
         raise StepmarkError(f"UI episode metadata has no usable shard/offset: {ui_record!r}") from exc
-    return UiEpisodeReader.open(
-        resolve(data_dir, shard), offset, episode_id=str(ui_record.get("episode_id", ""))
-    )
+    location = shard if "://" in shard else str(resolve(data_dir, shard))
+    return UiEpisodeReader.open(location, offset, episode_id=str(ui_record.get("episode_id", "")))
