@@ -144,7 +144,7 @@ def _v2_sources_and_audit_indexes(conn: Connection) -> None:
     version 1 let the same record in twice, the oldest copy gets the key and the others keep NULL (no data is
     dropped; the unique index could not be built otherwise).
     """
-    conn.execute(sa.text("ALTER TABLE episodes ADD COLUMN source_key VARCHAR(512)"))
+    conn.execute(sa.text("ALTER TABLE episodes ADD COLUMN source_key TEXT"))
     episodes = sa.table(
         "episodes",
         sa.column("id", sa.String),

@@ -125,7 +125,7 @@ class EpisodeRow(Base):
     controller_id: Mapped[str | None] = mapped_column(String(256))
     registered_time: Mapped[datetime] = mapped_column(TIME)
     # v2: where an imported episode came from ("ui:<UiEpisode.episode_id>"); NULL for recorded episodes.
-    source_key: Mapped[str | None] = mapped_column(String(512))
+    source_key: Mapped[str | None] = mapped_column(Text)
 
     tags: Mapped[list[EpisodeTagRow]] = relationship(
         order_by="EpisodeTagRow.id", cascade="all, delete-orphan", passive_deletes=True

@@ -89,6 +89,8 @@ def validate_spec(spec: StudySpec, source: str = "study spec") -> None:
     """Rules a stored study must meet; messages name the source and the field."""
     if not spec.name.strip():
         raise InvalidSpec(f"{source}: field 'name' is required")
+    if len(spec.id) > 64:
+        raise InvalidSpec(f"{source}: field id is longer than 64 characters")
     seen: set[str] = set()
     for i, env in enumerate(spec.environment_specs):
         if not env.id.strip():
@@ -439,6 +441,8 @@ class Repository:
             if session is None or session.study_id != study.id:
                 raise NotFound(f"session {episode.session_id!r} not found in study {study.id!r}")
         episode_id = episode.id or new_id()
+        if len(episode_id) > 64:
+            raise StoreError(f"episode id {episode_id[:70]!r}... is longer than 64 characters")
         if s.get(EpisodeRow, episode_id) is not None:
             raise AlreadyExists(f"episode {episode_id!r} already exists")
         columns = mapping.episode_columns(episode)

@@ -445,6 +445,20 @@ def test_add_episodes_skips_imported_sources(repo: Repository, study, session) -
     with pytest.raises(AlreadyExists):
         repo.add_episodes([ui("r1")], skip_existing_sources=False)
     assert len(repo.list_episodes(study_id=study.id)) == 3
+    long_id = "droidbot/" + "deep/" * 150 + "run"  # ids come from source paths: no length limit
+    assert len(repo.add_episodes([ui(long_id), ui(long_id)])) == 1
+    assert f"ui:{long_id}" in repo.source_keys(study.id)
+
+
+def test_overlong_ids_are_refused_clearly(repo: Repository, study, session) -> None:
+    spec = study_spec()
+    spec.id = "s" * 65
+    with pytest.raises(InvalidSpec, match="field id is longer than 64 characters"):
+        repo.create_study(spec, "alice")
+    episode = env_episode(study.id, session)
+    episode.id = "e" * 65
+    with pytest.raises(StoreError, match="longer than 64 characters"):
+        repo.add_episode(episode)
 
 
 def test_undo_refuses_to_drop_a_later_change_by_someone_else(repo: Repository, episode) -> None:
