@@ -21,13 +21,12 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
-from apache_beam import pvalue
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -176,10 +175,16 @@ class DatasetJob:
 
 
 class ExportEpisodeFn(beam.DoFn):
-    """(index, serialized Episode) -> written shard / serialized example; failures -> dead letters."""
+    """(index, serialized Episode) -> (outcome, payload): a written shard / serialized example, or a dead letter.
 
-    DEAD_LETTERS = "dead_letters"
-    EXAMPLES = "examples"
+    Outcomes are tagged tuples on the one main output, split afterwards by `SplitOutcomes`, rather than
+    `pvalue.TaggedOutput`s: Beam 2.77's DaskRunner routes every tagged output of a ParDo into one collection
+    (its `OneReceiver`), which would mix dead letters with results there. Single-output steps work everywhere.
+    """
+
+    RESULT = "result"
+    DEAD_LETTER = "dead_letter"
+    EXAMPLE = "example"
 
     def __init__(self, job: DatasetJob) -> None:
         self.job = job
@@ -195,15 +200,15 @@ class ExportEpisodeFn(beam.DoFn):
 
             self._serializer = tfds_writer.EpisodeSerializer(self.job.features_json)
 
-    def _dead(self, episode: study_pb2.Episode, reason: str, exc: BaseException) -> pvalue.TaggedOutput:
+    def _dead(self, episode: study_pb2.Episode, reason: str, exc: BaseException) -> tuple[str, str]:
         self.dead.inc()
         Metrics.counter(NAMESPACE, f"dead_letters.{reason}").inc()
         letter = DeadLetter(
             episode=episode_name(episode), reason=reason, error=f"{type(exc).__name__}: {exc}"
         )
-        return pvalue.TaggedOutput(self.DEAD_LETTERS, json.dumps(asdict(letter)))
+        return self.DEAD_LETTER, json.dumps(asdict(letter))
 
-    def process(self, element: tuple[int, bytes]):
+    def process(self, element: tuple[int, bytes]) -> Iterator[tuple[str, Any]]:
         index, blob = element
         episode = study_pb2.Episode.FromString(blob)
         try:
@@ -229,18 +234,39 @@ class ExportEpisodeFn(beam.DoFn):
             if self.job.format == "tfds":
                 example = self._serializer.serialize(exported)
                 size = len(example)
-                yield pvalue.TaggedOutput(self.EXAMPLES, (index, example))
             else:
                 size = envlogger_writer.write_episode_shard(exported, self.job.staging_dir).num_bytes
         except Exception as exc:  # noqa: BLE001
             yield self._dead(episode, "write_failed", exc)
             return
+        if self.job.format == "tfds":
+            yield self.EXAMPLE, (index, example)
         self.episodes.inc()
         self.steps.inc(exported.num_steps)
         self.bytes.inc(size)
         _mark_done(self.job.progress_dir, f"{self.job.name}-{index}")
-        yield json.dumps(
-            {"index": index, "episode": episode_name(episode), "steps": exported.num_steps, "bytes": size}
+        result = {
+            "index": index,
+            "episode": episode_name(episode),
+            "steps": exported.num_steps,
+            "bytes": size,
+        }
+        yield self.RESULT, json.dumps(result)
+
+
+class SplitOutcomes(beam.PTransform):
+    """(outcome, payload) pairs -> the payloads of one outcome."""
+
+    def __init__(self, outcome: str) -> None:
+        super().__init__()
+        self.outcome = outcome
+
+    def expand(self, pcoll):
+        outcome = self.outcome
+        return (
+            pcoll
+            | "Keep" >> beam.Filter(lambda pair: pair[0] == outcome)
+            | "Payload" >> beam.Map(lambda pair: pair[1])
         )
 
 
@@ -268,24 +294,25 @@ class ExportDataset(beam.PTransform):
         self.tfds_writer = tfds_writer
 
     def expand(self, episodes):
-        work = FileSystems.join(self.job.staging_dir, WORK_DIR)
-        outputs = (
-            episodes
-            | "Spread" >> beam.Reshuffle()
-            | "Export"
-            >> beam.ParDo(ExportEpisodeFn(self.job)).with_outputs(
-                ExportEpisodeFn.DEAD_LETTERS, ExportEpisodeFn.EXAMPLES, main="results"
+        outcomes = episodes | "Spread" >> beam.Reshuffle() | "Export" >> beam.ParDo(ExportEpisodeFn(self.job))
+        if self.tfds_writer is not None:
+            self.tfds_writer.write_from_pcollection(
+                outcomes | "Examples" >> SplitOutcomes(ExportEpisodeFn.EXAMPLE)
+            )
+        # One sink for results and dead letters (the driver splits them): Beam 2.77's DaskRunner runs only one
+        # of several sinks hanging off the same collection.
+        return (
+            outcomes
+            | "Records" >> beam.Filter(lambda pair: pair[0] != ExportEpisodeFn.EXAMPLE)
+            | "AsJson" >> beam.Map(lambda pair: json.dumps({"outcome": pair[0], **json.loads(pair[1])}))
+            | "WriteOutcomes"
+            >> beam.io.WriteToText(
+                FileSystems.join(self.job.staging_dir, WORK_DIR, "outcomes"),
+                file_name_suffix=".jsonl",
+                shard_name_template="",
+                num_shards=1,
             )
         )
-        if self.tfds_writer is not None:
-            self.tfds_writer.write_from_pcollection(outputs[ExportEpisodeFn.EXAMPLES])
-        _ = outputs.results | "WriteResults" >> beam.io.WriteToText(
-            FileSystems.join(work, "results"), file_name_suffix=".jsonl", shard_name_template="", num_shards=1
-        )
-        _ = outputs[ExportEpisodeFn.DEAD_LETTERS] | "WriteDeadLetters" >> beam.io.WriteToText(
-            FileSystems.join(work, "dead"), file_name_suffix=".jsonl", shard_name_template="", num_shards=1
-        )
-        return outputs.results
 
 
 # --- planning and the last step (driver) -------------------------------------------------------------------
@@ -517,8 +544,13 @@ def _finish_dataset(
             summary.dead_letters.append(DeadLetter(episode_name(episode), "unreadable", plan.sample_error))
         return dataset
     work = FileSystems.join(job.staging_dir, WORK_DIR)
-    results = _read_jsonl(FileSystems.join(work, "results.jsonl"))
-    dead = [DeadLetter(**d) for d in _read_jsonl(FileSystems.join(work, "dead.jsonl"))]
+    outcomes = _read_jsonl(FileSystems.join(work, "outcomes.jsonl"))
+    results = [o for o in outcomes if o["outcome"] == ExportEpisodeFn.RESULT]
+    dead = [
+        DeadLetter(episode=o["episode"], reason=o["reason"], error=o["error"])
+        for o in outcomes
+        if o["outcome"] == ExportEpisodeFn.DEAD_LETTER
+    ]
     mismatched = [d for d in dead if d.reason == "spec_mismatch"]
     if mismatched:
         raise StepmarkError(

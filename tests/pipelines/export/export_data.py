@@ -122,3 +122,25 @@ def copy_data(data: ExportData, dest: Path) -> Path:
     """A private copy of the data folder for tests that change the store or the files."""
     shutil.copytree(data.data_dir, dest, symlinks=True)
     return dest
+
+
+def register_copies(data_dir: Path, episode: study_pb2.Episode, n: int) -> str:
+    """A new study holding `n` registrations of one recorded episode's files (real data, many episodes fast);
+    returns the study id."""
+    with open_store(None, data_dir) as repo:
+        source = repo.get_study(episode.study_id)
+        spec = study_pb2.StudySpec(name="many copies")
+        spec.environment_specs.extend(e for e in source.environment_specs if e.id == episode.environment_id)
+        study = repo.create_study(spec, ALICE)
+        session = repo.create_session(study.id, ALICE)
+        copies = []
+        for _ in range(n):
+            copy = study_pb2.Episode()
+            copy.CopyFrom(episode)
+            copy.ClearField("id")
+            copy.ClearField("step_metadata")
+            copy.ClearField("tags")
+            copy.study_id, copy.session_id = study.id, session.id
+            copies.append(copy)
+        repo.add_episodes(copies)
+    return study.id

@@ -35,7 +35,16 @@ def test_round_trip_keeps_every_file_and_byte(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["../evil.txt", "a/../../evil.txt", "/etc/passwd", "C:\\evil.txt", "C:/evil.txt", "a\\..\\b", "", "x\x00y"],
+    [
+        "../evil.txt",
+        "a/../../evil.txt",
+        "/etc/passwd",
+        "C:\\evil.txt",
+        "C:/evil.txt",
+        "a\\..\\b",
+        "",
+        "x\x00y",
+    ],
 )
 def test_unsafe_member_names_are_refused(name: str) -> None:
     with pytest.raises(UnsafeArchivePath):

@@ -52,7 +52,9 @@ def test_split_by_spec_round_trip_matches_the_store(export_data: ExportData, tmp
     out = tmp_path / "split"
     progress: list[float] = []
     summary = export.export_episodes(
-        request(export_data, out, study_id=export_data.study_id, split_by_spec=True, end_of_episode_tags=["goal"]),
+        request(
+            export_data, out, study_id=export_data.study_id, split_by_spec=True, end_of_episode_tags=["goal"]
+        ),
         progress.append,
     )
     assert progress[0] == 0.0 and progress[-1] == 100.0 and progress == sorted(progress)
@@ -88,7 +90,11 @@ def test_split_by_spec_round_trip_matches_the_store(export_data: ExportData, tmp
             assert last_entry["l"] == n - 1 and last_entry["r"] == pytest.approx(meta["episode_return"])
             # Step tags: every label of the selection is a boolean on every record.
             for t, r in enumerate(records):
-                labels = {tag.label for tag in stored.step_metadata[t].tags} if t in stored.step_metadata else set()
+                labels = (
+                    {tag.label for tag in stored.step_metadata[t].tags}
+                    if t in stored.step_metadata
+                    else set()
+                )
                 assert {k: v for k, v in r["custom_data"].items() if k.startswith("tag:")} == {
                     f"tag:{x}": x in labels for x in ("door", "goal", "jump")
                 }
@@ -130,11 +136,15 @@ def test_selection_by_refs_tag_state_and_the_include_flags(export_data: ExportDa
     reasons = {s["reason"] for s in summary.skipped}
     assert reasons == {"state STATE_REJECTED (not selected)", "session marked invalid"}
     summary = export.export_episodes(
-        request(export_data, tmp_path / "all", refs=refs, include_incomplete=True, include_invalid_sessions=True)
+        request(
+            export_data, tmp_path / "all", refs=refs, include_incomplete=True, include_invalid_sessions=True
+        )
     )
     assert summary.episodes == 3 and not summary.skipped
     # By tag (a step tag) within the study: the two Procgen episodes tagged "jump".
-    summary = export.export_episodes(request(export_data, tmp_path / "tag", study_id=export_data.study_id, tag="jump"))
+    summary = export.export_episodes(
+        request(export_data, tmp_path / "tag", study_id=export_data.study_id, tag="jump")
+    )
     ids = [e["metadata"]["episode_id"] for e in readback.read_envlogger(tmp_path / "tag")]
     assert ids == [export_data.procgen[0].id, export_data.procgen[1].id]
     # By state: only the rejected one.
@@ -148,7 +158,12 @@ def test_selection_by_refs_tag_state_and_the_include_flags(export_data: ExportDa
 def test_strip_internal_metadata_leaves_fixed_fields(export_data: ExportData, tmp_path: Path) -> None:
     out = tmp_path / "strip"
     export.export_episodes(
-        request(export_data, out, refs=[export_data.ref(e) for e in export_data.procgen], strip_internal_metadata=True)
+        request(
+            export_data,
+            out,
+            refs=[export_data.ref(e) for e in export_data.procgen],
+            strip_internal_metadata=True,
+        )
     )
     read = readback.read_envlogger(out)
     keys = {frozenset(r["custom_data"]) for e in read for r in e["records"]}
@@ -179,11 +194,15 @@ def test_unreadable_episode_is_a_dead_letter_and_the_rest_is_exported(
     shutil.rmtree(tag_dir)
     out = tmp_path / "out"
     summary = export.export_episodes(
-        export.ExportRequest(data_dir=str(data_dir), out=str(out), refs=[export_data.ref(e) for e in export_data.procgen])
+        export.ExportRequest(
+            data_dir=str(data_dir), out=str(out), refs=[export_data.ref(e) for e in export_data.procgen]
+        )
     )
     assert summary.episodes == 1
     (letter,) = summary.dead_letters
-    assert letter.episode.endswith(broken.id) and letter.reason == "unreadable" and "not found" in letter.error
+    assert (
+        letter.episode.endswith(broken.id) and letter.reason == "unreadable" and "not found" in letter.error
+    )
     lines = (out / export.DEAD_LETTERS_FILE).read_text().splitlines()
     assert json.loads(lines[0])["episode"] == letter.episode
     assert [e["metadata"]["episode_id"] for e in readback.read_envlogger(out)] == [export_data.procgen[0].id]
@@ -201,7 +220,9 @@ def test_store_disagreeing_with_the_data_is_a_dead_letter(export_data: ExportDat
     engine.dispose()
     out = tmp_path / "out"
     summary = export.export_episodes(
-        export.ExportRequest(data_dir=str(data_dir), out=str(out), refs=[export_data.ref(e) for e in export_data.nethack])
+        export.ExportRequest(
+            data_dir=str(data_dir), out=str(out), refs=[export_data.ref(e) for e in export_data.nethack]
+        )
     )
     (letter,) = summary.dead_letters
     assert letter.reason == "inconsistent" and target.id in letter.error and "999" in letter.error
@@ -239,7 +260,9 @@ def test_exported_envlogger_dataset_matches_the_schema(export_data: ExportData, 
         "cut": {"end_of_episode_tags": ["goal"]},
     }.items():
         out = tmp_path / name
-        export.export_episodes(request(export_data, out, refs=[export_data.ref(e) for e in export_data.procgen], **kw))
+        export.export_episodes(
+            request(export_data, out, refs=[export_data.ref(e) for e in export_data.procgen], **kw)
+        )
         jsonschema.validate(readback.envlogger_instance(out), spec)
     # The schema is strict: an undocumented field is refused.
     instance = readback.envlogger_instance(tmp_path / "full")

@@ -24,7 +24,9 @@ def request(data: ExportData, out: Path, **kw) -> export.ExportRequest:
 def test_round_trip_matches_the_store(export_data: ExportData, tmp_path: Path) -> None:
     out = tmp_path / "tfds"
     summary = export.export_episodes(
-        request(export_data, out, study_id=export_data.study_id, split_by_spec=True, end_of_episode_tags=["goal"])
+        request(
+            export_data, out, study_id=export_data.study_id, split_by_spec=True, end_of_episode_tags=["goal"]
+        )
     )
     assert summary.episodes == 4 and not summary.dead_letters
     stored = {e.id: e for e in [*export_data.procgen, *export_data.nethack]}
@@ -44,7 +46,9 @@ def test_round_trip_matches_the_store(export_data: ExportData, tmp_path: Path) -
             assert [float(s["reward"]) for s in got[:-1]] == pytest.approx([s.reward for s in steps[: n - 1]])
             labels = ("door", "goal", "jump")
             for i, s in enumerate(got):
-                tags = {t.label for t in episode.step_metadata[i].tags} if i in episode.step_metadata else set()
+                tags = (
+                    {t.label for t in episode.step_metadata[i].tags} if i in episode.step_metadata else set()
+                )
                 assert {k: bool(s[f"tag:{k}"]) for k in labels} == {k: k in tags for k in labels}
             for i in range(n - 1):
                 np.testing.assert_array_equal(got[i]["action"], steps[i].action)
@@ -53,7 +57,9 @@ def test_round_trip_matches_the_store(export_data: ExportData, tmp_path: Path) -
             info = got[n - 2]["info"]["episode"]
             assert int(info["l"]) == int(e["episode_length"]) == n - 1
             assert float(info["r"]) == pytest.approx(float(e["episode_return"]))
-            assert float(e["episode_return"]) == pytest.approx(sum(s.reward for s in steps[: n - 1]), abs=1e-5)
+            assert float(e["episode_return"]) == pytest.approx(
+                sum(s.reward for s in steps[: n - 1]), abs=1e-5
+            )
             if cut is not None:
                 assert e["truncated_by_tag"] == b"goal" and not got[-1]["is_terminal"]
                 assert float(got[-1]["discount"]) == 1.0 and got[-1]["tag:goal"]
@@ -69,7 +75,12 @@ def test_round_trip_matches_the_store(export_data: ExportData, tmp_path: Path) -
 def test_strip_gives_fixed_shape_steps(export_data: ExportData, tmp_path: Path) -> None:
     out = tmp_path / "strip"
     export.export_episodes(
-        request(export_data, out, refs=[export_data.ref(e) for e in export_data.procgen], strip_internal_metadata=True)
+        request(
+            export_data,
+            out,
+            refs=[export_data.ref(e) for e in export_data.procgen],
+            strip_internal_metadata=True,
+        )
     )
     import tensorflow_datasets as tfds
 
@@ -79,7 +90,12 @@ def test_strip_gives_fixed_shape_steps(export_data: ExportData, tmp_path: Path) 
         "observation", "action", "reward", "discount", "is_first", "is_last", "is_terminal", "info",
         "tag:goal", "tag:jump",
     }  # fmt: skip
-    assert set(builder.info.features.keys()) >= {"episode_id", "episode_return", "episode_length", "episode_success"}
+    assert set(builder.info.features.keys()) >= {
+        "episode_id",
+        "episode_return",
+        "episode_length",
+        "episode_success",
+    }
     assert "tags" not in builder.info.features and "notes" not in builder.info.features
 
     def fixed(feature) -> bool:

@@ -61,7 +61,12 @@ def test_cut_at_the_first_end_tag_is_a_truncation(export_data: ExportData) -> No
     assert not any(s.is_last for s in out.steps[:-1])
     assert out.meta.episode_length == 5 and out.meta.truncated_by_tag == "goal"
     assert out.meta.episode_return == pytest.approx(sum(s.reward for s in steps[:5]))
-    assert out.steps[4].episode == {"r": pytest.approx(out.meta.episode_return), "l": 5, "s": False, "mask": True}
+    assert out.steps[4].episode == {
+        "r": pytest.approx(out.meta.episode_return),
+        "l": 5,
+        "s": False,
+        "mask": True,
+    }
     assert out.steps[4].info["episode"]["l"] == 5  # the info dict agrees with the statistics
 
 

@@ -1,0 +1,61 @@
+"""A killed export leaves nothing that looks finished: SIGKILL the `stepmark export` process midway."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pipelines import export
+from tests.conftest import REPO_ROOT
+from tests.pipelines.export.export_data import ExportData, copy_data, register_copies
+
+
+def test_sigkill_midway_leaves_no_output(export_data: ExportData, tmp_path: Path) -> None:
+    data_dir = copy_data(export_data, tmp_path / "data")
+    study = register_copies(data_dir, export_data.nethack[0], 80)
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "stepmark",
+            "export",
+            "--data",
+            str(data_dir),
+            "--study",
+            study,
+            "--out",
+            str(out),
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    seen = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("export:"):
+                pct = float(line.split()[1].rstrip("%"))
+                seen.append(pct)
+                if 0.0 < pct < 90.0:  # some episodes written, not all
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    break
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, f"export finished before it could be killed (progress {seen})"
+    time.sleep(0.5)
+    assert not out.exists()
+    # Whatever is left is a temporary folder with no summary: nothing looks like a finished dataset.
+    left = [p for p in tmp_path.iterdir() if p.name.startswith("killed")]
+    assert all(".tmp-" in p.name for p in left)
+    assert not any((p / export.SUMMARY_FILE).exists() for p in left)
+    assert not any(f.name == "metadata.riegeli" for p in left for f in p.rglob("*"))
