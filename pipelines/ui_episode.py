@@ -10,12 +10,23 @@ the hierarchy's own, and StepInfo carries a `screenshot_mismatch:` warning.
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pipelines.hierarchy import HierarchyError, ImageInfo, Screen, image_info, object_at, parse, rescale
+from pipelines.hierarchy import (
+    Box,
+    HierarchyError,
+    ImageInfo,
+    Screen,
+    grid_location,
+    image_info,
+    object_at,
+    parse,
+    rescale,
+)
 from pipelines.traces.model import DeadLetter, RawAction, RawEpisode, RawStep
 from protos.llm4mobile import episode_pb2
 from protos.stepmark import ui_episode_pb2
@@ -87,6 +98,23 @@ def aspect_matches(w1: int, h1: int, w2: int, h2: int) -> bool:
     return abs(w1 * h2 - w2 * h1) <= ASPECT_TOLERANCE * w2 * h1
 
 
+def _fits(screen: Screen, width: int, height: int) -> bool:
+    """Every valid box lies within width x height."""
+    return all(
+        o.bbox.right <= width and o.bbox.bottom <= height
+        for o in screen.objects
+        if o.bbox.right > o.bbox.left and o.bbox.bottom > o.bbox.top
+    )
+
+
+def _resized(screen: Screen, width: int, height: int) -> Screen:
+    """The same boxes on a width x height screen: only the grid locations change."""
+    for o in screen.objects:
+        b = o.bbox
+        o.grid_location = grid_location(Box(b.left, b.top, b.right, b.bottom), width, height)
+    return dataclasses.replace(screen, width=width, height=height, size_estimated=False)
+
+
 def observe(hierarchy: bytes, screenshot: bytes | None, *, drop_invisible: bool = False) -> Observed:
     """Parse a hierarchy and fit it to its screenshot (see the module docstring). Raises HierarchyError."""
     image = None
@@ -97,6 +125,13 @@ def observe(hierarchy: bytes, screenshot: bytes | None, *, drop_invisible: bool 
     hw, hh = screen.width, screen.height
     mismatch = False
     extra: list[str] = []
+    if image is not None and screen.size_estimated and _fits(screen, image.width, image.height):
+        extra.append(
+            f"hierarchy size {hw}x{hh} was estimated from window bounds; the {image.width}x{image.height} "
+            f"screenshot is taken as the screen (boxes unchanged, grid locations recomputed)"
+        )
+        screen = _resized(screen, image.width, image.height)
+        hw, hh = screen.width, screen.height
     if image is not None and (image.width, image.height) != (hw, hh):
         if hw <= 0 or hh <= 0:
             mismatch = True
@@ -104,10 +139,7 @@ def observe(hierarchy: bytes, screenshot: bytes | None, *, drop_invisible: bool 
                 f"{MISMATCH}: the hierarchy has no usable size ({hw}x{hh}); boxes left as parsed, "
                 f"screen size taken from the {image.width}x{image.height} screenshot"
             )
-            screen = Screen(
-                screen.objects, image.width, image.height, screen.rotation, screen.format,
-                screen.warnings, screen.naf, screen.scale,
-            )  # fmt: skip
+            screen = _resized(screen, image.width, image.height)
         elif aspect_matches(image.width, image.height, hw, hh):
             screen = rescale(screen, image.width, image.height)
         else:

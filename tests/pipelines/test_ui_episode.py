@@ -228,3 +228,21 @@ def test_assembled_droidbot_episode(fixtures_dir: Path) -> None:
     assert e.step_info[0].screenshot_format == "jpeg" and e.step_info[0].hierarchy_format == "droidbot"
     expected = sum(len(parse(files.read_bytes(s.hierarchy_path)).objects) for s in raw.steps)
     assert result.num_objects == expected
+
+
+def test_estimated_hierarchy_size_gives_way_to_the_screenshot(fixtures_dir: Path) -> None:
+    # A DroidBot state holding only a dialog: the parser can only estimate the screen (1404x1441) from the
+    # window bounds; the 1440x2560 screenshot is the real screen, and the boxes are already in its pixels.
+    states = fixtures_dir / "droidbot" / "yelp" / "states"
+    hierarchy = (states / "state_2017-08-11_202345.json").read_bytes()
+    parsed = parse(hierarchy)
+    assert parsed.size_estimated and (parsed.width, parsed.height) == (1404, 1441)
+    obs = observe(hierarchy, (states / "screen_2017-08-11_202345.png").read_bytes())
+    assert (obs.width, obs.height) == (1440, 2560) and not obs.mismatch
+    assert [o.bbox for o in obs.screen.objects] == [o.bbox for o in parsed.objects]
+    assert any("was estimated" in w for w in obs.warnings)
+    from pipelines.hierarchy import Box, grid_location
+
+    for o in obs.screen.objects:
+        b = o.bbox
+        assert o.grid_location == grid_location(Box(b.left, b.top, b.right, b.bottom), 1440, 2560)
