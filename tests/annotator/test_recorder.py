@@ -233,6 +233,21 @@ def test_disabled_study_is_refused(store):
     rec.close()
 
 
+def test_study_disabled_while_recording_refuses_the_save_and_leaves_no_files(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=0))
+    with Recorder(repo, data, study.id, "maze", USER) as rec:
+        rec.start()
+        rec.act(["ArrowUp"])
+        repo.enable_study(study.id, False, CREATOR)
+        with pytest.raises(StudyDisabled):
+            rec.save(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True))
+        assert not rec.in_episode
+    assert repo.list_episodes(study_id=study.id) == []
+    assert not layout.temp_folders(data) and not layout.pending_folders(data)
+    assert not any(p.is_dir() for p in data.glob("*/*/maze/*"))
+
+
 def test_unknown_study_env_or_storage(store):
     repo, data = store
     study = make_study(repo, procgen_spec())
