@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import partial
 from typing import NamedTuple
 
 _NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
@@ -39,6 +40,10 @@ class Box(NamedTuple):
         return self.left <= x < self.right and self.top <= y < self.bottom
 
 
+#: Box from a 4-tuple without NamedTuple's Python-level __new__ (hot path).
+_new_box = partial(tuple.__new__, Box)
+
+
 def _int(value: object) -> int:
     if isinstance(value, bool):
         raise TypeError("boolean is not a coordinate")
@@ -54,13 +59,12 @@ def _int(value: object) -> int:
 def from_string(text: str) -> Box | None:
     """uiautomator `"[x1,y1][x2,y2]"`; None when the text is not a bounds string."""
     # Fast path for the canonical form; the regex copes with spaces and decimals.
-    if text[:1] == "[" and text[-1:] == "]":
-        parts = text[1:-1].replace("][", ",").split(",")
-        if len(parts) == 4:
-            try:
-                return Box(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]))
-            except ValueError:
-                pass
+    parts = text[1:-1].replace("][", ",").split(",")
+    if len(parts) == 4 and text[:1] == "[" and text[-1:] == "]":
+        try:
+            return _new_box((int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3])))
+        except ValueError:
+            pass
     m = _BOUNDS_RE.fullmatch(text.strip())
     if m is None:
         return None
@@ -89,7 +93,7 @@ def from_ltrb(values: object) -> Box | None:
     if type(values) is list and len(values) == 4:
         left, top, right, bottom = values
         if type(left) is int and type(top) is int and type(right) is int and type(bottom) is int:
-            return Box(left, top, right, bottom)
+            return _new_box((left, top, right, bottom))
     if not isinstance(values, Sequence) or isinstance(values, str) or len(values) != 4:
         return None
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import codecs
 import re
 import threading
+from operator import itemgetter
 
 from lxml import etree
 
@@ -32,6 +33,35 @@ _CHAR_REF = re.compile(r"&#(x[0-9A-Fa-f]+|[0-9]+);")
 _ERROR_LINE = re.compile(r"^\s*(ERROR:.*)$", re.MULTILINE)
 
 _local = threading.local()
+
+
+# Boolean attributes in RawNode.flags order (visible comes from visible-to-user/displayed), with the value
+# assumed when the attribute is absent.
+_FLAG_ATTRIBUTES = (
+    ("clickable", "false"),
+    ("enabled", "true"),
+    ("focusable", "false"),
+    ("focused", "false"),
+    ("scrollable", "false"),
+    ("long-clickable", "false"),
+    ("selected", "false"),
+    ("checkable", "false"),
+    ("checked", "false"),
+)
+_USUAL = itemgetter(
+    "class", "package", "text", "content-desc", "bounds", *(name for name, _ in _FLAG_ATTRIBUTES)
+)
+# Raw attribute strings -> flags tuple, per visibility; dumps repeat a handful of combinations.
+_FLAGS: dict[bool, dict[tuple[str, ...], tuple[bool, ...]]] = {True: {}, False: {}}
+
+
+def _flags(values: tuple[str, ...], visible: bool) -> tuple[bool, ...]:
+    clickable, enabled, *rest = (value == "true" for value in values)
+    flags = (clickable, visible, values[1] != "false", *rest)
+    cache = _FLAGS[visible]
+    if len(cache) < 4096:
+        cache[values] = flags
+    return flags
 
 
 class _Collector:
@@ -71,7 +101,10 @@ class _Collector:
                 raise HierarchyError("malformed", f"root element <{tag}> is not a view hierarchy")
             p = -1
         get = attrib.get
-        visible = get("visible-to-user", get("displayed", "true")) != "false"
+        shown = get("visible-to-user")
+        if shown is None:
+            shown = get("displayed")  # Appium
+        visible = shown != "false"
         if not visible and self.drop_invisible:
             stack.append(-2)
             self.dropped += 1
@@ -87,7 +120,19 @@ class _Collector:
             child_counts = self.child_counts
             sibling = child_counts[p]
             child_counts[p] = sibling + 1
-        bounds = get("bounds")
+        try:  # every attribute a uiautomator dump always writes, fetched in one C call
+            values = _USUAL(attrib)
+        except KeyError:  # Appium page source, hand-made or damaged dumps
+            values = (
+                get("class") or (tag if tag != "node" else ""),
+                get("package", ""),
+                get("text", ""),
+                get("content-desc", ""),
+                get("bounds"),
+            ) + tuple(get(name, default) for name, default in _FLAG_ATTRIBUTES)
+        flag_values = values[5:]
+        flags = _FLAGS[visible].get(flag_values) or _flags(flag_values, visible)
+        bounds = values[4]
         box = from_string(bounds) if bounds else None
         if p == -1:
             self.root_boxes.append(box)
@@ -100,25 +145,14 @@ class _Collector:
                     p,
                     depth,
                     sibling,
-                    get("class") or (tag if tag != "node" else ""),
-                    get("package", ""),
-                    get("text", ""),
-                    get("content-desc", ""),
+                    values[0],
+                    values[1],
+                    values[2],
+                    values[3],
                     get("resource-id", ""),
                     get("hint", ""),
                     box,
-                    (
-                        get("clickable") == "true",
-                        visible,
-                        get("enabled") != "false",
-                        get("focusable") == "true",
-                        get("focused") == "true",
-                        get("scrollable") == "true",
-                        get("long-clickable") == "true",
-                        get("selected") == "true",
-                        get("checkable") == "true",
-                        get("checked") == "true",
-                    ),
+                    flags,
                     None,
                     (),
                     get("NAF") == "true",
