@@ -23,6 +23,7 @@ from pipelines.store.errors import (
 )
 from pipelines.store.migrations import CURRENT_VERSION
 from pipelines.store.repository import Repository, new_id
+from pipelines.store.spec_file import load_study_spec, parse_study_spec
 
 
 def open_store(url: str | None, data_dir: str | Path) -> Repository:
@@ -49,6 +50,8 @@ __all__ = [
     "SchemaVersionError",
     "StoreError",
     "StudyDisabled",
+    "load_study_spec",
     "new_id",
     "open_store",
+    "parse_study_spec",
 ]
