@@ -10,7 +10,8 @@ Shape of the pipeline:
     -> WriteDeadLetters -> CommitOutput (renames temporary files to their final names; summary.json last).
 
 Episode bytes never travel between transforms, so memory stays flat however many episodes there are, and the
-shard count is exact without grouping the records themselves. Every transform works on the DaskRunner of
+shard count is exact without grouping the records themselves. (Discovery holds the *names* of INPUT's files in
+one worker; `--shards` is also the number of conversion tasks that can run in parallel.) Every transform works on the DaskRunner of
 Beam 2.77 too, which hands every tagged output to every consumer (hence the `OnlyType` filters), drops
 outputs emitted from `finish_bundle` (none are) and computes only the last transform (CommitOutput depends on
 everything).
