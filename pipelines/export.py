@@ -29,8 +29,8 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
-from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.beam_options import pipeline_options
 from pipelines.episodes import open_episode
 from pipelines.errors import StepmarkError
 from pipelines.exporters import archive, envlogger_writer
@@ -326,17 +326,6 @@ class _Plan:
     sample_error: str = ""
 
 
-def _pipeline_options(beam_args: Sequence[str]) -> PipelineOptions:
-    try:
-        from pipelines.beam_options import pipeline_options  # the CONVERT helper's one home of defaults
-    except ImportError:
-        args = list(beam_args)
-        if not any(a == "--runner" or a.startswith("--runner=") for a in args):
-            args.append("--runner=FnApiRunner")
-        return PipelineOptions(args)
-    return pipeline_options(list(beam_args))
-
-
 def _sample(group: SpecGroup, job: DatasetJob) -> tuple[ExportEpisode | None, dict[str, Any] | None, str]:
     """Transforms the group's first readable episode: it defines the dataset's features and specs."""
     errors = []
@@ -478,7 +467,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         runnable = [p for p in plans if not p.sample_error]
         if runnable:
             with _ProgressPoller(progress_dir, len(selection.episodes), progress):
-                with beam.Pipeline(options=_pipeline_options(request.beam_args)) as pipeline:
+                with beam.Pipeline(options=pipeline_options(request.beam_args)) as pipeline:
                     for plan in runnable:
                         items = [(i, e.SerializeToString()) for i, e in enumerate(plan.group.episodes)]
                         writer = tfds_writer.beam_writer(plan.job.staging_dir) if tfds_writer else None

@@ -1,0 +1,87 @@
+"""`stepmark export` from the command line: selection flags, Beam flags passed through, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelines import export
+from stepmark.cli import main
+from tests.pipelines.export import readback
+from tests.pipelines.export.export_data import NETHACK_ENV, PROCGEN_ENV, ExportData, build
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> ExportData:
+    return build(tmp_path_factory.mktemp("cli-export") / "data", fixtures_dir, episodes=2, max_steps=8)
+
+
+def test_export_by_episode_refs_with_beam_flags(data: ExportData, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    refs = [f"{e.study_id}/{e.session_id}/{e.id}" for e in data.procgen]
+    argv = ["export", "--data", str(data.data_dir), "--out", str(out), "--end-of-episode-tag", "goal"]
+    for r in refs:
+        argv += ["--episode", r]
+    # Unknown --flags are Beam options: both spellings reach the runner.
+    argv += ["--runner", "FnApiRunner", "--direct_num_workers=1"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "export: 100.0%" in printed
+    assert "exported 2 episode(s)" in printed and str(out) in printed
+    read = readback.read_envlogger(out)
+    assert [e["metadata"]["episode_id"] for e in read] == [e.id for e in data.procgen]
+    assert read[0]["metadata"]["truncated_by_tag"] == "goal" and len(read[0]["records"]) == 6
+    summary = json.loads((out / export.SUMMARY_FILE).read_text())
+    assert summary["episodes"] == 2 and summary["format"] == "envlogger"
+
+
+def test_study_with_two_environments_is_refused_in_one_line(data: ExportData, tmp_path: Path, capsys) -> None:
+    code = main(
+        ["export", "--data", str(data.data_dir), "--study", data.study_id, "--out", str(tmp_path / "o")]
+    )
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("stepmark export: error:")
+    assert PROCGEN_ENV in err and NETHACK_ENV in err and "--split-by-spec" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_split_by_spec_archive(data: ExportData, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "both.zip"
+    argv = ["export", "--data", str(data.data_dir), "--study", data.study_id, "--split-by-spec", "--archive",
+            "--strip-internal-metadata", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    assert out.is_file() and "(ZIP)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--state", "sleepy"], "unknown episode state 'sleepy'"),
+        (["--episode", "only/two"], "is not STUDY/SESSION/EPISODE"),
+        (["--tag", "never-used"], "no episodes to export"),
+        ([], "nothing selected"),
+    ],
+)
+def test_bad_selections_are_one_line_errors(data: ExportData, tmp_path: Path, capsys, args, message) -> None:
+    code = main(["export", "--data", str(data.data_dir), "--out", str(tmp_path / "o"), *args])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_stray_positional_arguments_are_refused(data: ExportData, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["export", "--data", str(data.data_dir), "--out", str(tmp_path / "o"), "stray"])
+    assert exc.value.code == 2
+
+
+def test_run_entry_point_takes_the_same_flags(data: ExportData, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    code = export.run(
+        ["--data", str(data.data_dir), "--study", data.study_id, "--split-by-spec", "--out", str(out)]
+    )
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted([PROCGEN_ENV, NETHACK_ENV])
