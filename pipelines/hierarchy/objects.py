@@ -27,6 +27,7 @@ MAX_DEPTH = 2000
 INT32_MAX = 2**31 - 1
 
 _Object = episode_pb2.Object
+_ID_HASH = hashlib.blake2b(digest_size=8)
 _FromString = episode_pb2.Object.FromString
 
 
@@ -185,7 +186,7 @@ def build_screen(
     objects: list[episode_pb2.Object] = []
     append = objects.append
     templates_get = _TEMPLATES.get
-    blake2b = hashlib.blake2b
+    new_hash = _ID_HASH.copy  # copying a prepared BLAKE2b-64 state is cheaper than constructing one
     naf: list[int] = []
     missing = invalid = off_screen = outside = 0
     w2, h2 = 2 * width, 2 * height
@@ -221,7 +222,9 @@ def build_screen(
             where = ""
         else:
             where = f"{box[0]},{box[1]},{box[2]},{box[3]}"
-        oid = blake2b(f"{parent_id}/{sibling}|{android_class}|{where}".encode(), digest_size=8).hexdigest()
+        hasher = new_hash()
+        hasher.update(f"{parent_id}/{sibling}|{android_class}|{where}".encode())
+        oid = hasher.hexdigest()
         ids[i] = oid
         o.id = oid
         o.index = i
