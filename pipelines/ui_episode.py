@@ -38,6 +38,9 @@ ASPECT_TOLERANCE = 0.01
 #: be that object (rescaling rounds each edge once).
 TARGET_SLACK = 1
 MISMATCH = "screenshot_mismatch"
+#: Packages of the system's own views (window decor, status and navigation bars): an app's episode is named
+#: after its own package even when these views outnumber its objects.
+FRAMEWORK_PACKAGES = frozenset({"android", "com.android.systemui"})
 
 Action = ui_episode_pb2.Action
 ACTION_TYPES = {
@@ -308,7 +311,9 @@ def assemble(raw: RawEpisode, steps: list[ConvertedStep]) -> ui_episode_pb2.UiEp
     packages = Counter(
         o.android_package for s in steps for o in s.time_step.observation.objects if o.android_package
     )
-    out.app_package = raw.app_package or (packages.most_common(1)[0][0] if packages else "")
+    ranked = [p for p, _ in packages.most_common()]
+    app_packages = [p for p in ranked if p not in FRAMEWORK_PACKAGES] or ranked
+    out.app_package = raw.app_package or (app_packages[0] if app_packages else "")
     out.metadata.update(raw.metadata)
     out.metadata["source_steps"] = str(raw.num_source_steps)
     kept = {s.info.index for s in steps}

@@ -197,6 +197,9 @@ def test_single_screens_end_to_end(tmp_path: Path, fixtures_dir: Path) -> None:
     assert [
         len(got[f"rico/{p.stem}"].episode.time_steps[0].observation.objects) for p in rico
     ] == parser_objects([str(p) for p in rico])
+    # Named after the app, not the system decor views that outnumber its objects; "android" when alone.
+    assert got["rico/336"].app_package == "com.riversoft.android.mysword"
+    assert got["rico/33638"].app_package == "android"
     dumps = sorted((fixtures_dir / "uiautomator").glob("*.xml"))
     for p in dumps:
         e = got[f"uiautomator/{p.stem}"]
