@@ -16,17 +16,17 @@ from annotator.views import session
 # harness (AppTest) into the legacy multipage mode, where the pages run without this entry script.
 VIEWS = Path(__file__).resolve().parent / "views"
 
-st.set_page_config(page_title="stepmark annotator", page_icon="🏷️", layout="wide")
+st.set_page_config(page_title="stepmark annotator", page_icon=":material/label:", layout="wide")
 
 config = session.settings()
 user = session.sidebar_identity(config)
 navigation = st.navigation(
     [
-        st.Page(VIEWS / "episodes.py", title="Episodes", icon="📋", default=True),
-        st.Page(VIEWS / "replay.py", title="Replay", icon="▶️"),
-        st.Page(VIEWS / "record.py", title="Record", icon="🎮"),
-        st.Page(VIEWS / "studies.py", title="Studies", icon="📚"),
-        st.Page(VIEWS / "export.py", title="Export", icon="📦"),
+        st.Page(VIEWS / "episodes.py", title="Episodes", icon=":material/table_rows:", default=True),
+        st.Page(VIEWS / "replay.py", title="Replay", icon=":material/play_circle:"),
+        st.Page(VIEWS / "record.py", title="Record", icon=":material/sports_esports:"),
+        st.Page(VIEWS / "studies.py", title="Studies", icon=":material/library_books:"),
+        st.Page(VIEWS / "export.py", title="Export", icon=":material/download:"),
     ]
 )
 if not user:

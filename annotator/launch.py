@@ -45,6 +45,7 @@ def command(config: LaunchConfig) -> list[str]:
         "--server.port", str(config.port),
         "--browser.gatherUsageStats", "false",
         "--server.fileWatcherType", "none",
+        "--client.toolbarMode", "minimal",
         "--", "--data", str(config.data_dir),
     ]  # fmt: skip
     if config.store:
@@ -62,11 +63,11 @@ def start(config: LaunchConfig, **popen_kwargs) -> subprocess.Popen:
 
 
 def run(config: LaunchConfig) -> int:
-    """Run in the foreground until interrupted; returns Streamlit's exit status."""
-    process = start(config)
-    try:
-        return process.wait()
-    except KeyboardInterrupt:
-        process.terminate()
-        process.wait(timeout=10)
-        return 130
+    """Become the Streamlit server (exec): signals such as Ctrl+C or a TERM from a supervisor reach it directly
+    and no orphan server is left behind. Returns only if exec fails."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.environ.setdefault("STREAMLIT_BROWSER_GATHER_USAGE_STATS", "false")
+    cmd = command(config)
+    os.execv(cmd[0], cmd)
+    return 1  # not reached

@@ -123,12 +123,12 @@ def render() -> None:
         + (f" — {', '.join(selected[:3])}…" if len(selected) > 3 else "".join(f" {s}" for s in selected))
     )
     c1, c2, c3 = st.columns(3)
-    if c1.button("▶️ Replay", disabled=len(selected) != 1, key="ep_replay"):
+    if c1.button("Replay", icon=":material/play_arrow:", disabled=len(selected) != 1, key="ep_replay"):
         st.switch_page("views/replay.py", query_params={"episode": selected[0], "step": "0"})
-    if c2.button("📦 Export selected", disabled=not selected, key="ep_export"):
+    if c2.button("Export selected", icon=":material/download:", disabled=not selected, key="ep_export"):
         st.session_state["export_refs"] = selected
         st.switch_page("views/export.py")
-    with c3.popover("🗑️ Delete selected", disabled=not selected):
+    with c3.popover("Delete selected", icon=":material/delete:", disabled=not selected):
         deletable = [k for k in selected if bool(table.loc[table["episode"] == k, "can delete"].iloc[0])]
         refused = [k for k in selected if k not in deletable]
         if refused:
@@ -146,7 +146,7 @@ def render() -> None:
                         deleted += 1
                 except StepmarkError as exc:
                     st.error(f"{key}: {exc}")
-            session.confirm(f"Deleted {deleted} episode(s)", "🗑️")
+            session.confirm(f"Deleted {deleted} episode(s)", ":material/delete:")
             st.session_state.pop(TABLE_KEY, None)
             st.rerun()
 

@@ -29,7 +29,8 @@ def download(path: Path) -> None:
         st.caption(f"Folder written to `{path}`")
         path = zipped
     st.download_button(
-        "⬇️ Download " + path.name,
+        "Download " + path.name,
+        icon=":material/download:",
         data=path.read_bytes(),
         file_name=path.name,
         mime="application/zip",
@@ -68,7 +69,7 @@ def render() -> None:
     recent = sorted({t for s in studies for t in ops.recent_tags(s, limit=50)})
     end_tags = st.multiselect("End-of-episode step tags (cut each episode at the first such step)", recent,
                               accept_new_options=True, key="export_end_tags")  # fmt: skip
-    if st.button("📦 Export", type="primary", disabled=not chosen, key="export_run"):
+    if st.button("Export", icon=":material/archive:", type="primary", disabled=not chosen, key="export_run"):
         request = client_pb2.DownloadEpisodesRequest(
             refs=[parse_ref_key(k) for k in chosen],
             archive=archive,
@@ -88,7 +89,7 @@ def render() -> None:
             return
         bar.progress(1.0, text="Done")
         st.session_state["export_result"] = response.url
-        st.toast(f"Exported {len(chosen)} episode(s)", icon="📦")
+        st.toast(f"Exported {len(chosen)} episode(s)", icon=":material/archive:")
     url = st.session_state.get("export_result")
     if url:
         path = result_path(url)

@@ -32,6 +32,11 @@ def shortcut_for(key: str) -> str | None:
     return None
 
 
+def playable(env: study_pb2.EnvironmentSpec) -> bool:
+    """Imported UI traces sit in studies whose environment has no type: there is nothing to play."""
+    return env.WhichOneof("type") is not None
+
+
 def _act(ops, keys: list[str]) -> None:
     try:
         result = ops.action(client_pb2.ActionRequest(keys=keys))
@@ -44,15 +49,16 @@ def _act(ops, keys: list[str]) -> None:
 
 def start_panel(ops) -> None:
     studies = [
-        s for s in ops.all_studies() if s.state == study_pb2.StudySpec.STATE_ENABLED and s.environment_specs
-    ]
+        s for s in ops.all_studies()
+        if s.state == study_pb2.StudySpec.STATE_ENABLED and any(playable(e) for e in s.environment_specs)
+    ]  # fmt: skip
     if not studies:
-        st.info("No enabled study with an environment: create one on the Studies page.")
+        st.info("No enabled study with an environment to play: create one on the Studies page.")
         return
     by_id = {s.id: s for s in studies}
     c1, c2, c3 = st.columns([2, 2, 1])
     study_id = c1.selectbox("Study", list(by_id), format_func=lambda k: by_id[k].name, key="rec_study")
-    envs = {e.id: e for e in by_id[study_id].environment_specs}
+    envs = {e.id: e for e in by_id[study_id].environment_specs if playable(e)}
     env_id = c2.selectbox("Environment", list(envs), key="rec_env",
                           format_func=lambda k: f"{envs[k].name or k} ({k})")  # fmt: skip
     quality = c3.selectbox("Quality", list(QUALITIES), index=1, key="rec_quality")
@@ -61,7 +67,7 @@ def start_panel(ops) -> None:
         st.markdown(f"**Instructions:** {study.instructions}")
     if envs[env_id].additional_instructions:
         st.markdown(envs[env_id].additional_instructions)
-    if st.button("▶️ Start recording", type="primary", key="rec_start"):
+    if st.button("Start recording", icon=":material/play_arrow:", type="primary", key="rec_start"):
         try:
             ops.set_quality(client_pb2.SetQualityRequest(quality=QUALITIES[quality]))
             ops.select_study(client_pb2.SelectStudyRequest(study_id=study_id))
@@ -82,8 +88,8 @@ def save_dialog(ops) -> None:
         key="rec_completed",
     )
     c1, c2 = st.columns(2)
-    accept = c1.button("💾 Save episode", type="primary", key="rec_accept")
-    reject = c2.button("🗑️ Reject episode", key="rec_reject")
+    accept = c1.button("Save episode", icon=":material/save:", type="primary", key="rec_accept")
+    reject = c2.button("Reject episode", icon=":material/delete:", key="rec_reject")
     if accept or reject:
         try:
             saved = ops.save_episode(
@@ -159,14 +165,19 @@ def render() -> None:
             frame_panel(ops)
 
         ticking()
-    if st.button("⏹️ Stop recording", key="rec_cancel", help="An episode with steps is kept as cancelled"):
+    if st.button(
+        "Stop recording",
+        icon=":material/stop:",
+        key="rec_cancel",
+        help="An episode with steps is kept as cancelled",
+    ):
         try:
             kept = ops.close_recorder()
         except StepmarkError as exc:
             st.error(str(exc))
             return
         session.confirm(f"Stopped; episode {kept.id} kept as cancelled" if kept else "Stopped; nothing recorded",
-                        "⏹️")  # fmt: skip
+                        ":material/stop:")  # fmt: skip
         st.rerun()
 
 

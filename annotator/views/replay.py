@@ -164,7 +164,7 @@ def ui_step(ops, response: client_pb2.ReplayStepResponse, step) -> None:
         else:
             st.warning("This step has no screenshot.")
         for warning in view.warnings:
-            st.caption(f"⚠️ {warning}")
+            st.caption(f":material/warning: {warning}")
 
 
 def env_step(response: client_pb2.ReplayStepResponse, rewards, tagged: dict[int, list[str]]) -> None:
@@ -202,7 +202,9 @@ def _do(change, ok_message: str, fail_message: str) -> None:
     except StepmarkError as exc:
         st.error(str(exc))
         return
-    session.confirm(ok_message if ok else fail_message, "✅" if ok else "ℹ️")
+    session.confirm(
+        ok_message if ok else fail_message, ":material/check_circle:" if ok else ":material/info:"
+    )
     st.rerun()
 
 
@@ -221,7 +223,7 @@ def tagging(ops, index: int) -> None:
         ),
     )
     with st.form("step_tag_form", clear_on_submit=True, border=False):
-        c1, c2 = st.columns([3, 1])
+        c1, c2 = st.columns([3, 2])
         label = c1.text_input("New step tag", key="step_tag_text", label_visibility="collapsed",
                               placeholder="tag this step")  # fmt: skip
         if c2.form_submit_button("Tag step") and label.strip():
@@ -253,7 +255,7 @@ def tagging(ops, index: int) -> None:
         ),
     )
     with st.form("episode_tag_form", clear_on_submit=True, border=False):
-        c1, c2 = st.columns([3, 1])
+        c1, c2 = st.columns([3, 2])
         label = c1.text_input("New episode tag", key="episode_tag_text", label_visibility="collapsed",
                               placeholder="tag the episode")  # fmt: skip
         if c2.form_submit_button("Tag episode") and label.strip():
@@ -287,7 +289,7 @@ def tagging(ops, index: int) -> None:
         )
     labels = [STATE_LABELS[s] for s in sorted(STATE_LABELS)]
     current = STATE_LABELS.get(episode.state, "Unspecified")
-    c1, c2 = st.columns([3, 1])
+    c1, c2 = st.columns([3, 2])
     chosen = c1.selectbox(
         "State", labels, index=labels.index(current), key=f"state_{ref_key(ops.replay.ref)}"
     )
@@ -295,17 +297,17 @@ def tagging(ops, index: int) -> None:
         _do(lambda: ops.set_episode_state(STATE_BY_LABEL[chosen]) is not None, f"State set to {chosen}", "")
 
     st.divider()
-    if st.button("↩️ Undo my last change", key="undo"):
+    if st.button("Undo my last change", icon=":material/undo:", key="undo"):
         try:
             entry = ops.undo()
         except StepmarkError as exc:
             st.error(str(exc))
         else:
             if entry is None:
-                session.confirm("Nothing of yours to undo", "ℹ️")
+                session.confirm("Nothing of yours to undo", ":material/info:")
             else:
                 step = f" on step {entry.step_index}" if entry.step_index is not None else ""
-                session.confirm(f"Undid your last change{step}", "↩️")
+                session.confirm(f"Undid your last change{step}", ":material/undo:")
             st.rerun()
 
 
@@ -358,7 +360,7 @@ def render() -> None:
     index = scrubber(num_steps, tagged)
     st.query_params["step"] = str(index)
 
-    view, tags = st.columns([3, 1])
+    view, tags = st.columns([5, 2])
     with view:
         try:
             response, step = ops.replay_step_with_data(index)

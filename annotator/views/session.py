@@ -121,7 +121,7 @@ def start(config: Settings, user: str) -> Operations:
     return ops
 
 
-def confirm(message: str, icon: str = "✅") -> None:
+def confirm(message: str, icon: str = ":material/check_circle:") -> None:
     """Every stored change is confirmed on screen (kept across the rerun that follows the change)."""
     st.session_state.setdefault("_toasts", []).append((message, icon))
 

@@ -21,7 +21,7 @@ FAMILY_FIELDS = {
 }
 # oneof field -> key of registry.valid_ids()
 VALID_ID_KEYS = {"net_hack": "nethack"}
-NEW = "➕ New study"
+NEW = "+ New study"
 
 
 @st.cache_resource(show_spinner="Reading the installed environments…")
@@ -175,7 +175,7 @@ def study_editor(ops, study: study_pb2.StudySpec | None) -> None:
                 st.error(f"Environment id {added.id!r} is already used in this study.")
             else:
                 st.session_state[draft_key].append(added.SerializeToString())
-                session.confirm(f"Environment {added.id} added: save the study to keep it", "➕")
+                session.confirm(f"Environment {added.id} added: save the study to keep it", ":material/add:")
                 st.rerun()
 
     if st.button("Save study", type="primary", key=f"{prefix}save"):

@@ -42,7 +42,7 @@ def test_the_annotator_asks_who_is_annotating(data_dir, monkeypatch):
 def test_create_a_study_with_a_procgen_environment_then_edit_and_disable(data_dir, monkeypatch):
     at = studies_page(ALICE, monkeypatch)
     assert "No study yet" in at.info[0].value
-    assert at.selectbox(key="study_pick").value == "➕ New study"
+    assert at.selectbox(key="study_pick").value == "+ New study"
     at.text_input(key="s_new_name").set_value("Coin collecting")
     at.text_area(key="s_new_desc").set_value("Collect the coin in CoinRun")
     at.text_input(key="s_new_env_id").set_value("coinrun-easy")
