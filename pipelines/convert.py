@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -125,12 +126,16 @@ class OnlyType(beam.PTransform):
 
 
 class DiscoverEpisodes(beam.DoFn):
-    """INPUT folder -> EpisodeSource per episode; orphan screenshots as dead letters; one DiscoveryReport."""
+    """INPUT folder -> EpisodeSource per episode; orphan screenshots as dead letters; one DiscoveryReport.
+    Files under `exclude` (the output folder, when it lies inside INPUT) are not looked at."""
+
+    def __init__(self, exclude: tuple[str, ...] = ()) -> None:
+        self.exclude = exclude
 
     def process(self, root: str) -> Iterator:
         found = ignored = 0
         examples: list[str] = []
-        for item in discover(root):
+        for item in discover(root, self.exclude):
             if isinstance(item, EpisodeSource):
                 found += 1
                 yield item
@@ -336,17 +341,18 @@ class ConvertUiTraces(beam.PTransform):
     """PBegin -> {"shards": ShardWritten, "dead_letters": DeadLetter, "reports": DiscoveryReport}."""
 
     def __init__(self, input_path: str, temp_dir: str, num_shards: int, drop_invisible: bool = False,
-                 progress: bool = True) -> None:  # fmt: skip
+                 progress: bool = True, exclude: tuple[str, ...] = ()) -> None:  # fmt: skip
         super().__init__()
         self.input_path, self.temp_dir, self.num_shards = input_path, temp_dir, num_shards
-        self.drop_invisible, self.progress = drop_invisible, progress
+        self.drop_invisible, self.progress, self.exclude = drop_invisible, progress, exclude
 
     def expand(self, pbegin):
         num_shards = self.num_shards
         found = (
             pbegin
             | "Input" >> beam.Create([self.input_path])
-            | "Discover" >> beam.ParDo(DiscoverEpisodes()).with_outputs(DEAD, REPORT, main="sources")
+            | "Discover"
+            >> beam.ParDo(DiscoverEpisodes(self.exclude)).with_outputs(DEAD, REPORT, main="sources")
         )
         converted = (
             found.sources
@@ -502,6 +508,16 @@ class _Heartbeat:
         self.stop.set()
 
 
+def output_inside_input(input_path: str, output: str) -> tuple[str, ...]:
+    """OUTPUT as a path under INPUT's spelling when it lies inside INPUT (so discovery can skip it), else ()."""
+    if FileSystems.get_scheme(input_path) is None and FileSystems.get_scheme(output) is None:
+        rel = os.path.relpath(os.path.abspath(output), os.path.abspath(input_path))  # local paths only
+        if rel != "." and not rel.startswith(".."):
+            return (files.join(input_path, rel),)
+        return ()
+    return (output,) if output.startswith(input_path.rstrip("/") + "/") else ()
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse arguments, build and run the pipeline, print the summary. Returns 0."""
     args, beam_args = parse_args(argv)
@@ -523,7 +539,12 @@ def run(argv: Sequence[str] | None = None) -> int:
 
     pipeline = beam.Pipeline(options=options)
     results = pipeline | "ConvertUiTraces" >> ConvertUiTraces(
-        input_path, temp_dir, args.shards, args.drop_invisible, progress=not args.quiet
+        input_path,
+        temp_dir,
+        args.shards,
+        args.drop_invisible,
+        progress=not args.quiet,
+        exclude=output_inside_input(input_path, output),
     )
     results | "WriteOutput" >> WriteOutput(output, temp_dir, args.shards, summary)
     with _Heartbeat(30.0 if not args.quiet else 1e9):

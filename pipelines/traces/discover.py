@@ -218,6 +218,8 @@ def _single_file(path: str) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile
     yield EpisodeSource(layout="single_screen", episode_id=stem, source_path=path, files=tuple(group))
 
 
-def discover(root: str) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile]:
-    """List `root` (any Beam filesystem) and plan its episodes."""
-    yield from plan(root, files.list_files(root))
+def discover(root: str, exclude: tuple[str, ...] = ()) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile]:
+    """List `root` (any Beam filesystem) and plan its episodes, skipping everything under the `exclude` folders
+    (the conversion's own output when it lies inside INPUT)."""
+    skip = tuple(files.strip_slash(e).replace("\\", "/") + "/" for e in exclude)
+    yield from plan(root, [p for p in files.list_files(root) if not p.replace("\\", "/").startswith(skip)])

@@ -328,3 +328,24 @@ def test_shard_written_is_small() -> None:
         "layouts",
         "size_bytes",
     }
+
+
+def test_output_inside_input_is_not_read_back(tmp_path: Path, fixtures_dir: Path) -> None:
+    inp = tmp_path / "in"
+    for sid in ("336", "33638"):
+        link(fixtures_dir / "rico" / f"{sid}.json", inp / f"{sid}.json")
+        link(fixtures_dir / "rico" / f"{sid}.jpg", inp / f"{sid}.jpg")
+    first = convert(inp, inp / "converted")
+    again = convert(inp, inp / "converted", "--overwrite")
+    for summary in (first, again):
+        assert (summary["discovered_episodes"], summary["episodes"], summary["dead_letters"]) == (2, 2, 0)
+        assert summary["ignored_files"] == 0
+
+
+def test_output_inside_input_spellings() -> None:
+    from pipelines.convert import output_inside_input
+
+    assert output_inside_input("/a/in", "/a/in/out") == ("/a/in/out",)
+    assert output_inside_input("/a/in", "/a/out") == ()
+    assert output_inside_input("gs://b/in", "gs://b/in/out") == ("gs://b/in/out",)
+    assert output_inside_input("gs://b/in", "gs://b/inside") == ()
