@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-DEFAULT_RUNNER = "FnApiRunner"  # registered short name of apache_beam.runners.portability.fn_api_runner.FnApiRunner
+#: Registered short name of apache_beam.runners.portability.fn_api_runner.FnApiRunner (checked in Beam 2.77).
+DEFAULT_RUNNER = "FnApiRunner"
 
 
 def has_runner(beam_args: Sequence[str]) -> bool:

@@ -42,7 +42,9 @@ def read_at(f: BinaryIO, offset: int, *, name: str = "shard") -> tuple[bytes, in
     (length,) = _LENGTH.unpack(length_bytes)
     (length_crc,) = _CRC.unpack(header[_LENGTH.size :])
     if length_crc != masked_crc(length_bytes):
-        raise TFRecordError(f"{name}: byte {offset} is not the start of a TFRecord record (length CRC mismatch)")
+        raise TFRecordError(
+            f"{name}: byte {offset} is not the start of a TFRecord record (length CRC mismatch)"
+        )
     data = f.read(length)
     footer = f.read(FOOTER_SIZE)
     if len(data) < length or len(footer) < FOOTER_SIZE:
