@@ -265,7 +265,10 @@ def _repair(data: bytes, warnings: list[str]) -> bytes:
     def drop_ref(match: re.Match[str]) -> str:
         nonlocal stripped
         ref = match.group(1)
-        code = int(ref[1:], 16) if ref[0] in "xX" else int(ref)
+        if len(ref) <= 10:  # longer references are out of range anyway (and int() limits digit counts)
+            code = int(ref[1:], 16) if ref[0] in "xX" else int(ref)
+        else:
+            code = -1
         if _valid_xml_char(code):
             return match.group(0)
         stripped += 1

@@ -301,10 +301,14 @@ def test_emoji_and_astral_character_references():
 
 
 def test_invalid_xml_characters_are_stripped_with_a_warning():
-    body = _node('text="a\x01b&#1;c&#x1F;d&#xFFFE;e&#55296;f\tg" bounds="[0,0][100,100]"')
+    body = _node(
+        'text="a\x01b&#1;c&#x1F;d&#xFFFE;e&#55296;f\tg&#x110000;h&#'
+        + "9" * 5000
+        + ';" bounds="[0,0][100,100]"'
+    )
     screen = parse(_dump(body))
-    assert screen.objects[0].text == "abcdef g"  # XML attribute normalisation turns the tab into a space
-    assert screen.warnings == ["removed 5 character(s) not allowed in XML"]
+    assert screen.objects[0].text == "abcdef gh"  # XML attribute normalisation turns the tab into a space
+    assert screen.warnings == ["removed 7 character(s) not allowed in XML"]
 
 
 def test_invalid_utf8_bytes_are_replaced():
@@ -496,3 +500,35 @@ def test_detect_format_and_explicit_format():
         parse(rico_bytes, fmt="html")
     with pytest.raises(HierarchyError):
         uiautomator.parse(rico_bytes)
+
+
+def test_utf8_bom_and_leading_whitespace(api27: bytes, api27_objects: list[bytes]):
+    assert _serialized(parse(codecs.BOM_UTF8 + api27)) == api27_objects
+    assert _serialized(parse(b"\n\n  " + api27)) == api27_objects
+
+
+def test_bytes_like_inputs(api27: bytes, api27_objects: list[bytes]):
+    assert _serialized(parse(bytearray(api27))) == api27_objects
+    assert _serialized(parse(memoryview(api27))) == api27_objects
+
+
+def test_parser_is_reusable_after_a_failure_in_the_same_thread(api27: bytes, api27_objects: list[bytes]):
+    for bad in (
+        _nested_xml(MAX_DEPTH + 5),
+        API27.read_bytes()[:700],
+        b"<hierarchy><node bounds='[0,0][1,1]'>",
+    ):
+        with pytest.raises(HierarchyError):
+            parse(bad)
+        assert _serialized(parse(api27)) == api27_objects
+
+
+def test_parsing_in_threads_gives_the_same_objects():
+    from concurrent.futures import ThreadPoolExecutor
+
+    paths = sorted((FIXTURES / "uiautomator").glob("*.xml")) + sorted((FIXTURES / "rico").glob("*.json"))[:10]
+    blobs = [p.read_bytes() for p in paths] * 4
+    expected = [_serialized(parse(b)) for b in blobs]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda b: _serialized(parse(b)), blobs))
+    assert got == expected
