@@ -9,7 +9,6 @@ import pytest
 
 from pipelines.store import Repository, open_store
 from protos.rlds_creator import study_pb2
-from tests.pg_fixture import pg_url, postgres_server  # noqa: F401  (fixtures; see tests/pg_fixture.py)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
