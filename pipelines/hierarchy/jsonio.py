@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-import sys
-import threading
 from collections.abc import Callable
+from json.decoder import scanstring
 from typing import TypeVar
 
 from .errors import HierarchyError
 from .objects import MAX_DEPTH
 
-# Rico nests a node as {"children": [{...}]}: two JSON levels per view level, plus the document's own.
-_DEEP_LIMIT = 2 * MAX_DEPTH + 200
-_deep_lock = threading.Lock()
+# Rico nests a node as {"children": [{...}]}: two JSON levels per view level, plus the document's own
+# ({"activity": {"root": ...}}) and small lists inside a node (bounds, content-desc).
+MAX_NESTING = 2 * MAX_DEPTH + 8
 T = TypeVar("T")
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -56,20 +55,92 @@ def _replace_lone_surrogates(data: bytes) -> tuple[bytes, int]:
     return b"".join(pieces), count
 
 
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LITERALS = (("true", True), ("false", False), ("null", None))
+
+
+def _read_key(text: str, pos: int) -> tuple[str, int]:
+    if text[pos : pos + 1] != '"':
+        raise ValueError(f"Expecting property name enclosed in double quotes at char {pos}")
+    key, pos = scanstring(text, pos + 1, True)
+    pos = _WHITESPACE.match(text, pos).end()
+    if text[pos : pos + 1] != ":":
+        raise ValueError(f"Expecting ':' delimiter at char {pos}")
+    return key, _WHITESPACE.match(text, pos + 1).end()
+
+
+def loads_iterative(text: str, max_nesting: int = MAX_NESTING) -> object:
+    """Strict JSON without recursion: an explicit stack, so depth costs neither C stack nor recursion limit.
+
+    Used only for documents the C decoder refuses with RecursionError (deeper than about 1,000 levels);
+    nesting beyond `max_nesting` raises `too_deep` as soon as it is seen.
+    """
+    skip = _WHITESPACE.match
+    stack: list[dict | list] = []  # open containers
+    keys: list[str] = []  # the pending key of every open object (lists hold "")
+    pos = skip(text, 0).end()
+    while True:
+        char = text[pos : pos + 1]
+        if char == "{" or char == "[":
+            stack.append({} if char == "{" else [])
+            keys.append("")
+            if len(stack) > max_nesting:
+                raise HierarchyError("too_deep", f"JSON nested deeper than {MAX_DEPTH} view levels")
+            pos = skip(text, pos + 1).end()
+            if text[pos : pos + 1] != ("}" if char == "{" else "]"):
+                if char == "{":
+                    keys[-1], pos = _read_key(text, pos)
+                continue  # read the first member
+            pos += 1
+            keys.pop()
+            value: object = stack.pop()
+        elif char == '"':
+            value, pos = scanstring(text, pos + 1, True)
+        else:
+            number = _NUMBER.match(text, pos)
+            if number is not None:
+                value = float(number.group()) if number.group(1) or number.group(2) else int(number.group())
+                pos = number.end()
+            else:
+                for literal, literal_value in _LITERALS:
+                    if text.startswith(literal, pos):
+                        value = literal_value
+                        pos += len(literal)
+                        break
+                else:
+                    raise ValueError(f"Expecting value at char {pos}")
+        while True:  # a value is complete: store it, then close every container that ends here
+            if not stack:
+                if skip(text, pos).end() != len(text):
+                    raise ValueError(f"Extra data at char {pos}")
+                return value
+            parent = stack[-1]
+            if type(parent) is dict:
+                parent[keys[-1]] = value
+            else:
+                parent.append(value)
+            pos = skip(text, pos).end()
+            char = text[pos : pos + 1]
+            if char == ",":
+                pos = skip(text, pos + 1).end()
+                if type(parent) is dict:
+                    keys[-1], pos = _read_key(text, pos)
+                break
+            if char != ("}" if type(parent) is dict else "]"):
+                raise ValueError(f"Expecting ',' delimiter at char {pos}")
+            pos += 1
+            keys.pop()
+            value = stack.pop()
+
+
 def _loads(data: bytes | str) -> object:
     try:
         return json.loads(data)
     except RecursionError:
         pass
-    with _deep_lock:
-        old = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(old, _DEEP_LIMIT))
-        try:
-            return json.loads(data)
-        except RecursionError:
-            raise HierarchyError("too_deep", f"JSON nested deeper than {MAX_DEPTH} view levels") from None
-        finally:
-            sys.setrecursionlimit(old)
+    text = data if isinstance(data, str) else data.decode(json.detect_encoding(data), "surrogatepass")
+    return loads_iterative(text)
 
 
 def load_json(data: bytes, *, repair_surrogates: bool = False) -> tuple[object, list[str]]:
@@ -78,9 +149,9 @@ def load_json(data: bytes, *, repair_surrogates: bool = False) -> tuple[object, 
     Bytes invalid in UTF-8 become U+FFFD, with a warning. With `repair_surrogates`, lone surrogate escapes
     (`\\ud800` without its pair, which no proto string can hold) become U+FFFD too; callers ask for that only
     after a first attempt failed with UnicodeEncodeError (`with_json_document`), so the scan costs nothing on
-    clean input. The C decoder recurses once per nesting level and counts against Python's recursion limit
-    (1000 by default), which a 1,000-level Rico hierarchy exceeds: only documents that hit it are retried once,
-    under a lock, with the limit raised far enough for MAX_DEPTH view levels; deeper ones are `too_deep`.
+    clean input. The C decoder recurses once per nesting level and stops with RecursionError near 1,000
+    levels, which a 1,000-level Rico hierarchy (two JSON levels per view) exceeds: such documents are read
+    again by `loads_iterative`, which needs no stack, and nesting beyond MAX_NESTING is `too_deep`.
     """
     if not data or not data.strip():
         raise HierarchyError("empty", "the hierarchy file is empty")

@@ -5,15 +5,18 @@ from __future__ import annotations
 import codecs
 import json
 import pickle
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from pipelines.errors import StepmarkError
 from pipelines.hierarchy import MAX_DEPTH, HierarchyError, detect_format, droidbot, parse, rico, uiautomator
+from pipelines.hierarchy.jsonio import loads_iterative
 from protos.llm4mobile import episode_pb2
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, REPO_ROOT
 
 T = episode_pb2.ObjectType
 G = episode_pb2.GridLocation
@@ -188,19 +191,72 @@ def _nested_rico(levels: int) -> bytes:
     return ('{"activity": {"root": ' + node * levels + "]}" * levels + "}}").encode()
 
 
-def test_thousand_levels_of_rico_convert_and_the_recursion_limit_is_restored():
+def test_thousand_levels_of_rico_convert():
     limit = sys.getrecursionlimit()
     screen = parse(_nested_rico(1000))
     assert len(screen.objects) == 1000
     assert screen.objects[-1].dom_position.depth == 999
-    assert sys.getrecursionlimit() == limit
+    assert len(parse(_nested_rico(MAX_DEPTH + 1)).objects) == MAX_DEPTH + 1
+    assert sys.getrecursionlimit() == limit  # nothing process-wide was touched
+
+
+def test_deep_rico_in_a_thread_with_a_small_stack():
+    """The deep path needs no C stack: a 256 KiB thread stack parses 2,001 levels (a crash would kill the
+    child process, so this runs in one)."""
+    code = textwrap.dedent(
+        f"""
+        import threading
+        from pipelines.hierarchy import parse, HierarchyError
+        node = '{{"class": "a.B", "bounds": [0, 0, 10, 10], "children": ['
+        doc = lambda n: ('{{"activity": {{"root": ' + node * n + "]}}" * n + "}}}}").encode()
+        out = []
+        def run():
+            out.append(len(parse(doc({MAX_DEPTH + 1})).objects))
+            try:
+                parse(doc(50_000))
+            except HierarchyError as error:
+                out.append(error.reason)
+        threading.stack_size(256 * 1024)
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        print(out)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"[{MAX_DEPTH + 1}, 'too_deep']"
+
+
+@pytest.mark.parametrize("path", sorted((FIXTURES / "rico").glob("*.json"))[:12], ids=lambda p: p.name)
+def test_iterative_json_reader_matches_the_c_decoder(path: Path):
+    text = path.read_text(encoding="utf-8")
+    assert loads_iterative(text) == json.loads(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a": [1, 2.5, -3e2, true, false, null, "x\\u00e9\\n"], "b": {}, "c": []}', "  [ ]  ", '"s"', "0"],
+)
+def test_iterative_json_reader_on_small_documents(text: str):
+    assert loads_iterative(text) == json.loads(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "{", '{"a" 1}', '{"a": 1,}', "[1 2]", "[1] x", "{1: 2}", "tru", '"\x01"']
+)
+def test_iterative_json_reader_rejects_what_json_rejects(text: str):
+    with pytest.raises(ValueError):
+        json.loads(text)
+    with pytest.raises(ValueError):
+        loads_iterative(text)
 
 
 @pytest.mark.parametrize("levels", [MAX_DEPTH + 2, 5000, 100_000])
 def test_deeper_rico_is_too_deep(levels: int):
-    limit = sys.getrecursionlimit()
     assert _reason(_nested_rico(levels)) == "too_deep"
-    assert sys.getrecursionlimit() == limit
 
 
 def test_deep_droidbot_chain_and_cycles():
