@@ -41,35 +41,45 @@ def env_spec() -> study_pb2.EnvironmentSpec:
     return spec
 
 
-def bare_steps(actions: list[int]) -> float:
+def bare_steps(actions: list[int], *, display: bool = False) -> float:
+    """Bare steps; with `display`, also the JPEG a person playing without recording would be shown."""
     env = registry.create(env_spec(), seed=0)
     env.reset()
     start = time.perf_counter()
     for a in actions:
-        if env.step(a).last:
+        last = env.step(a).last
+        if display:
+            encode_jpeg(env.render())
+        if last:
             env.reset()
     elapsed = time.perf_counter() - start
     env.close()
     return elapsed
 
 
-def recorded_steps(actions: list[int], data: Path) -> tuple[float, int]:
+def recorded_steps(actions: list[int], data: Path) -> tuple[float, int, float]:
+    """(seconds, episodes, seconds spent between episodes: closing, registering, opening the next)."""
     repo = open_store(None, data)
     study = repo.create_study(study_pb2.StudySpec(name="bench", environment_specs=[env_spec()]), "bench")
     rec = Recorder(repo, data, study.id, "bench", "bench@example.com", seed=0)
     rec.start()
     episodes = 0
+    boundaries = 0.0
     start = time.perf_counter()
     for a in actions:
         if isinstance(rec.step_action(a), client_pb2.ConfirmSaveResponse):
+            t = time.perf_counter()
             rec.save(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True))
             episodes += 1
             rec.start()
+            boundaries += time.perf_counter() - t
+    t = time.perf_counter()
     rec.cancel()  # closes and registers the last episode: its files are complete inside the timing
+    boundaries += time.perf_counter() - t
     elapsed = time.perf_counter() - start
     rec.close()
     repo.close()
-    return elapsed, episodes + 1
+    return elapsed, episodes + 1, boundaries
 
 
 def components(n: int) -> dict[str, float]:
@@ -91,23 +101,28 @@ def components(n: int) -> dict[str, float]:
     start = time.perf_counter()
     jpegs = [encode_jpeg(t.observation["image"]) for t in transitions]
     out["JPEG encode (64x64, web_medium)"] = (time.perf_counter() - start) / n * 1e6
-    records = []
-    for name, encode in (
-        ("envlogger codec.encode", codec.encode),
-        ("fast_codec.encode (what we write)", fast_codec.encode),
-    ):
-        start = time.perf_counter()
-        records = [
-            encode(
-                step_data.StepData(
-                    make_timestep(t.observation, t.reward, first=False, terminated=False, truncated=False),
-                    np.int64(3),
-                    custom_data(j, ["ArrowRight"], t.info),
-                )
-            )
-            for t, j in zip(transitions, jpegs, strict=True)
-        ]
-        out[name] = (time.perf_counter() - start) / n * 1e6
+    inputs = [
+        step_data.StepData(
+            make_timestep(t.observation, t.reward, first=False, terminated=False, truncated=False),
+            np.int64(3),
+            custom_data(j, ["ArrowRight"], t.info),
+        )
+        for t, j in zip(transitions, jpegs, strict=True)
+    ]
+    encoders = {
+        "envlogger codec.encode": codec.encode,
+        "fast_codec.encode (what we write)": fast_codec.encode,
+    }
+    timings: dict[str, list[float]] = {name: [] for name in encoders}
+    records: list = []
+    for _ in range(3):  # alternate, keep the best: the machine is shared
+        for name, encode in encoders.items():
+            records = []  # free the previous round's records outside the timing
+            start = time.perf_counter()
+            records = [encode(x) for x in inputs]
+            timings[name].append((time.perf_counter() - start) / n * 1e6)
+    for name, values in timings.items():
+        out[name] = min(values)
     for options in (envlogger_store.WRITER_OPTIONS, ENVLOGGER_DEFAULT_OPTIONS):
         seconds, _ = riegeli_write(records, options)
         out[f"Riegeli add_step+close [{options}]"] = seconds / n * 1e6
@@ -153,15 +168,40 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     actions = [int(a) for a in rng.integers(0, 15, n)]
 
-    print(f"(1) recording overhead: Procgen {GAME} 64x64, {n} random steps, same actions both runs")
+    print(f"(1) recording overhead: Procgen {GAME} 64x64, {n} random steps, same actions for each variant")
     bare_steps(actions[: min(200, n)])  # warm-up: imports, first game creation
-    with tempfile.TemporaryDirectory() as d:
-        bare = bare_steps(actions)
-        rec, episodes = recorded_steps(actions, Path(d))
-    print(f"  bare env.step            {bare / n * 1e6:9.1f} us/step")
-    print(f"  through the recorder     {rec / n * 1e6:9.1f} us/step  ({episodes} episodes registered)")
-    print(f"  ratio recorder/bare      {rec / bare:9.2f}x   (target < 1.3x)")
-    print(f"  overhead per step        {(rec - bare) / n * 1e3:9.3f} ms   (a frame at 15 fps is 66.7 ms)")
+    # The machine is shared: run the variants interleaved in rounds and report the median ratio.
+    rounds = 5
+    per = max(1, n // rounds)
+    bare = rec = shown = between = 0.0
+    episodes = 0
+    ratios, play_ratios = [], []
+    for r in range(rounds):
+        chunk = actions[r * per : (r + 1) * per]
+        with tempfile.TemporaryDirectory() as d:
+            b = bare_steps(chunk)
+            rs, eps, bnd = recorded_steps(chunk, Path(d))
+            sh = bare_steps(chunk, display=True)
+        bare, rec, shown, episodes = bare + b, rec + rs, shown + sh, episodes + eps
+        between += bnd
+        ratios.append(rs / b)
+        play_ratios.append(rs / sh)
+    m = per * rounds
+    print(f"  bare env.step            {bare / m * 1e6:9.1f} us/step")
+    print(f"  through the recorder     {rec / m * 1e6:9.1f} us/step  ({episodes} episodes registered)")
+    print(
+        f"  ratio recorder/bare      {np.median(ratios):9.2f}x   median of {rounds} rounds "
+        f"(min {min(ratios):.2f}x, max {max(ratios):.2f}x; target < 1.3x)"
+    )
+    print(f"  overhead per step        {(rec - bare) / m * 1e3:9.3f} ms   (a frame at 15 fps is 66.7 ms)")
+    print(f"  env.step + JPEG shown    {shown / m * 1e6:9.1f} us/step  (playing without recording)")
+    print(
+        f"  ratio recorder/playing   {np.median(play_ratios):9.2f}x   (what recording adds to an interactive step)"
+    )
+    print(
+        f"  between episodes         {between / episodes * 1e3:9.1f} ms/episode (writer close + fsync, registration, "
+        f"next writer) = {between / m * 1e6:.1f} us/step amortised"
+    )
     print("  where a recorded step's extra time goes (us/step):")
     for name, us in components(min(n, 2000)).items():
         print(f"    {name:48s} {us:8.1f}")

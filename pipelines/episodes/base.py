@@ -131,7 +131,11 @@ def to_jsonable(value: Any) -> Any:
 
 
 def encode_info(info: Mapping[str, Any] | None) -> str:
-    return json.dumps(to_jsonable(dict(info or {})), sort_keys=True, allow_nan=False)
+    """Info as JSON text. Plain info (the usual case) is dumped directly; `to_jsonable` only on a miss."""
+    try:
+        return json.dumps(info or {}, sort_keys=True, allow_nan=False, default=to_jsonable)
+    except (TypeError, ValueError):  # non-str keys, NaN/inf, numpy scalars that `default` turned into NaN
+        return json.dumps(to_jsonable(dict(info or {})), sort_keys=True, allow_nan=False)
 
 
 def decode_info(text: Any) -> dict[str, Any]:

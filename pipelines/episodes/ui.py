@@ -15,7 +15,6 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from pipelines import ui_records  # the CONVERT helper's module: the one home for reading shards
 from pipelines.episodes.base import EpisodeReader, Step
 from pipelines.episodes.layout import resolve
 from pipelines.errors import StepmarkError
@@ -34,6 +33,10 @@ class UiEpisodeReader(EpisodeReader):
 
     @classmethod
     def open(cls, shard: str | Path, offset: int, *, episode_id: str = "") -> UiEpisodeReader:
+        # The CONVERT helper's reader (the one home for shards). Imported here: it pulls in Apache Beam
+        # (~2 s), which recording and envlogger/pickle reading never need.
+        from pipelines import ui_records
+
         path = str(shard)
         if "://" not in path and not Path(path).is_file():  # URLs (gs://...) go to Beam's filesystems
             raise StepmarkError(f"{path}: UI record shard not found")
