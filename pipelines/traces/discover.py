@@ -4,7 +4,8 @@ Rules (also in schemas/layouts.md), applied per folder, outermost first:
   * DroidBot run: the folder has `states/state_*.json` and `events/event_*.json`. Claims the whole subtree.
   * Rico trace: the folder has `view_hierarchies/*.json`. Claims the whole subtree.
   * Step folder: a folder (not claimed above) with `actions.jsonl` or `episode.json`, or whose hierarchy files
-    are named by consecutive step numbers (0..n-1 or 1..n, leading zeros allowed, at least two). Its own files.
+    are named by consecutive step numbers after a common prefix (`0..n-1` or `1..n`: "3.xml", "step_003.xml";
+    leading zeros allowed, at least two). Its own files.
   * Single screens: every other `<id>.xml|json` (with `<id>.png|jpg|jpeg|webp` when present) is a one-step
     episode.
 Screenshots with no hierarchy of the same name become dead letters (`orphan_screenshot`); other files are
@@ -53,10 +54,17 @@ def _under(folder: str, sub: str) -> str:
     return f"{folder}/{sub}" if folder else sub
 
 
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
 def _is_numbered(stems: list[str]) -> bool:
-    if len(stems) < 2 or not all(s.isdigit() for s in stems):
+    """At least two stems, all `<same prefix><number>` ("3", "step_003", "screen-3"), numbered 0..n-1 or 1..n."""
+    if len(stems) < 2:
         return False
-    numbers = sorted(int(s) for s in stems)
+    parts = [_NUMBERED.match(s) for s in stems]
+    if not all(parts) or len({m.group(1) for m in parts}) != 1:
+        return False
+    numbers = sorted(int(m.group(2)) for m in parts)
     return numbers in (list(range(len(numbers))), list(range(1, len(numbers) + 1)))
 
 

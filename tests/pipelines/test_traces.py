@@ -134,12 +134,17 @@ def test_step_folder_needs_actions_or_numbered_steps(tmp_path: Path) -> None:
     paths = [f"{root}/a/{n}" for n in ("1.xml", "1.png", "2.xml", "2.png", "3.xml")]  # numbered 1..3
     paths += [f"{root}/b/{n}" for n in ("home.xml", "home.png", "menu.xml", "actions.jsonl")]
     paths += [f"{root}/c/{n}" for n in ("12.xml", "40.xml")]  # ids, not step numbers
+    paths += [f"{root}/d/step_{n:03d}.xml" for n in range(12)]  # prefixed, zero-padded step numbers
+    paths += [f"{root}/e/{n}.xml" for n in ("home1", "menu2")]  # different prefixes
     got = sorted((s.layout, s.episode_id) for s in sources_of(plan(root, paths)))
     assert got == [
         ("single_screen", "c/12"),
         ("single_screen", "c/40"),
+        ("single_screen", "e/home1"),
+        ("single_screen", "e/menu2"),
         ("step_folder", "a"),
         ("step_folder", "b"),
+        ("step_folder", "d"),
     ]
 
 
