@@ -47,6 +47,8 @@ def image_info(data: bytes) -> ImageInfo:
         with Image.open(io.BytesIO(data)) as image:
             width, height = image.size
             pil_format = image.format
+    except Image.DecompressionBombError as exc:  # a header claiming far more pixels than any screen has
+        raise HierarchyError("bad_screenshot", f"implausibly large {sniffed} image: {exc}") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise HierarchyError("bad_screenshot", f"unreadable {sniffed} image: {exc}") from None
     name = _PIL_FORMATS.get(pil_format or "", sniffed)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 
 import pytest
 from PIL import Image
@@ -275,3 +277,24 @@ def test_image_info_rejects_bad_bytes(data: bytes):
     with pytest.raises(HierarchyError) as info:
         image_info(data)
     assert info.value.reason == "bad_screenshot"
+
+
+def _png_header(width: int, height: int) -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+    )
+
+
+def test_image_info_reads_only_the_header():
+    info = image_info(_png_header(1080, 2400))  # no pixel data at all: the size still comes from IHDR
+    assert (info.format, info.width, info.height) == ("png", 1080, 2400)
+
+
+def test_image_info_refuses_decompression_bombs():
+    with pytest.raises(HierarchyError) as info:
+        image_info(_png_header(50_000, 50_000))
+    assert info.value.reason == "bad_screenshot" and "implausibly large" in info.value.message
