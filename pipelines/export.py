@@ -99,7 +99,7 @@ class ExportRequest:
             out=str(out),
             format=format,
             store_url=store_url,
-            refs=[client_pb2.EpisodeRef().FromString(r.SerializeToString()) for r in request.refs],
+            refs=[client_pb2.EpisodeRef.FromString(r.SerializeToString()) for r in request.refs],
             archive=request.archive,
             strip_internal_metadata=request.strip_internal_metadata,
             end_of_episode_tags=list(request.end_of_episode_tags),

@@ -344,7 +344,11 @@ def ui_action(action: ui_episode_pb2.Action | None, *, strip: bool) -> dict[str,
 
 
 def _plain_info(info: dict[str, Any] | None) -> dict[str, Any]:
-    return to_jsonable(dict(info or {}))
+    """A copy to edit; readers already hand over JSON values (decoded from the stored JSON text)."""
+    out = dict(info or {})
+    if any(not isinstance(v, str | int | float | bool | list | dict | type(None)) for v in out.values()):
+        out = to_jsonable(out)
+    return out
 
 
 def transform_episode(

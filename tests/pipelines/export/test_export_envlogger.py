@@ -300,3 +300,24 @@ def test_ui_and_env_episodes_never_share_a_dataset(export_data: ExportData, tmp_
         export.export_episodes(request(export_data, tmp_path / "x", refs=refs))
     summary = export.export_episodes(request(export_data, tmp_path / "y", refs=refs, split_by_spec=True))
     assert sorted(d.name for d in summary.datasets) == [PROCGEN_ENV, "ui"]
+
+
+def test_download_request_from_the_protocol(export_data: ExportData, tmp_path: Path) -> None:
+    from protos.rlds_creator import client_pb2
+
+    proto = client_pb2.DownloadEpisodesRequest(
+        refs=[export_data.ref(e) for e in export_data.procgen],
+        archive=True,
+        strip_internal_metadata=True,
+        end_of_episode_tags=["goal"],
+    )
+    req = export.ExportRequest.from_download_request(
+        proto, data_dir=export_data.data_dir, out=tmp_path / "dl.zip", include_incomplete=False
+    )
+    assert (req.archive, req.strip_internal_metadata, req.end_of_episode_tags) == (True, True, ["goal"])
+    progress: list[float] = []
+    summary = export.export_episodes(req, progress.append)
+    assert progress[-1] == 100.0 and summary.episodes == 2 and summary.out == str(tmp_path / "dl.zip")
+    read = readback.read_envlogger(archive.safe_extract(tmp_path / "dl.zip", tmp_path / "x"))
+    assert [len(e["records"]) for e in read] == [6, export_data.procgen[1].num_steps + 1]
+    assert all("notes" not in e["metadata"] for e in read)

@@ -1,0 +1,173 @@
+"""Export throughput against simply reading the same episodes, and 2 workers against 1, side by side.
+
+    .venv/bin/python bench/bench_export.py [--episodes 6] [--steps 200] [--copies 8] [--tfds] [--no-dask]
+
+Data: `--episodes` Procgen coinrun episodes of `--steps` steps recorded by the recorder (random policy, JPEG
+frames in the custom data), each registered `--copies` times in the store (real files, many episodes fast).
+Figures, all on the same selection in one run:
+- read: `open_episode` + decode every step of every episode in a plain loop (the floor for any export);
+- export (envlogger) on FnApiRunner with 1 worker, then 2 workers (`--direct_num_workers=2`,
+  multi_processing), and on a Dask LocalCluster with 1 then 2 worker processes;
+- with `--tfds`, the TFDS export on FnApiRunner (1 worker).
+Throughput is steps/s and MB/s (MB of the written dataset; for reading, MB of the episode files read).
+The machine's cores are shared: ratios from one run are indicative, not a timing assertion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pipelines import export  # noqa: E402
+from pipelines.episodes import open_episode  # noqa: E402
+from pipelines.store import open_store  # noqa: E402
+from protos.rlds_creator import study_pb2  # noqa: E402
+
+USER = "bench@example.com"
+
+
+def make_data(data_dir: Path, episodes: int, steps: int, copies: int) -> str:
+    from annotator.recorder import record_batch
+
+    with open_store(None, data_dir) as repo:
+        spec = study_pb2.StudySpec(name="export bench")
+        env = spec.environment_specs.add(id="coinrun", name="CoinRun", sync=True, max_episode_steps=steps)
+        env.procgen.id = "coinrun"
+        study = repo.create_study(spec, USER)
+        recorded = record_batch(repo, data_dir, study.id, "coinrun", episodes, "random", user=USER, seed=1,
+                                progress=False)  # fmt: skip
+        session = repo.create_session(study.id, USER)
+        extra = []
+        for episode in recorded:
+            for _ in range(copies - 1):
+                copy = study_pb2.Episode()
+                copy.CopyFrom(episode)
+                copy.ClearField("id")
+                copy.session_id = session.id
+                extra.append(copy)
+        repo.add_episodes(extra)
+    return study.id
+
+
+def folder_mb(path: Path) -> float:
+    if path.is_file():
+        return path.stat().st_size / 1e6
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+
+
+def read_all(data_dir: Path, study_id: str) -> tuple[float, int, float]:
+    """(seconds, steps, MB of files read) for reading every selected episode's steps in a loop."""
+    with open_store(None, data_dir) as repo:
+        episodes = repo.list_episodes(study_id=study_id, states=[study_pb2.Episode.STATE_COMPLETED])
+    start = time.perf_counter()
+    steps, read_mb = 0, 0.0
+    for episode in episodes:
+        with open_episode(episode, data_dir) as reader:
+            for _ in reader:
+                steps += 1
+        read_mb += folder_mb(data_dir / episode.storage.environment_logger.tag_directory)
+    return time.perf_counter() - start, steps, read_mb
+
+
+def timed_export(
+    data_dir: Path, study_id: str, out: Path, fmt: str, beam_args: list[str]
+) -> tuple[float, int, float]:
+    start = time.perf_counter()
+    summary = export.export_episodes(
+        export.ExportRequest(
+            data_dir=str(data_dir), out=str(out), format=fmt, study_id=study_id, beam_args=beam_args
+        )
+    )
+    seconds = time.perf_counter() - start
+    if summary.dead_letters:
+        raise SystemExit(f"dead letters in the benchmark export: {summary.dead_letters[:3]}")
+    return seconds, summary.steps, folder_mb(out)
+
+
+def line(name: str, seconds: float, steps: int, mb: float, base: float | None = None) -> str:
+    rate = steps / seconds
+    text = f"{name:<34} {seconds:7.2f} s {rate:9.0f} steps/s {mb / seconds:7.1f} MB/s"
+    if base is not None:
+        text += f"   x{rate / base:.2f}"
+    return text
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--episodes", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--copies", type=int, default=8)
+    ap.add_argument("--tfds", action="store_true", help="also time the TFDS export")
+    ap.add_argument("--no-dask", action="store_true", help="skip the Dask LocalCluster runs")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="bench-export-"))
+    try:
+        data_dir = work / "data"
+        t0 = time.perf_counter()
+        study = make_data(data_dir, args.episodes, args.steps, args.copies)
+        print(
+            f"recorded {args.episodes} episode(s) x {args.copies} registrations in {time.perf_counter() - t0:.1f} s"
+        )
+
+        seconds, steps, mb = read_all(data_dir, study)
+        read_rate = steps / seconds
+        print(f"{args.episodes * args.copies} episodes, {steps} steps, {mb:.1f} MB of episode files\n")
+        print(line("read (open_episode loop)", seconds, steps, mb))
+        results = {}
+        runs = [
+            ("envlogger FnApiRunner 1 worker", "envlogger", ["--direct_num_workers=1"]),
+            ("envlogger FnApiRunner 2 workers", "envlogger",
+             ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]),
+        ]  # fmt: skip
+        if args.tfds:
+            runs.append(("tfds FnApiRunner 1 worker", "tfds", ["--direct_num_workers=1"]))
+        for i, (name, fmt, beam_args) in enumerate(runs):
+            results[name] = timed_export(data_dir, study, work / f"out{i}", fmt, beam_args)
+            print(line(f"export {name}", *results[name], base=read_rate))
+        if not args.no_dask:
+            from distributed import Client, LocalCluster
+
+            for n in (1, 2):
+                with LocalCluster(n_workers=n, threads_per_worker=1, dashboard_address=None) as cluster:
+                    with Client(cluster):
+                        dask_args = [
+                            "--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
+                            f"--dask_client_address={cluster.scheduler_address}",
+                        ]
+                        name = f"envlogger Dask {n} worker(s)"
+                        results[name] = timed_export(
+                            data_dir, study, work / f"dask{n}", "envlogger", dask_args
+                        )
+                        print(line(f"export {name}", *results[name], base=read_rate))
+
+        def rate(name: str) -> float:
+            seconds, steps, _ = results[name]
+            return steps / seconds
+
+        print("\nratios (throughput):")
+        print(
+            f"  export envlogger / read:            {rate('envlogger FnApiRunner 1 worker') / read_rate:.2f}"
+        )
+        print(
+            "  FnApiRunner 2 workers / 1 worker:   "
+            f"{rate('envlogger FnApiRunner 2 workers') / rate('envlogger FnApiRunner 1 worker'):.2f}"
+        )
+        if not args.no_dask:
+            print(
+                "  Dask 2 workers / 1 worker:          "
+                f"{rate('envlogger Dask 2 worker(s)') / rate('envlogger Dask 1 worker(s)'):.2f}"
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
