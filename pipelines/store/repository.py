@@ -670,7 +670,16 @@ class Repository:
 
     @staticmethod
     def _check_step(row: EpisodeRow, index: int) -> None:
-        if index < 0 or (row.num_steps and index >= row.num_steps):
+        """Refuse indices outside the episode's stored steps.
+
+        Environment episodes are stored RLDS-style with one final-observation step after their `num_steps`
+        transitions (schemas/episode_storage.md), so their step indices run 0..num_steps; UI episodes have
+        exactly `num_steps` steps.
+        """
+        last = row.num_steps
+        if last and row.storage_kind is None and (row.meta or {}).get("kind") == "ui":
+            last -= 1
+        if index < 0 or (row.num_steps and index > last):
             raise StoreError(
                 f"step {index} is out of range for episode {row.id!r} with {row.num_steps} steps"
             )

@@ -291,8 +291,10 @@ def test_tags_are_a_set(repo: Repository, episode) -> None:
     assert repo.add_step_tag(ref, 0, "start", "bob") is False
     assert repo.add_step_tag(ref, 19, "start", "bob") is True
     assert repo.add_step_tag(ref, 19, "end", "bob") is True
-    with pytest.raises(StoreError, match="step 20 is out of range .* with 20 steps"):
-        repo.add_step_tag(ref, 20, "late", "bob")
+    # An environment episode's reader has one final-observation step after its 20 transitions: index 20.
+    assert repo.add_step_tag(ref, 20, "final", "bob") is True
+    with pytest.raises(StoreError, match="step 21 is out of range .* with 20 steps"):
+        repo.add_step_tag(ref, 21, "late", "bob")
     with pytest.raises(StoreError, match="must not be empty"):
         repo.add_step_tag(ref, 1, "  ", "bob")
     assert repo.remove_step_tag(ref, 0, "end", "bob") is False
@@ -301,6 +303,7 @@ def test_tags_are_a_set(repo: Repository, episode) -> None:
     assert {i: [t.label for t in m.tags] for i, m in got.step_metadata.items()} == {
         0: ["start"],
         19: ["start"],
+        20: ["final"],
     }
     with pytest.raises(NotFound):
         repo.add_episode_tag(client_pb2.EpisodeRef(episode_id="missing"), "x", "bob")
