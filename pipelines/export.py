@@ -30,7 +30,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from pipelines.beam_options import pipeline_options
+from pipelines.beam_options import pipeline_options, runner_name
 from pipelines.episodes import open_episode
 from pipelines.errors import StepmarkError
 from pipelines.exporters import archive, envlogger_writer
@@ -408,6 +408,12 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         from pipelines.exporters import tfds_writer  # TensorFlow only on the TFDS path
 
         tfds_writer.require_tfds()
+        if "DaskRunner" in runner_name(pipeline_options(request.beam_args)):
+            raise StepmarkError(
+                "--format tfds cannot run on Beam's DaskRunner: TFDS's shard writer feeds one collection into "
+                "several steps and uses side inputs, which DaskRunner (Beam 2.77) does not run correctly; use "
+                "the default FnApiRunner or another runner (Flink, Spark, Dataflow), or --format envlogger on Dask"
+            )
 
     query = SelectionQuery(
         refs=tuple(request.refs),

@@ -43,3 +43,24 @@ def test_export_on_a_dask_cluster_equals_the_local_run(export_data: ExportData, 
         assert [r["custom_data"]["episode"] for r in x["records"]] == [
             r["custom_data"]["episode"] for r in y["records"]
         ]
+
+
+@pytest.mark.tfds
+def test_tfds_on_dask_is_refused_clearly(export_data: ExportData, tmp_path: Path) -> None:
+    """DaskRunner (Beam 2.77) cannot run TFDS's shard writer (fan-out + side inputs): say so up front."""
+    from pipelines.errors import StepmarkError
+
+    with pytest.raises(StepmarkError, match="DaskRunner"):
+        export.export_episodes(
+            export.ExportRequest(
+                data_dir=str(export_data.data_dir),
+                out=str(tmp_path / "t"),
+                format="tfds",
+                refs=[export_data.ref(export_data.procgen[0])],
+                beam_args=[
+                    "--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
+                    "--dask_client_address=x:1",
+                ],
+            )
+        )
+    assert not (tmp_path / "t").exists()
