@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from .bounds import Box, from_pairs
 from .errors import HierarchyError
 from .jsonio import with_json_document
 from .objects import MAX_DEPTH, RawNode, Screen, build_screen, raw_node, window_size
 
 FORMAT = "droidbot"
+
+# The keys of a DroidBot view that become Object fields, with the value assumed when one is missing.
+_VIEW_KEYS = (
+    ("class", None),
+    ("package", None),
+    ("text", None),
+    ("content_description", None),
+    ("resource_id", None),
+    ("bounds", None),
+    ("children", None),
+    ("editable", None),
+    ("clickable", False),
+    ("visible", True),
+    ("enabled", True),
+    ("focusable", False),
+    ("focused", False),
+    ("scrollable", False),
+    ("long_clickable", False),
+    ("selected", False),
+    ("checkable", False),
+    ("checked", False),
+)
+_VIEW = itemgetter(*(key for key, _ in _VIEW_KEYS))
 
 
 def parse(
@@ -72,8 +97,31 @@ def from_document(
             bad_links += 1
             continue
         add_seen(temp_id)
-        visible = get("visible", True) is not False
-        children = get("children")
+        try:  # every key a DroidBot view has, fetched in one C call
+            values = _VIEW(view)
+        except KeyError:
+            values = tuple(get(key, default) for key, default in _VIEW_KEYS)
+        (
+            android_class,
+            package,
+            text,
+            content_desc,
+            resource_id,
+            bounds,
+            children,
+            editable,
+            clickable,
+            visible,
+            enabled,
+            focusable,
+            focused,
+            scrollable,
+            long_clickable,
+            selected,
+            checkable,
+            checked,
+        ) = values
+        visible = visible is not False
         if children is None:
             children = ()
         elif type(children) is not list:
@@ -89,15 +137,9 @@ def from_document(
             continue
         if depth > MAX_DEPTH:
             raise HierarchyError("too_deep", f"DroidBot views nested deeper than {MAX_DEPTH} levels")
-        box = from_pairs(get("bounds"))
+        box = from_pairs(bounds)
         if p < 0:
             root_boxes.append(box)
-        editable = get("editable")
-        android_class = get("class")
-        package = get("package")
-        text = get("text")
-        content_desc = get("content_description")
-        resource_id = get("resource_id")
         index = len(nodes)
         nodes.append(
             raw_node(
@@ -113,16 +155,16 @@ def from_document(
                     "",
                     box,
                     (
-                        get("clickable") is True,
+                        clickable is True,
                         visible,
-                        get("enabled", True) is not False,
-                        get("focusable") is True,
-                        get("focused") is True,
-                        get("scrollable") is True,
-                        get("long_clickable") is True,
-                        get("selected") is True,
-                        get("checkable") is True,
-                        get("checked") is True,
+                        enabled is not False,
+                        focusable is True,
+                        focused is True,
+                        scrollable is True,
+                        long_clickable is True,
+                        selected is True,
+                        checkable is True,
+                        checked is True,
                     ),
                     editable if type(editable) is bool else None,
                     (),
