@@ -7,6 +7,8 @@ Rico boxes live in the 1440x2560 space of the capture device whatever the size o
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from .bounds import from_ltrb
 from .errors import HierarchyError
 from .jsonio import with_json_document
@@ -17,6 +19,24 @@ RICO_WIDTH = 1440
 RICO_HEIGHT = 2560
 
 
+# Keys present on every node of a Rico capture, with the value assumed when one is missing anyway.
+_ALWAYS_KEYS = (
+    ("class", None),
+    ("bounds", None),
+    ("ancestors", None),
+    ("content-desc", None),
+    ("visible-to-user", True),
+    ("visibility", "visible"),
+    ("clickable", False),
+    ("enabled", True),
+    ("focusable", False),
+    ("focused", False),
+    ("scrollable-vertical", False),
+    ("scrollable-horizontal", False),
+    ("long-clickable", False),
+    ("selected", False),
+)
+_ALWAYS = itemgetter(*(key for key, _ in _ALWAYS_KEYS))
 _NO_DESC = [None]
 _ANCESTORS: dict[tuple[str, ...], tuple[str, ...]] = {}
 
@@ -66,17 +86,34 @@ def from_document(doc: object, *, drop_invisible: bool = False, warnings: list[s
             not_nodes += 1
             continue
         get = node.get
-        visible = get("visible-to-user", True) is not False and get("visibility", "visible") == "visible"
+        try:  # the keys every Rico node has, fetched in one C call
+            values = _ALWAYS(node)
+        except KeyError:
+            values = tuple(get(key, default) for key, default in _ALWAYS_KEYS)
+        (
+            android_class,
+            bounds,
+            ancestors,
+            content_desc,
+            shown,
+            visibility,
+            clickable,
+            enabled,
+            focusable,
+            focused,
+            scroll_vertical,
+            scroll_horizontal,
+            long_clickable,
+            selected,
+        ) = values
+        visible = shown is not False and visibility == "visible"
         if drop_invisible and not visible:
             dropped += 1
             continue
         if depth > MAX_DEPTH:
             raise HierarchyError("too_deep", f"Rico hierarchy nested deeper than {MAX_DEPTH} levels")
-        ancestors = get("ancestors")
-        android_class = get("class")
         package = get("package")
         text = get("text")
-        content_desc = get("content-desc")
         resource_id = get("resource-id")
         hint = get("text-hint")
         index = len(nodes)
@@ -92,16 +129,16 @@ def from_document(doc: object, *, drop_invisible: bool = False, warnings: list[s
                     _content_desc(content_desc) if content_desc != _NO_DESC else "",
                     resource_id if type(resource_id) is str else "",
                     hint if type(hint) is str else "",
-                    from_ltrb(get("bounds")),
+                    from_ltrb(bounds),
                     (
-                        get("clickable") is True,
+                        clickable is True,
                         visible,
-                        get("enabled", True) is not False,
-                        get("focusable") is True,
-                        get("focused") is True,
-                        get("scrollable-vertical") is True or get("scrollable-horizontal") is True,
-                        get("long-clickable") is True,
-                        get("selected") is True,
+                        enabled is not False,
+                        focusable is True,
+                        focused is True,
+                        scroll_vertical is True or scroll_horizontal is True,
+                        long_clickable is True,
+                        selected is True,
                         get("checkable") is True,
                         get("checked") is True,
                     ),
