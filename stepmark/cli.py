@@ -9,11 +9,23 @@ from __future__ import annotations
 import argparse
 import getpass
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Sequence
 
 from pipelines.errors import StepmarkError
+
+
+class _QuietBeamImport(logging.Filter):
+    """`import apache_beam` logs "apitools not found ..." on the root logger when the optional GCP client
+    libraries are absent (they are not needed here); keep that line out of every command's output."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "apitools not found" not in record.getMessage()
+
+
+logging.getLogger().addFilter(_QuietBeamImport())
 
 COMMAND_MODULES = (
     "stepmark.cmd_convert",  # convert-ui, inspect

@@ -5,25 +5,13 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import logging
 from collections import Counter
 
+from google.protobuf import json_format
 
-class _QuietBeamImport(logging.Filter):
-    """`import apache_beam` logs "apitools not found ..." on the root logger when the optional GCP client
-    libraries are absent (they are not needed here); keep that line out of every command's output."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "apitools not found" not in record.getMessage()
-
-
-logging.getLogger().addFilter(_QuietBeamImport())
-
-from google.protobuf import json_format  # noqa: E402
-
-from pipelines import convert, ui_records  # noqa: E402
-from pipelines.errors import StepmarkError  # noqa: E402
-from protos.stepmark import ui_episode_pb2  # noqa: E402
+from pipelines import convert, ui_records
+from pipelines.errors import StepmarkError
+from protos.stepmark import ui_episode_pb2
 
 
 def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse.ArgumentParser]) -> None:
