@@ -6,6 +6,7 @@ navigation between the pages.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import streamlit as st
@@ -16,6 +17,7 @@ from annotator.views import session
 # harness (AppTest) into the legacy multipage mode, where the pages run without this entry script.
 VIEWS = Path(__file__).resolve().parent / "views"
 
+started = time.perf_counter()
 st.set_page_config(page_title="stepmark annotator", page_icon=":material/label:", layout="wide")
 
 config = session.settings()
@@ -36,3 +38,5 @@ if not user:
 session.start(config, user)
 session.show_confirmations()
 navigation.run()
+# Server-side time of this run (read by bench/bench_replay.py; not shown, not annotation state).
+st.session_state["_render_seconds"] = time.perf_counter() - started

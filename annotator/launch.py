@@ -46,6 +46,7 @@ def command(config: LaunchConfig) -> list[str]:
         "--browser.gatherUsageStats", "false",
         "--server.fileWatcherType", "none",
         "--client.toolbarMode", "minimal",
+        "--runner.magicEnabled", "false",
         "--", "--data", str(config.data_dir),
     ]  # fmt: skip
     if config.store:

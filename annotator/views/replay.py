@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -167,6 +166,35 @@ def ui_step(ops, response: client_pb2.ReplayStepResponse, step) -> None:
             st.caption(f":material/warning: {warning}")
 
 
+def reward_chart(rewards, tagged: dict[int, list[str]], index: int) -> dict:
+    """Vega-Lite spec: reward per step, a rule on every tagged step and a dashed rule on this step.
+
+    Written as a plain spec (not Altair) because Altair validates its schema on every rerun (~30 ms).
+    """
+    return {
+        "layer": [
+            {
+                "data": {"values": [{"step": i, "reward": r} for i, r in enumerate(rewards)]},
+                "mark": {"type": "line"},
+                "encoding": {"x": {"field": "step", "type": "quantitative"},
+                             "y": {"field": "reward", "type": "quantitative"}},
+            },
+            {
+                "data": {"values": [{"step": i, "tags": ", ".join(t)} for i, t in tagged.items()]},
+                "mark": {"type": "rule", "color": "orange"},
+                "encoding": {"x": {"field": "step", "type": "quantitative"},
+                             "tooltip": [{"field": "step", "type": "quantitative"},
+                                         {"field": "tags", "type": "nominal"}]},
+            },
+            {
+                "data": {"values": [{"step": index}]},
+                "mark": {"type": "rule", "color": "red", "strokeDash": [4, 4]},
+                "encoding": {"x": {"field": "step", "type": "quantitative"}},
+            },
+        ]
+    }  # fmt: skip
+
+
 def env_step(response: client_pb2.ReplayStepResponse, rewards, tagged: dict[int, list[str]]) -> None:
     left, right = st.columns([2, 3])
     with left:
@@ -176,18 +204,7 @@ def env_step(response: client_pb2.ReplayStepResponse, rewards, tagged: dict[int,
         c1.metric("Reward", f"{response.reward:g}")
         c2.metric("Keys", ", ".join(response.keys) or "—")
     with right:
-        chart_data = pd.DataFrame({"step": range(len(rewards)), "reward": list(rewards)})
-        line = alt.Chart(chart_data).mark_line().encode(x="step:Q", y="reward:Q")
-        marks = pd.DataFrame(
-            [{"step": i, "tags": ", ".join(t)} for i, t in tagged.items()], columns=["step", "tags"]
-        )
-        rules = alt.Chart(marks).mark_rule(color="orange").encode(x="step:Q", tooltip=["step:Q", "tags:N"])
-        now = (
-            alt.Chart(pd.DataFrame({"step": [response.index]}))
-            .mark_rule(color="red", strokeDash=[4, 4])
-            .encode(x="step:Q")
-        )
-        st.altair_chart(line + rules + now, width="stretch", height=220)
+        st.vega_lite_chart(reward_chart(rewards, tagged, response.index), width="stretch", height=220)
         st.caption("Reward per step; orange lines are tagged steps, the dashed line is this step.")
         a, b = st.columns(2)
         with a:

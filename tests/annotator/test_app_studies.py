@@ -107,3 +107,23 @@ def test_duplicate_environment_id_is_refused_in_the_form(data_dir, monkeypatch):
         at.text_input(key="s_new_env_id").set_value("same")
         at.button(key="s_new_env_add").click().run()
     assert "already used" in at.error[0].value
+
+
+def test_oidc_login_names_the_annotator_when_configured(data_dir, monkeypatch):
+    monkeypatch.setenv("STEPMARK_USER", "ignored-when-login-is-configured")
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.secrets["auth"] = {
+        "redirect_uri": "http://127.0.0.1:8501/oauth2callback",
+        "cookie_secret": "s3cret",
+        "client_id": "stepmark",
+        "client_secret": "x",
+        "server_metadata_url": "https://accounts.example.com/.well-known/openid-configuration",
+    }
+    at.user = {"is_logged_in": False}
+    at.run()
+    assert [b.label for b in at.sidebar.button] == ["Log in"]
+    assert at.info[0].value.startswith("Tell us who you are")
+    at.user = {"is_logged_in": True, "email": "dana@example.com", "name": "Dana"}
+    at.run()
+    assert any("Signed in as **dana@example.com**" in c.value for c in at.sidebar.caption)
+    assert at.title[0].value == "Episodes"

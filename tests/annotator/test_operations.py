@@ -310,3 +310,37 @@ def test_durations_and_refs():
 def test_reader_paths_are_under_the_data_dir(env_data):
     assert all((Path(env_data.data_dir) / e.storage.environment_logger.tag_directory).is_dir()
                for e in env_data.episodes)  # fmt: skip
+
+
+def test_drawing_scales_boxes_with_the_screenshot(fixtures_dir):
+    import io
+
+    from PIL import Image
+
+    from annotator.drawing import HIGHLIGHT_COLOUR, Touch, render_step, shown_objects
+    from protos.llm4mobile import episode_pb2
+
+    shot = next(p for p in sorted((fixtures_dir / "rico").glob("*.jpg")) if Image.open(p).height == 1920)
+    data = shot.read_bytes()
+    objects = [
+        episode_pb2.Object(visible=True, is_leaf=True, is_actionable=True,
+                           bbox=episode_pb2.BoundingBox(left=100, top=200, right=700, bottom=600)),
+        episode_pb2.Object(visible=True, is_leaf=False,
+                           bbox=episode_pb2.BoundingBox(left=0, top=0, right=1080, bottom=1920)),
+        episode_pb2.Object(visible=False, bbox=episode_pb2.BoundingBox(left=0, top=0, right=10, bottom=10)),
+        episode_pb2.Object(visible=True, bbox=episode_pb2.BoundingBox(left=50, top=50, right=40, bottom=60)),
+    ]  # fmt: skip
+    assert shown_objects(objects, "all") == [0, 1]
+    assert shown_objects(objects, "actionable") == [0]
+    assert shown_objects(objects, "leaves") == [0]
+    assert shown_objects(objects, "none") == []
+    out = Image.open(io.BytesIO(render_step(data, objects, highlight=0, grid=True, touch=Touch(400, 400),
+                                            max_height=960)))  # fmt: skip
+    assert out.size == (540, 960)  # half of 1080x1920
+    # the highlighted box (100..700, 200..600 in full pixels) is tinted red at half scale
+    r, g, b = out.getpixel((int(600 / 2), int(250 / 2)))
+    plain = Image.open(io.BytesIO(data)).convert("RGB").resize((540, 960)).getpixel((300, 125))
+    assert r - g > plain[0] - plain[1] + 20  # tinted towards red
+    edge = out.getpixel((50, 150))  # the box's left edge (x=100 full size)
+    assert edge[0] > 180 and edge[2] < 120, edge  # HIGHLIGHT_COLOUR-ish (255, 0, 80)
+    assert HIGHLIGHT_COLOUR[0] == 255
