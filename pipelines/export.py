@@ -359,35 +359,47 @@ def _folder_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-class _ProgressPoller:
-    """Reports the share of episodes done (marker files written by the workers) while the pipeline runs."""
+def _count_done(progress_dir: str) -> int:
+    try:
+        return len(FileSystems.match([FileSystems.join(progress_dir, "*")])[0].metadata_list)
+    except Exception:  # noqa: BLE001 - nothing written yet (or a transient listing error): progress only
+        return 0
 
-    def __init__(self, progress_dir: str, total: int, callback: Progress | None) -> None:
-        self.progress_dir, self.total, self.callback = progress_dir, max(total, 1), callback
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> _ProgressPoller:
-        if self.callback is not None:
-            self._thread.start()
-        return self
+def _run_with_progress(
+    build: Callable[[beam.Pipeline], None],
+    beam_args: Sequence[str],
+    progress_dir: str,
+    total: int,
+    progress: Progress | None,
+) -> None:
+    """Runs the pipeline in a worker thread and reports progress from the caller's thread.
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+    Progress is the share of episodes done (marker files the workers write, so it works on any runner with a
+    shared filesystem), scaled to 0-90%; the last step takes the rest. Reporting from the caller's thread
+    matters for the annotator: Streamlit widgets can only be updated from the script's own thread.
+    """
+    failure: list[BaseException] = []
 
-    def _run(self) -> None:
-        last = 0.0  # export_episodes reported 0 before the pipeline started
-        while not self._stop.wait(0.5):
-            try:
-                done = len(FileSystems.match([FileSystems.join(self.progress_dir, "*")])[0].metadata_list)
-            except Exception:  # noqa: BLE001 - progress is best effort; the export itself decides success
-                continue
-            pct = round(90.0 * min(done, self.total) / self.total, 1)
+    def target() -> None:
+        try:
+            with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
+                build(pipeline)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=target, name="stepmark-export-pipeline", daemon=True)
+    worker.start()
+    last = 0.0  # export_episodes reported 0 before the pipeline started
+    while worker.is_alive():
+        worker.join(0.5)
+        if progress is not None:
+            pct = round(90.0 * min(_count_done(progress_dir), total) / max(total, 1), 1)
             if pct != last:
                 last = pct
-                self.callback(pct)
+                progress(pct)
+    if failure:
+        raise failure[0]
 
 
 def _check_out(out: Path) -> None:
@@ -471,18 +483,20 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
 
         writers: dict[str, Any] = {}
         runnable = [p for p in plans if not p.sample_error]
+
+        def build(pipeline: beam.Pipeline) -> None:
+            for plan in runnable:
+                items = [(i, e.SerializeToString()) for i, e in enumerate(plan.group.episodes)]
+                writer = tfds_writer.beam_writer(plan.job.staging_dir) if tfds_writer else None
+                writers[plan.group.name] = writer
+                _ = (
+                    pipeline
+                    | f"Episodes[{plan.group.name}]" >> beam.Create(items, reshuffle=False)
+                    | f"ExportDataset[{plan.group.name}]" >> ExportDataset(plan.job, writer)
+                )
+
         if runnable:
-            with _ProgressPoller(progress_dir, len(selection.episodes), progress):
-                with beam.Pipeline(options=pipeline_options(request.beam_args)) as pipeline:
-                    for plan in runnable:
-                        items = [(i, e.SerializeToString()) for i, e in enumerate(plan.group.episodes)]
-                        writer = tfds_writer.beam_writer(plan.job.staging_dir) if tfds_writer else None
-                        writers[plan.group.name] = writer
-                        _ = (
-                            pipeline
-                            | f"Episodes[{plan.group.name}]" >> beam.Create(items, reshuffle=False)
-                            | f"ExportDataset[{plan.group.name}]" >> ExportDataset(plan.job, writer)
-                        )
+            _run_with_progress(build, request.beam_args, progress_dir, len(selection.episodes), progress)
 
         for plan in plans:
             summary.datasets.append(
@@ -490,15 +504,16 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             )
         summary.episodes = sum(d.episodes for d in summary.datasets)
         summary.steps = sum(d.steps for d in summary.datasets)
-        if summary.dead_letters:
-            with open(root / DEAD_LETTERS_FILE, "w", encoding="utf-8") as f:
-                for letter in summary.dead_letters:
-                    f.write(json.dumps(asdict(letter)) + "\n")
         if summary.episodes == 0:
             raise StepmarkError(
                 "no episode could be exported: "
                 + "; ".join(f"{d.episode}: {d.reason}: {d.error}" for d in summary.dead_letters[:5])
             )
+        root.mkdir(parents=True, exist_ok=True)
+        if summary.dead_letters:
+            with open(root / DEAD_LETTERS_FILE, "w", encoding="utf-8") as f:
+                for letter in summary.dead_letters:
+                    f.write(json.dumps(asdict(letter)) + "\n")
         shutil.rmtree(progress_dir, ignore_errors=True)
         summary.bytes = _folder_size(root)
         (root / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
