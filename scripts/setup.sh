@@ -31,7 +31,12 @@ WANT="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
 if [ ! -x .venv/bin/python ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
   echo "[setup] creating .venv with $($PY --version) and installing stepmark (a few minutes the first time)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
-  .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
-  .venv/bin/python -m pip install -q -e ".[tfds,dev]"
+  LOG=.venv/install.log
+  if ! { .venv/bin/python -m pip install --upgrade pip setuptools wheel &&
+         .venv/bin/python -m pip install -e ".[tfds,dev]"; } >"$LOG" 2>&1; then
+    tail -n 40 "$LOG" >&2
+    echo "[setup] error: pip install failed; full log in $LOG" >&2
+    exit 1
+  fi
   echo "$WANT" > "$STAMP"
 fi
