@@ -85,3 +85,24 @@ def test_run_entry_point_takes_the_same_flags(data: ExportData, tmp_path: Path, 
     )
     assert code == 0
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted([PROCGEN_ENV, NETHACK_ENV])
+
+
+def test_tfds_without_the_extra_is_a_clear_error(data: ExportData, tmp_path: Path) -> None:
+    """Without TensorFlow Datasets installed (simulated: the import fails), --format tfds says what to install."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    code = (
+        "import sys; sys.modules['tensorflow_datasets'] = None\n"
+        "from stepmark.cli import main\n"
+        f"sys.exit(main(['export', '--data', {str(data.data_dir)!r}, '--study', {data.study_id!r}, "
+        f"'--split-by-spec', '--format', 'tfds', '--out', {str(tmp_path / 'o')!r}]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 2
+    assert "pip install -e '.[tfds]'" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "o").exists()
