@@ -120,8 +120,13 @@ def select_episodes(repo: Repository, query: SelectionQuery) -> Selection:
                 continue
             if not query.include_invalid_sessions and episode.session_id:
                 if episode.session_id not in invalid_sessions:
-                    session = repo.get_session(episode.session_id)
-                    invalid_sessions[episode.session_id] = session.state == study_pb2.Session.STATE_INVALID
+                    try:
+                        state = repo.get_session(episode.session_id).state
+                    except (
+                        NotFound
+                    ):  # the store keeps episodes of deleted sessions: nothing marks them invalid
+                        state = study_pb2.Session.STATE_UNSPECIFIED
+                    invalid_sessions[episode.session_id] = state == study_pb2.Session.STATE_INVALID
                 if invalid_sessions[episode.session_id]:
                     selection.skipped.append(Skipped(episode_name(episode), "session marked invalid"))
                     continue

@@ -321,3 +321,19 @@ def test_download_request_from_the_protocol(export_data: ExportData, tmp_path: P
     read = readback.read_envlogger(archive.safe_extract(tmp_path / "dl.zip", tmp_path / "x"))
     assert [len(e["records"]) for e in read] == [6, export_data.procgen[1].num_steps + 1]
     assert all("notes" not in e["metadata"] for e in read)
+
+
+def test_study_selection_leaves_out_incomplete_and_invalid_unless_asked(
+    export_data: ExportData, tmp_path: Path
+) -> None:
+    def procgen_ids(**kw) -> list[str]:
+        out = tmp_path / f"s{len(list(tmp_path.iterdir()))}"
+        export.export_episodes(
+            request(export_data, out, study_id=export_data.study_id, split_by_spec=True, **kw)
+        )
+        return [e["metadata"]["episode_id"] for e in readback.read_envlogger(out / PROCGEN_ENV)]
+
+    valid = [e.id for e in export_data.procgen]
+    assert procgen_ids() == valid
+    assert procgen_ids(include_incomplete=True) == [*valid, export_data.rejected.episode_id]
+    assert procgen_ids(include_invalid_sessions=True) == [*valid, export_data.invalid_session.episode_id]
