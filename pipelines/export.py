@@ -29,6 +29,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
 
 from pipelines.beam_options import pipeline_options, runner_name
 from pipelines.episodes import open_episode
@@ -136,6 +137,7 @@ class ExportSummary:
     bytes: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)  # Beam counters (namespace stepmark.export)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,6 +152,8 @@ class ExportSummary:
                 lines.append(
                     f"  {d.path}: {d.episodes} episode(s), {d.steps} step(s) [{d.environment_id or d.kind}]"
                 )
+        if self.counters:
+            lines.append("  counters: " + ", ".join(f"{k}={v}" for k, v in self.counters.items()))
         for s in self.skipped:
             lines.append(f"  left out {s['episode']}: {s['reason']}")
         for d in self.dead_letters:
@@ -372,19 +376,24 @@ def _run_with_progress(
     progress_dir: str,
     total: int,
     progress: Progress | None,
-) -> None:
+) -> dict[str, int]:
     """Runs the pipeline in a worker thread and reports progress from the caller's thread.
 
     Progress is the share of episodes done (marker files the workers write, so it works on any runner with a
     shared filesystem), scaled to 0-90%; the last step takes the rest. Reporting from the caller's thread
     matters for the annotator: Streamlit widgets can only be updated from the script's own thread.
+    Returns the pipeline's counters.
     """
     failure: list[BaseException] = []
+    counters: dict[str, int] = {}
 
     def target() -> None:
         try:
-            with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
-                build(pipeline)
+            pipeline = beam.Pipeline(options=pipeline_options(beam_args))
+            build(pipeline)
+            result = pipeline.run()
+            result.wait_until_finish()
+            counters.update(_counters(result))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             failure.append(exc)
 
@@ -400,6 +409,20 @@ def _run_with_progress(
                 progress(pct)
     if failure:
         raise failure[0]
+    return counters
+
+
+def _counters(result: Any) -> dict[str, int]:
+    """The export's Beam counters, summed over steps (empty when the runner does not report metrics)."""
+    try:
+        found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]
+    except Exception:  # noqa: BLE001 - e.g. DaskRunner has no metrics API
+        return {}
+    totals: dict[str, int] = {}
+    for counter in found:
+        value = counter.committed if counter.committed is not None else counter.attempted
+        totals[counter.key.metric.name] = totals.get(counter.key.metric.name, 0) + int(value or 0)
+    return dict(sorted(totals.items()))
 
 
 def _check_out(out: Path) -> None:
@@ -496,7 +519,9 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                 )
 
         if runnable:
-            _run_with_progress(build, request.beam_args, progress_dir, len(selection.episodes), progress)
+            summary.counters = _run_with_progress(
+                build, request.beam_args, progress_dir, len(selection.episodes), progress
+            )
 
         for plan in plans:
             summary.datasets.append(

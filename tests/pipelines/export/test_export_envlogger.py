@@ -199,6 +199,7 @@ def test_unreadable_episode_is_a_dead_letter_and_the_rest_is_exported(
         )
     )
     assert summary.episodes == 1
+    assert summary.counters["episodes"] == 1 and summary.counters["dead_letters.unreadable"] == 1
     (letter,) = summary.dead_letters
     assert (
         letter.episode.endswith(broken.id) and letter.reason == "unreadable" and "not found" in letter.error
