@@ -343,6 +343,7 @@ class Operations:
         self.camera = 0
         self.storage = "envlogger"
         self.last_saved_study: study_pb2.StudySpec | None = None
+        self._tap = False  # async env: keys pressed once, to be released after the next tick
 
     # -- studies ------------------------------------------------------------------------------------------------
 
@@ -624,6 +625,7 @@ class Operations:
             return self.pending_save
         gamepad = request.gamepad_input if request.HasField("gamepad_input") else None
         result = recorder.act(list(request.keys), gamepad)
+        self._tap = not self.is_sync() and bool(request.keys or gamepad)
         if isinstance(result, client_pb2.ConfirmSaveResponse):
             self.pending_save = result
             if self.last_step is not None:  # show the final frame in the save dialog
@@ -643,6 +645,9 @@ class Operations:
             self.pending_save = result
         elif isinstance(result, client_pb2.StepResponse):
             self.last_step = result
+            if self._tap:  # a browser button press is a tap: release the keys after the step that used them
+                recorder.act([], None)
+                self._tap = False
         return result
 
     def save_episode(self, request: client_pb2.SaveEpisodeRequest) -> client_pb2.SaveEpisodeResponse:

@@ -48,8 +48,8 @@ def rows(episodes: client_pb2.EpisodesResponse) -> pd.DataFrame:
                 "can delete": meta.can_delete,
             }
         )
-    columns = ["episode", "study", "user", "environment", "kind", "status", "duration", "steps",
-               "total reward", "success", "tags", "notes", "can delete"]  # fmt: skip
+    columns = ["study", "user", "environment", "kind", "status", "duration", "steps", "total reward",
+               "success", "tags", "notes", "episode", "can delete"]  # fmt: skip
     return pd.DataFrame(data, columns=columns)
 
 

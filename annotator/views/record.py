@@ -1,8 +1,9 @@
 """Record: pick a study and environment, play it with on-screen buttons or the keyboard, then save or reject.
 
 Synchronous environments take one transition per press. Asynchronous ones are stepped by a fragment that reruns
-at the environment's rate, applying whatever was pressed since the last tick (a Streamlit round trip per frame:
-usable at a few frames per second, not smooth at 15+).
+at the environment's rate; a press is a tap (applied to the next tick, then released), since a browser button
+has no key-up. Each frame is a Streamlit round trip, so this is usable at a few frames per second but not smooth
+at 15+; holding a key down is not supported.
 """
 
 from __future__ import annotations

@@ -52,9 +52,11 @@ def _state_label(state: int) -> str:
 
 
 def env_summary(env: study_pb2.EnvironmentSpec) -> str:
-    field = env.WhichOneof("type") or "?"
-    settings = getattr(env, field) if field != "?" else None
-    ident = getattr(settings, "id", "") or getattr(settings, "task", "") if settings is not None else ""
+    field = env.WhichOneof("type")
+    if field is None:  # e.g. the environment of imported UI traces
+        return f"{env.id} · {env.name or 'no environment'} (replay only)"
+    settings = getattr(env, field)
+    ident = getattr(settings, "id", "") or getattr(settings, "task", "")
     sync = "sync" if env.sync else "async"
     return (
         f"{env.id} · {FAMILY_FIELDS.get(field, field)} {ident} · {sync} · max {env.max_episode_steps or '∞'}"

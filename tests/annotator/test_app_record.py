@@ -95,3 +95,31 @@ def test_keyboard_shortcuts_for_keys():
     assert shortcut_for("d") == "D"
     assert shortcut_for("r") is None and shortcut_for("c") is None  # reserved by Streamlit
     assert shortcut_for("<") is None
+
+
+def test_async_environment_steps_on_its_clock_and_a_press_is_a_tap(tmp_path, monkeypatch):
+    import time
+
+    repo = open_store(None, tmp_path)
+    spec = procgen_study_spec(max_steps=50)
+    spec.environment_specs[0].sync = False
+    study = repo.create_study(spec, ALICE)
+    monkeypatch.setenv("STEPMARK_DATA", str(tmp_path))
+    monkeypatch.setenv("STEPMARK_USER", ALICE)
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page("views/record.py").run()
+    at.button(key="rec_start").click().run()
+    at.slider(key="rec_fps").set_value(20).run()
+    before = int(at.metric[1].value)  # ticks so far (no key held: no-op steps)
+    time.sleep(0.06)  # > 1/fps, so this run's tick steps, with the key pressed in it
+    key_button(at, "ArrowRight").click().run()
+    for _ in range(2):
+        time.sleep(0.06)  # the next ticks step with nothing held: the press was a tap
+        at.run()
+    assert int(at.metric[1].value) == before + 3
+    at.button(key="rec_cancel").click().run()
+    (episode,) = repo.list_episodes(study_id=study.id)
+    reader = open_episode(episode, tmp_path)
+    keys = [reader.step(i).keys for i in range(before + 3)]
+    assert keys == [[]] * before + [["ArrowRight"], [], []]
+    reader.close()

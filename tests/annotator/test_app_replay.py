@@ -194,3 +194,13 @@ def test_replay_a_ui_episode_with_boxes_grid_touch_and_object_table(ui_data, mon
     at.text_input(key="step_tag_text").set_value("login screen")
     button(at, "Tag step").click().run()
     assert [t.label for t in repo.get_episode(ref_of(episode)).step_metadata[2].tags] == ["login screen"]
+
+
+def test_autoplay_runs_to_the_last_step_at_the_chosen_fps(env_data, monkeypatch):
+    episode = env_data.episodes[1]
+    at = open_replay(env_data, ALICE, episode, monkeypatch, step=episode.num_steps - 4)
+    at.sidebar.slider(key="autoplay_fps").set_value(30)
+    at.sidebar.toggle(key="autoplay").set_value(True).run()
+    assert not at.exception
+    assert at.session_state["replay_step"] == episode.num_steps  # the final RLDS step
+    assert at.query_params["step"] == str(episode.num_steps)

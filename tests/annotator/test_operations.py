@@ -222,6 +222,11 @@ def test_record_an_episode_through_the_protocol(tmp_path):
     assert selected.select_environment.env.id == ENV_ID
     assert ops.last_step.image[:2] == b"\xff\xd8"
     assert "ArrowLeft" in ops.key_map()
+    camera = op(ops, set_camera=client_pb2.SetCameraRequest(index=0)).set_camera
+    assert camera.index == 0 and camera.name == ops.cameras()[0]
+    bad_camera = op(ops, set_camera=client_pb2.SetCameraRequest(index=len(ops.cameras())))
+    assert bad_camera.WhichOneof("type") == "error"
+    assert op(ops, set_fps=client_pb2.SetFpsRequest(fps=10)).WhichOneof("type") == "set_fps"
 
     kinds = []
     for _ in range(6):
