@@ -1,0 +1,83 @@
+"""Selection helpers and spec grouping: names of groups, and mismatched data caught by the workers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipelines import export
+from pipelines.errors import StepmarkError
+from pipelines.exporters.selection import group_by_spec, parse_ref, parse_state
+from pipelines.store import open_store
+from protos.rlds_creator import study_pb2
+from tests.pipelines.export.export_data import ALICE, PROCGEN_ENV, ExportData, copy_data
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("completed", study_pb2.Episode.STATE_COMPLETED), ("STATE_REJECTED", study_pb2.Episode.STATE_REJECTED),
+     (" Abandoned ", study_pb2.Episode.STATE_ABANDONED)],
+)  # fmt: skip
+def test_parse_state(text: str, value: int) -> None:
+    assert parse_state(text) == value
+
+
+def test_parse_state_and_ref_errors_name_the_input() -> None:
+    with pytest.raises(StepmarkError, match="'done'.*completed"):
+        parse_state("done")
+    for bad in ("a/b", "a//c", "a/b/c/d", ""):
+        with pytest.raises(StepmarkError, match="STUDY/SESSION/EPISODE"):
+            parse_ref(bad)
+    ref = parse_ref("s/x/e")
+    assert (ref.study_id, ref.session_id, ref.episode_id) == ("s", "x", "e")
+
+
+def _study_with(repo, env: study_pb2.EnvironmentSpec, episode: study_pb2.Episode) -> study_pb2.Episode:  # type: ignore[no-untyped-def]
+    """A new study with one environment and one registration of `episode`'s files under it."""
+    spec = study_pb2.StudySpec(name=f"grouping {env.id}")
+    spec.environment_specs.append(env)
+    study = repo.create_study(spec, ALICE)
+    session = repo.create_session(study.id, ALICE)
+    copy = study_pb2.Episode()
+    copy.CopyFrom(episode)
+    copy.ClearField("id")
+    copy.ClearField("step_metadata")
+    copy.study_id, copy.session_id, copy.environment_id = study.id, session.id, env.id
+    return repo.add_episode(copy)
+
+
+def test_same_env_id_with_other_settings_is_another_group(export_data: ExportData, tmp_path: Path) -> None:
+    data_dir = copy_data(export_data, tmp_path / "data")
+    with open_store(None, data_dir) as repo:
+        env = repo.get_environment(export_data.study_id, PROCGEN_ENV)
+        env.procgen.distribution_mode = study_pb2.EnvironmentSpec.Procgen.DISTRIBUTION_HARD
+        other = _study_with(repo, env, export_data.procgen[1])
+        same = study_pb2.EnvironmentSpec()
+        same.CopyFrom(repo.get_environment(export_data.study_id, PROCGEN_ENV))
+        twin = _study_with(repo, same, export_data.procgen[1])
+        groups = group_by_spec(repo, [export_data.procgen[0], other, twin])
+    # Equal settings share a group across studies; other settings get their own, named apart.
+    assert [(g.name, [e.id for e in g.episodes]) for g in groups] == [
+        (PROCGEN_ENV, [export_data.procgen[0].id, twin.id]),
+        (f"{PROCGEN_ENV}-2", [other.id]),
+    ]
+
+
+def test_data_that_does_not_match_its_spec_is_never_merged(export_data: ExportData, tmp_path: Path) -> None:
+    """An episode registered under the Procgen environment but holding NetHack data: the workers compare each
+    episode's observation/action shapes with the dataset's and the export fails, naming it."""
+    data_dir = copy_data(export_data, tmp_path / "data")
+    with open_store(None, data_dir) as repo:
+        impostor = study_pb2.Episode()
+        impostor.CopyFrom(export_data.nethack[0])
+        impostor.ClearField("id")
+        impostor.ClearField("step_metadata")
+        impostor.environment_id = PROCGEN_ENV
+        impostor.session_id = export_data.procgen[0].session_id
+        impostor = repo.add_episode(impostor)
+    out = tmp_path / "out"
+    refs = [export_data.ref(export_data.procgen[0]), export_data.ref(impostor)]
+    with pytest.raises(StepmarkError, match=f"another observation/action spec.*{impostor.id}"):
+        export.export_episodes(export.ExportRequest(data_dir=str(data_dir), out=str(out), refs=refs))
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith("out")]
