@@ -42,6 +42,10 @@ class OperationError(StepmarkError):
     """An operation that cannot run in the session's current state (e.g. a step tag with no episode open)."""
 
 
+class NotesConflict(OperationError):
+    """The notes changed in the store after the annotator last saw them."""
+
+
 def ref_of(episode: study_pb2.Episode) -> client_pb2.EpisodeRef:
     return client_pb2.EpisodeRef(
         study_id=episode.study_id, session_id=episode.session_id, episode_id=episode.id
@@ -497,9 +501,16 @@ class Operations:
         return client_pb2.RemoveStepTagResponse(index=request.index, tag=request.tag, success=bool(ok))
 
     def update_replay_episode(
-        self, request: client_pb2.UpdateReplayEpisodeRequest
+        self, request: client_pb2.UpdateReplayEpisodeRequest, expected: str | None = None
     ) -> client_pb2.UpdateReplayEpisodeResponse:
-        ok = self.repo.set_notes(self._replaying().ref, request.notes, self.user)
+        """Replace the notes. With `expected` (the notes this annotator last saw), refuse with NotesConflict when
+        someone else changed them since, so a stale editor never silently overwrites another's note."""
+        state = self._replaying()
+        if expected is not None:
+            current = self._refresh().notes
+            if current != expected and current != request.notes:
+                raise NotesConflict(f"the notes of episode {ref_key(state.ref)} were changed meanwhile")
+        ok = self.repo.set_notes(state.ref, request.notes, self.user)
         self._refresh()
         return client_pb2.UpdateReplayEpisodeResponse(success=bool(ok))
 

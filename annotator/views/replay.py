@@ -17,6 +17,7 @@ from annotator import drawing
 from annotator.operations import (
     STATE_BY_LABEL,
     STATE_LABELS,
+    NotesConflict,
     episode_kind,
     parse_ref_key,
     ref_key,
@@ -40,8 +41,15 @@ def choose_episode(ops) -> str | None:
     if not found.episodes:
         st.info("No episode to replay yet.")
         return None
-    keys = [ref_key(ref_of(m.episode)) for m in found.episodes]
-    pick = st.selectbox("Episode", keys, index=None, placeholder="Choose an episode", key="replay_pick")
+    labels = {
+        ref_key(
+            ref_of(m.episode)
+        ): f"{m.study.name} · {m.episode.environment_id} · {m.episode.num_steps} steps · "
+        f"{m.status} · {m.episode.user.email} · {m.episode.id[:8]}"
+        for m in found.episodes
+    }
+    pick = st.selectbox("Episode", list(labels), index=None, format_func=labels.get,
+                        placeholder="Choose an episode", key="replay_pick")  # fmt: skip
     if pick:
         st.query_params["episode"] = pick
         st.query_params["step"] = "0"
@@ -293,17 +301,7 @@ def tagging(ops, index: int) -> None:
     )
 
     st.subheader("Notes and state")
-    notes_key = f"notes_{ref_key(ops.replay.ref)}"
-    if st.session_state.get(f"{notes_key}_seen") != episode.notes:  # someone (maybe us) saved new notes
-        st.session_state[notes_key] = episode.notes
-        st.session_state[f"{notes_key}_seen"] = episode.notes
-    notes = st.text_area("Notes", key=notes_key, height=100)
-    if st.button("Save notes", key="save_notes", disabled=notes == episode.notes):
-        _do(
-            lambda: ops.update_replay_episode(client_pb2.UpdateReplayEpisodeRequest(notes=notes)).success,
-            "Notes saved",
-            "Notes unchanged",
-        )
+    notes_editor(ops, episode)
     labels = [STATE_LABELS[s] for s in sorted(STATE_LABELS)]
     current = STATE_LABELS.get(episode.state, "Unspecified")
     c1, c2 = st.columns([3, 2])
@@ -326,6 +324,48 @@ def tagging(ops, index: int) -> None:
                 step = f" on step {entry.step_index}" if entry.step_index is not None else ""
                 session.confirm(f"Undid your last change{step}", ":material/undo:")
             st.rerun()
+
+
+def notes_editor(ops, episode) -> None:
+    """Notes: the box follows the stored notes until this annotator edits it; a save is refused (and the
+    other text shown) when someone else changed the notes after this annotator last saw them."""
+    key = f"notes_{ref_key(ops.replay.ref)}"
+    seen_key, conflict_key = f"{key}_seen", f"{key}_conflict"
+    seen = st.session_state.get(seen_key)
+    if seen != episode.notes:
+        if key not in st.session_state or st.session_state[key] == (seen or ""):  # not edited here: follow
+            st.session_state[key] = episode.notes
+            st.session_state[seen_key] = episode.notes
+        else:
+            st.session_state[conflict_key] = True
+    if st.session_state.get(conflict_key):
+        st.warning(f"{_last_notes_author(ops)} changed the notes while you were editing. Theirs:\n\n"
+                   f"> {episode.notes or '(empty)'}\n\nSaving now replaces them with yours.")  # fmt: skip
+    notes = st.text_area("Notes", key=key, height=100)
+    if st.button("Save notes", key="save_notes", disabled=notes == episode.notes):
+        try:
+            response = ops.update_replay_episode(
+                client_pb2.UpdateReplayEpisodeRequest(notes=notes),
+                expected=st.session_state.get(seen_key, ""),
+            )
+        except NotesConflict:
+            st.session_state[seen_key] = ops.replay.episode.notes  # now shown: the next save is deliberate
+            st.session_state[conflict_key] = True
+            st.rerun()
+        except StepmarkError as exc:
+            st.error(str(exc))
+            return
+        st.session_state[seen_key] = notes
+        st.session_state.pop(conflict_key, None)
+        session.confirm("Notes saved" if response.success else "Notes unchanged")
+        st.rerun()
+
+
+def _last_notes_author(ops) -> str:
+    for entry in ops.audit_log(ops.replay.ref, limit=50):
+        if entry.action == "episode.notes":
+            return entry.user
+    return "Someone"
 
 
 def _chips(labels: list[str], key: str, on_remove) -> None:

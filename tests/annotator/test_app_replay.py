@@ -204,3 +204,27 @@ def test_autoplay_runs_to_the_last_step_at_the_chosen_fps(env_data, monkeypatch)
     assert not at.exception
     assert at.session_state["replay_step"] == episode.num_steps  # the final RLDS step
     assert at.query_params["step"] == str(episode.num_steps)
+
+
+def test_concurrent_note_edits_are_never_silently_overwritten(env_data, monkeypatch):
+    episode = env_data.episodes[1]
+    ref = ref_of(episode)
+    notes_key = f"notes_{ref_key(ref)}"
+    alice = open_replay(env_data, ALICE, episode, monkeypatch)
+    bob = open_replay(env_data, BOB, episode, monkeypatch)
+    before = env_data.repo.get_episode(ref).notes
+    alice.text_area(key=notes_key).set_value("alice: the jump at 5 is late").run()
+    bob.text_area(key=notes_key).set_value("bob: fine").run()  # both editing at once
+    alice.button(key="save_notes").click().run()
+    assert env_data.repo.get_episode(ref).notes == "alice: the jump at 5 is late"
+
+    bob.button(key="save_notes").click().run()  # refused: alice's note would be lost unseen
+    assert env_data.repo.get_episode(ref).notes == "alice: the jump at 5 is late"
+    warning = bob.warning[0].value
+    assert warning.startswith(f"{ALICE} changed the notes") and "alice: the jump at 5 is late" in warning
+    assert bob.text_area(key=notes_key).value == "bob: fine"  # bob's text is kept for him to merge
+    bob.text_area(key=notes_key).set_value("alice: the jump at 5 is late\nbob: fine").run()
+    bob.button(key="save_notes").click().run()
+    assert env_data.repo.get_episode(ref).notes == "alice: the jump at 5 is late\nbob: fine"
+    assert "Notes saved" in [t.value for t in bob.toast]
+    assert before != env_data.repo.get_episode(ref).notes

@@ -349,3 +349,20 @@ def test_drawing_scales_boxes_with_the_screenshot(fixtures_dir):
     edge = out.getpixel((50, 150))  # the box's left edge (x=100 full size)
     assert edge[0] > 180 and edge[2] < 120, edge  # HIGHLIGHT_COLOUR-ish (255, 0, 80)
     assert HIGHLIGHT_COLOUR[0] == 255
+
+
+def test_notes_update_refuses_a_stale_editor(env_data):
+    from annotator.operations import NotesConflict
+
+    ref = ref_of(env_data.episodes[0])
+    alice = Operations(env_data.repo, env_data.data_dir, ALICE)
+    bob = Operations(env_data.repo, env_data.data_dir, BOB)
+    for ops in (alice, bob):
+        ops.replay_episode(client_pb2.ReplayEpisodeRequest(ref=ref))
+    seen = alice.replay.episode.notes
+    bob.update_replay_episode(client_pb2.UpdateReplayEpisodeRequest(notes="bob's note"), expected=seen)
+    with pytest.raises(NotesConflict):
+        alice.update_replay_episode(client_pb2.UpdateReplayEpisodeRequest(notes="alice's"), expected=seen)
+    assert env_data.repo.get_episode(ref).notes == "bob's note"
+    alice.update_replay_episode(client_pb2.UpdateReplayEpisodeRequest(notes="alice's"), expected="bob's note")
+    assert env_data.repo.get_episode(ref).notes == "alice's"

@@ -124,8 +124,11 @@ def test_tag_a_ui_step_from_the_keyboard_and_find_it_after_reload(server, browse
     wait_idle(page)
     shot(page, "episodes")
 
-    page.goto(f"{url}replay?episode={key}&step=0")
+    page.get_by_role("link", name="Replay").click()  # the sidebar navigation
+    page.locator('[data-testid="stSelectbox"]').filter(has_text="Episode").first.click()
+    page.get_by_role("option", name=re.compile(re.escape(episode.id[:8]))).click()
     page.get_by_text("Tags on this step").wait_for(timeout=60_000)
+    assert f"episode={key}" in page.url.replace("%2F", "/")
     page.get_by_text("Action:").wait_for()
     wait_idle(page)
     shot(page, "replay_ui")
