@@ -141,3 +141,25 @@ def test_tfds_archive_and_schema(export_data: ExportData, tmp_path: Path) -> Non
     dest = archive.safe_extract(out, tmp_path / "x")
     assert len(readback.read_tfds(dest)) == 2
     jsonschema.validate(readback.tfds_instance(dest), readback.schema())
+
+
+def test_envlogger_export_converts_with_tfds_own_rlds_reader(export_data: ExportData, tmp_path: Path) -> None:
+    """TFDS's RLDS tooling (`tfds.rlds.rlds_base`, what RLDS dataset builders use on envlogger logs) reads the
+    envlogger export: one RLDS episode per exported episode, same steps, tag fields and statistics."""
+    from tensorflow_datasets.rlds import rlds_base
+
+    out = tmp_path / "el"
+    export.export_episodes(
+        export.ExportRequest(
+            data_dir=str(export_data.data_dir),
+            out=str(out),
+            refs=[export_data.ref(e) for e in export_data.procgen],
+            end_of_episode_tags=["goal"],
+        )
+    )
+    converted = [episode for _, episode in rlds_base.generate_examples(out)]
+    assert [e["episode_id"] for e in converted] == [e.id for e in export_data.procgen]
+    first = converted[0]["steps"]
+    assert len(first["is_last"]) == 6 and list(first["is_last"]) == [False] * 5 + [True]
+    assert list(first["tag:goal"]) == [False] * 5 + [True] and list(first["tag:jump"])[2]
+    assert list(first["episode"]["mask"]) == [False] * 5 + [True] and first["episode"]["l"][-1] == 5
