@@ -401,13 +401,18 @@ class Operations:
             episode=episode,
             duration=episode_duration(episode),
             status=STATE_LABELS.get(episode.state, "Unspecified"),
-            can_delete=bool(self.repo.can_delete(episode, self.user)),
+            can_delete=self._can_delete(episode, study),
         )
         for env in study.environment_specs:
             if env.id == episode.environment_id:
                 meta.env.CopyFrom(env)
                 break
         return meta
+
+    def _can_delete(self, episode: study_pb2.Episode, study: study_pb2.StudySpec) -> bool:
+        """Repository.can_delete's rule (own episode, or the study's creator) with the study already in hand,
+        so listing 1,000 episodes costs no query per row."""
+        return self.user in (episode.user.email, study.creator.email)
 
     def episodes(self, filters: EpisodeFilter | None = None) -> client_pb2.EpisodesResponse:
         """Episodes across studies and sessions (the Episodes page), newest first."""

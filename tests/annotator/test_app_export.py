@@ -73,3 +73,19 @@ def test_export_without_episodes_is_refused(env_data):
     ops = Operations(env_data.repo, env_data.data_dir, ALICE)
     response = ops.handle(client_pb2.OperationRequest(download_episodes=client_pb2.DownloadEpisodesRequest()))
     assert response.error.mesg == "download_episodes: choose at least one episode to export"
+
+
+@pytest.mark.tfds
+def test_export_page_writes_a_tfds_folder(env_data, monkeypatch):
+    at = export_page(env_data, monkeypatch)
+    at.multiselect(key="export_pick").set_value([ref_key(ref_of(e)) for e in env_data.episodes]).run()
+    at.radio(key="export_format").set_value("tfds")
+    at.radio(key="export_archive").set_value("folder")
+    at.button(key="export_run").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    folder = at.success[0].value.split("`")[1]
+    import tensorflow_datasets as tfds
+
+    dataset = tfds.builder_from_directory(folder).as_dataset(split="train")
+    assert sum(1 for _ in dataset) == len(env_data.episodes)
+    assert at.get("download_button"), "the folder is offered zipped"

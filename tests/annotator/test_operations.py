@@ -366,3 +366,17 @@ def test_notes_update_refuses_a_stale_editor(env_data):
     assert env_data.repo.get_episode(ref).notes == "bob's note"
     alice.update_replay_episode(client_pb2.UpdateReplayEpisodeRequest(notes="alice's"), expected="bob's note")
     assert env_data.repo.get_episode(ref).notes == "alice's"
+
+
+def test_can_delete_in_listings_matches_the_store(tmp_path):
+    from annotator.recorder import record_batch
+
+    repo = open_store(None, tmp_path)
+    study = repo.create_study(procgen_study_spec(max_steps=3), ALICE)
+    (episode,) = record_batch(repo, tmp_path, study.id, ENV_ID, 1, "random", user=BOB, seed=1, progress=False)
+    for user in (ALICE, BOB, "carol@example.com"):
+        listed = Operations(repo, tmp_path, user).episodes().episodes[0]
+        assert listed.can_delete == repo.can_delete(episode, user), user
+    assert [Operations(repo, tmp_path, u).episodes().episodes[0].can_delete for u in (ALICE, BOB, "c")] == [
+        True, True, False
+    ]  # fmt: skip
