@@ -56,6 +56,28 @@ def make_data(data_dir: Path, episodes: int, steps: int, copies: int) -> str:
     return study.id
 
 
+def _burn(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def cpu_headroom(n: int = 15_000_000) -> float:
+    """Speed-up of 2 processes over 1 on a pure-Python loop, right now: the ceiling for any 2-worker ratio
+    (the machine's cores are shared; below ~1.8 another job holds a core)."""
+    import multiprocessing
+
+    start = time.perf_counter()
+    _burn(n)
+    _burn(n)
+    serial = time.perf_counter() - start
+    start = time.perf_counter()
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        pool.map(_burn, [n, n])
+    return serial / (time.perf_counter() - start)
+
+
 def folder_mb(path: Path) -> float:
     if path.is_file():
         return path.stat().st_size / 1e6
@@ -153,6 +175,9 @@ def main() -> None:
             return steps / seconds
 
         print("\nratios (throughput):")
+        print(
+            f"  CPU headroom, 2 processes / 1:      {cpu_headroom():.2f}  (ceiling for the 2-worker ratios)"
+        )
         print(
             f"  export envlogger / read:            {rate('envlogger FnApiRunner 1 worker') / read_rate:.2f}"
         )
