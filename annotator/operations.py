@@ -14,7 +14,7 @@ import datetime as dt
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -783,10 +783,6 @@ def _summary_location(summary: Any, out: Path, archive: bool) -> str:
         if value:
             return str(value)
     return str(out.with_suffix(".zip") if archive else out)
-
-
-def refs_from(keys: Iterable[str]) -> list[client_pb2.EpisodeRef]:
-    return [parse_ref_key(key) for key in keys]
 
 
 # ---------------------------------------------------------------------------------------------------------------

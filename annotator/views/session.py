@@ -129,7 +129,3 @@ def confirm(message: str, icon: str = ":material/check_circle:") -> None:
 def show_confirmations() -> None:
     for message, icon in st.session_state.pop("_toasts", []):
         st.toast(message, icon=icon)
-
-
-def fail(exc: Exception) -> None:
-    st.error(str(exc))
