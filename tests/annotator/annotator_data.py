@@ -35,13 +35,19 @@ def procgen_study_spec(max_steps: int = 25) -> study_pb2.StudySpec:
 
 
 def build_env_data(
-    data_dir: Path, *, episodes: int = 2, max_steps: int = 25, creator: str = ALICE
+    data_dir: Path,
+    *,
+    episodes: int = 2,
+    max_steps: int = 25,
+    creator: str = ALICE,
+    store_url: str | None = None,
 ) -> AnnotatorData:
-    """A store with one Procgen study and `episodes` episodes recorded (random policy) by the recorder."""
+    """A store (SQLite in data_dir, or `store_url`) with one Procgen study and `episodes` episodes recorded
+    (random policy) by the recorder."""
     from annotator.recorder import record_batch
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    repo = open_store(None, data_dir)
+    repo = open_store(store_url, data_dir)
     study = repo.create_study(procgen_study_spec(max_steps), creator)
     recorded = record_batch(repo, data_dir, study.id, ENV_ID, episodes, "random", user=creator, seed=3,
                             progress=False)  # fmt: skip

@@ -23,6 +23,7 @@ from pipelines.episodes import open_episode
 from pipelines.store import open_store
 from protos.rlds_creator import client_pb2, study_pb2
 from tests.annotator.annotator_data import ALICE, BOB, ENV_ID, build_env_data, procgen_study_spec
+from tests.pg_fixture import pg_url, postgres_server  # noqa: F401 - pytest fixtures (PostgreSQL test)
 
 Completed = study_pb2.Episode.STATE_COMPLETED
 
@@ -253,8 +254,8 @@ def test_record_an_episode_through_the_protocol(tmp_path):
 # -- concurrency: two annotators on one episode, in two processes ------------------------------------------
 
 
-def _annotate(data_dir: str, key: str, user: str, count: int, barrier) -> None:
-    repo = open_store(None, data_dir)
+def _annotate(store_url: str | None, data_dir: str, key: str, user: str, count: int, barrier) -> None:
+    repo = open_store(store_url, data_dir)
     ops = Operations(repo, data_dir, user)
     ops.replay_episode(client_pb2.ReplayEpisodeRequest(ref=parse_ref_key(key)))
     barrier.wait(timeout=60)
@@ -264,14 +265,14 @@ def _annotate(data_dir: str, key: str, user: str, count: int, barrier) -> None:
         ops.update_replay_episode(client_pb2.UpdateReplayEpisodeRequest(notes=f"{user} note {i}"))
 
 
-def test_two_annotators_in_two_processes_lose_nothing(env_data):
-    episode = env_data.episodes[2]
+def two_annotators(repo, store_url: str | None, data_dir: Path, episode: study_pb2.Episode) -> None:
+    """Alice and Bob tag and annotate one episode at the same time from two processes; nothing is lost."""
     key = ref_key(ref_of(episode))
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(2)
     count = 12
     procs = [
-        ctx.Process(target=_annotate, args=(str(env_data.data_dir), key, user, count, barrier))
+        ctx.Process(target=_annotate, args=(store_url, str(data_dir), key, user, count, barrier))
         for user in (ALICE, BOB)
     ]
     for p in procs:
@@ -279,14 +280,24 @@ def test_two_annotators_in_two_processes_lose_nothing(env_data):
     for p in procs:
         p.join(timeout=300)
         assert p.exitcode == 0
-    stored = env_data.repo.get_episode(ref_of(episode))
+    stored = repo.get_episode(ref_of(episode))
     step_labels = {t.label for m in stored.step_metadata.values() for t in m.tags}
     for name in ("alice", "bob"):
         assert {f"{name}-{i}" for i in range(count)} <= step_labels
         assert {f"{name}-ep-{i}" for i in range(count)} <= {t.label for t in stored.tags}
-    notes = [e for e in env_data.repo.audit_log(ref_of(episode)) if e.action == "episode.notes"]
+    notes = [e for e in repo.audit_log(ref_of(episode)) if e.action == "episode.notes"]
     assert len(notes) == 2 * count  # every note written was recorded, none overwritten unseen
     assert stored.notes == notes[0].after["notes"]  # the final notes are the last change logged
+
+
+def test_two_annotators_in_two_processes_lose_nothing(env_data):
+    two_annotators(env_data.repo, None, env_data.data_dir, env_data.episodes[2])
+
+
+@pytest.mark.postgres
+def test_two_annotators_lose_nothing_on_postgresql(tmp_path, pg_url):
+    data = build_env_data(tmp_path, episodes=1, max_steps=8, store_url=pg_url)
+    two_annotators(data.repo, pg_url, data.data_dir, data.episodes[0])
 
 
 # -- small pieces -------------------------------------------------------------------------------------------
