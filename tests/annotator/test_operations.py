@@ -295,9 +295,10 @@ def test_two_annotators_in_two_processes_lose_nothing(env_data):
 
 
 @pytest.mark.postgres
-def test_two_annotators_lose_nothing_on_postgresql(tmp_path, pg_url):
-    data = build_env_data(tmp_path, episodes=1, max_steps=8, store_url=pg_url)
-    two_annotators(data.repo, pg_url, data.data_dir, data.episodes[0])
+def test_two_annotators_lose_nothing_on_postgresql(tmp_path, request):
+    url = request.getfixturevalue("pg_url")  # a fresh database on the throwaway server (tests/pg_fixture.py)
+    data = build_env_data(tmp_path, episodes=1, max_steps=8, store_url=url)
+    two_annotators(data.repo, url, data.data_dir, data.episodes[0])
 
 
 # -- small pieces -------------------------------------------------------------------------------------------
