@@ -33,7 +33,16 @@ from tqdm import tqdm
 from annotator.envs import registry
 from annotator.envs.base import Environment, Transition
 from annotator.envs.render import encode_jpeg
-from pipelines.episodes import STORAGE_KINDS, EnvSpecs, EpisodeMetadata, create_writer, layout, publish, stats
+from pipelines.episodes import (
+    STORAGE_KINDS,
+    EnvSpecs,
+    EpisodeMetadata,
+    WriterProcess,
+    create_writer,
+    layout,
+    publish,
+    stats,
+)
 from pipelines.episodes.base import EpisodeWriter
 from pipelines.errors import StepmarkError
 from pipelines.store import errors as store_errors
@@ -101,6 +110,7 @@ class Recorder:
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         max_steps: int | None = None,
         clock: Clock = time.monotonic,
+        background_writer: bool = False,
     ) -> None:
         if storage not in STORAGE_KINDS:
             raise StepmarkError(
@@ -119,6 +129,9 @@ class Recorder:
         self.idle_timeout = float(idle_timeout)
         self.max_steps = max_steps if max_steps and max_steps > 0 else None
         self._clock = clock
+        # envlogger writing in a child process (pipelines/episodes/writer_process.py), started on first use.
+        self.background_writer = bool(background_writer) and storage == "envlogger"
+        self._writer_process: WriterProcess | None = None
         self._session_id = session_id
         self.session: study_pb2.Session | None = None
         # Fail fast on a wrong study or environment id (the study may still be disabled later: start() checks).
@@ -171,6 +184,8 @@ class Recorder:
         study = self._study()
         self.env_spec = _find_env_spec(study, self.env_id)
         self._open_session()
+        if self.background_writer and (self._writer_process is None or self._writer_process.closed):
+            self._writer_process = WriterProcess()  # boots while the environment is created
         if self.env is None:
             self.env = registry.create(self.env_spec, seed=self.seed)
         assert self.session is not None
@@ -191,7 +206,9 @@ class Recorder:
             "env_id": self.env_id,
             "env_spec": json_format.MessageToJson(self.env_spec, indent=None),
         }
-        writer = create_writer(self.storage, paths.temp, paths.relative, specs, dataset_meta)
+        writer = create_writer(
+            self.storage, paths.temp, paths.relative, specs, dataset_meta, process=self._writer_process
+        )
         self._current = _Episode(proto, paths, writer)
         try:
             first = self.env.reset()
@@ -211,6 +228,9 @@ class Recorder:
             if self._current is not None:
                 self._finish(State.STATE_ABANDONED, keep_empty=False)
         finally:
+            if self._writer_process is not None:
+                self._writer_process.stop()
+                self._writer_process = None
             if self.env is not None:
                 self.env.close()
                 self.env = None
@@ -282,16 +302,20 @@ class Recorder:
     def _write(self, p: _Pending, *, terminated: bool = False, truncated: bool = False, info=None) -> None:
         assert self._current is not None
         t = p.transition
-        self._current.writer.write_step(
-            p.action,
-            t.observation,
-            t.reward,
-            terminated=terminated,
-            truncated=truncated,
-            image=p.image,
-            keys=p.keys,
-            info=t.info if info is None else info,
-        )
+        try:
+            self._current.writer.write_step(
+                p.action,
+                t.observation,
+                t.reward,
+                terminated=terminated,
+                truncated=truncated,
+                image=p.image,
+                keys=p.keys,
+                info=t.info if info is None else info,
+            )
+        except StepmarkError:  # the writer lost the episode (e.g. its process died): it cannot be saved
+            self._drop_current()
+            raise
 
     def _end(self, ep: _Episode, last: _Pending | None, *, terminated: bool) -> None:
         """Writes the finishing transition with `info["episode"]` and freezes the statistics."""
@@ -307,6 +331,11 @@ class Recorder:
     # ----- save flow --------------------------------------------------------------------------------
     def save(self, request: client_pb2.SaveEpisodeRequest) -> client_pb2.SaveEpisodeResponse:
         """Ends the episode in the state the request asks for and registers it (see module docstring)."""
+        episode = self.save_episode(request)
+        return client_pb2.SaveEpisodeResponse(episode=self.episode_metadata(episode))
+
+    def save_episode(self, request: client_pb2.SaveEpisodeRequest) -> study_pb2.Episode:
+        """`save` without building the client's response (two store reads): the registered episode."""
         if self._current is None:
             raise StepmarkError("no episode to save")
         if not request.accept:
@@ -317,7 +346,7 @@ class Recorder:
             state = State.STATE_CANCELLED
         episode = self._finish(state, keep_empty=True)
         assert episode is not None
-        return client_pb2.SaveEpisodeResponse(episode=self.episode_metadata(episode))
+        return episode
 
     def cancel(self) -> study_pb2.Episode | None:
         """Ends the episode as CANCELLED (nothing is registered if no step was taken)."""
@@ -367,6 +396,10 @@ class Recorder:
         )
         try:
             proto.storage.CopyFrom(ep.writer.close(meta))
+        except BaseException:
+            self._drop_current()  # files not complete: nothing to publish, the temp folder goes
+            raise
+        try:
             registered = publish.publish(self.repo, ep.paths, proto)
         finally:
             self._current = None
@@ -452,10 +485,12 @@ def record_batch(
     storage: str = "envlogger",
     max_steps: int | None = None,
     quality: int = QUALITY_MEDIUM,
+    background_writer: bool = True,
 ) -> list[study_pb2.Episode]:
     """Records `n` COMPLETED episodes with a policy (`random` or `noop`); a tqdm bar shows progress.
 
-    Interrupted runs keep what was saved; the unfinished episode is registered as ABANDONED.
+    Interrupted runs keep what was saved; the unfinished episode is registered as ABANDONED. envlogger
+    files are written by a child process (`background_writer`), overlapping with the stepping.
     """
     if policy not in POLICIES:
         raise StepmarkError(f"unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
@@ -474,6 +509,7 @@ def record_batch(
         seed=seed,
         max_steps=max_steps,
         quality=quality,
+        background_writer=background_writer,
     )
     with recorder, tqdm(total=n, unit="episode", disable=not progress, desc=f"record {env_id}") as bar:
         for _ in range(n):
@@ -483,11 +519,9 @@ def record_batch(
                 recorder.step_action(choose(recorder.env, rng)), client_pb2.ConfirmSaveResponse
             ):
                 pass
-            recorder.save(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True))
-            assert recorder.last_episode is not None
-            episodes.append(recorder.last_episode)
-            bar.set_postfix(
-                steps=recorder.last_episode.num_steps, ret=f"{recorder.last_episode.total_reward:g}"
+            episodes.append(
+                recorder.save_episode(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True))
             )
+            bar.set_postfix(steps=episodes[-1].num_steps, ret=f"{episodes[-1].total_reward:g}")
             bar.update(1)
     return episodes

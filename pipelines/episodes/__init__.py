@@ -23,6 +23,7 @@ from pipelines.episodes.layout import resolve
 from pipelines.episodes.pickle_store import PickleEpisodeReader, PickleEpisodeWriter
 from pipelines.episodes.stats import EpisodeStats, episode_info
 from pipelines.episodes.ui import open_ui_episode
+from pipelines.episodes.writer_process import BackgroundEnvloggerWriter, WriterProcess
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import study_pb2
 
@@ -36,6 +37,7 @@ __all__ = [
     "EpisodeStats",
     "EpisodeWriter",
     "Step",
+    "WriterProcess",
     "create_writer",
     "episode_info",
     "open_episode",
@@ -67,9 +69,17 @@ def create_writer(
     relative: PurePosixPath,
     specs: EnvSpecs,
     dataset_metadata: dict[str, Any] | None = None,
+    *,
+    process: WriterProcess | None = None,
 ) -> EpisodeWriter:
-    """A writer for one new episode in `folder` (`relative` = its final folder under the data dir)."""
+    """A writer for one new episode in `folder` (`relative` = its final folder under the data dir).
+
+    With a `process` (envlogger only), the Riegeli writing happens in that child process
+    (`writer_process.py`): same files, overlapped with the caller's work.
+    """
     if kind == "envlogger":
+        if process is not None:
+            return BackgroundEnvloggerWriter(process, folder, relative, specs, dataset_metadata)
         return EnvloggerEpisodeWriter(folder, relative, specs, dataset_metadata)
     if kind == "pickle":
         return PickleEpisodeWriter(folder, relative, specs)

@@ -10,6 +10,7 @@ records of every environment family); `codec.decode` reads it. Pinned to envlogg
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from envlogger.converters import codec
 from envlogger.proto import storage_pb2
 
 _SCALAR_DIM_SIZE = codec._SCALAR_DIM_SIZE  # noqa: SLF001 - same reserved value as the codec
+_DOUBLE = struct.Struct("<d")
 
 
 def encode(value: Any) -> storage_pb2.Data:
@@ -81,3 +83,198 @@ def fill(out: storage_pb2.Data, value: Any) -> None:
         datum.values.double_values.append(value)
     else:
         codec._set_datum_values_from_scalar(value, datum)  # noqa: SLF001
+
+
+# ----- straight to wire bytes ------------------------------------------------------------------------
+# `serialize(value)` gives the bytes of `encode(value).SerializeToString()` without building the message
+# (~5x cheaper for a step record: no per-field Python->upb calls). Field numbers of envlogger 1.2's
+# storage.proto: Data{datum=1, array=2, tuple=3, dict=4}; Array/Tuple{values=1}; Dict{values=1 (map
+# entries {key=1, value=2}), kvs=2}; Datum{shape=1, values=2}; Shape{dim=2}; Dim{size=1}; Values{
+# double_values=2, int64_values=4, bool_values=7, string_values=8, bytes_values=9, bigint_values=10,
+# uint8_values=13} (repeated scalars packed, proto3). Values without a short path here (other numpy
+# dtypes and scalars, non-str dict keys) are encoded by `encode` and embedded, so every value works.
+
+_TAG_DATUM, _TAG_ARRAY, _TAG_TUPLE, _TAG_DICT = b"\x0a", b"\x12", b"\x1a", b"\x22"
+_TAG_VALUES_ITEM = b"\x0a"  # Array.values, Tuple.values, Dict.values (map entry), Entry.key all field 1
+_TAG_ENTRY_VALUE = b"\x12"
+_SMALL = [bytes([n]) for n in range(128)]
+
+
+def _varint(n: int) -> bytes:
+    if 0 <= n < 128:
+        return _SMALL[n]
+    if 0 < n < 16384:
+        return bytes((n & 0x7F | 0x80, n >> 7))
+    if 0 < n < 2097152:
+        return bytes((n & 0x7F | 0x80, (n >> 7) & 0x7F | 0x80, n >> 14))
+    if n < 0:
+        n += 1 << 64
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: bytes, payload: bytes) -> bytes:
+    return tag + _varint(len(payload)) + payload
+
+
+# Shape {dim {size: -438}} of every scalar datum, as Datum field 1.
+_SCALAR_SHAPE = _field(b"\x0a", _field(b"\x12", b"\x08" + _varint(_SCALAR_DIM_SIZE)))
+
+
+def _scalar_datum(values: bytes) -> bytes:
+    """A Data holding a scalar datum whose Values message is `values` (already serialized)."""
+    return _field(_TAG_DATUM, _SCALAR_SHAPE + _field(b"\x12", values))
+
+
+def serialize(value: Any) -> bytes:
+    """`encode(value).SerializeToString()`, built directly (tests check they parse to equal messages)."""
+    out: list[bytes] = []
+    _emit(value, out)
+    return b"".join(out)
+
+
+# Serialized scalars repeat from step to step (step type, discount, most rewards, actions, short strings):
+# they are kept here, keyed by type and value (floats by their bytes, so -0.0 and 0.0 stay apart).
+_CACHE_LIMIT = 4096
+_scalars: dict[tuple[type, Any], bytes] = {}
+_dict_keys: dict[str, bytes] = {}
+_array_heads: dict[tuple[int, ...], bytes] = {}  # uint8 arrays: everything before the pixels, by shape
+_TRUE = _scalar_datum(b"\x3a\x01\x01")
+_FALSE = _scalar_datum(b"\x3a\x01\x00")
+
+
+def _scalar(value: Any) -> bytes | None:
+    """The serialized Data of a scalar with a short path (None: not one of those types)."""
+    kind = type(value)
+    if kind is float:
+        key: Any = _DOUBLE.pack(value)
+        hit = _scalars.get((kind, key))
+        if hit is None:
+            hit = _scalar_datum(b"\x12\x08" + key)
+    elif kind is str:
+        key = value
+        hit = _scalars.get((kind, key))
+        if hit is None:
+            hit = _scalar_datum(_field(b"\x42", value.encode("utf-8")))
+    elif kind is np.int64:
+        key = int(value)
+        hit = _scalars.get((kind, key))
+        if hit is None:
+            hit = _scalar_datum(_field(b"\x22", _varint(key)))
+    elif isinstance(value, bool | np.bool_):
+        return _TRUE if value else _FALSE
+    elif isinstance(value, int):  # Python ints (and IntEnums such as dm_env.StepType): signed big-endian
+        key = int(value)
+        hit = _scalars.get((int, key))
+        kind = int
+        if hit is None:
+            hit = _scalar_datum(_field(b"\x52", codec._python_int_to_bytes(key)))  # noqa: SLF001
+    else:
+        return None
+    if len(_scalars) < _CACHE_LIMIT and (kind is not str or len(value) <= 64):
+        _scalars[(kind, key)] = hit
+    return hit
+
+
+def _dict_key(k: str) -> bytes:
+    hit = _dict_keys.get(k)
+    if hit is None:
+        hit = _field(_TAG_VALUES_ITEM, k.encode("utf-8"))
+        if len(_dict_keys) < _CACHE_LIMIT:
+            _dict_keys[k] = hit
+    return hit
+
+
+def _emit(value: Any, out: list[bytes]) -> int:
+    """Appends the serialized Data of `value` to `out`; returns its size in bytes."""
+    if value is None:
+        return 0
+    if isinstance(value, tuple):
+        return _container(_TAG_TUPLE, value, out) if value else 0
+    if isinstance(value, dict):
+        if not value:
+            return 0
+        if not all(isinstance(k, str) for k in value):
+            return _append(encode(value).SerializeToString(), out)
+        body: list[bytes] = []
+        size = 0
+        for k, v in value.items():
+            key = _dict_key(k)
+            item: list[bytes] = []
+            n = _emit(v, item)
+            entry = len(key) + 1 + len(_varint(n)) + n
+            head = _TAG_VALUES_ITEM + _varint(entry) + key + _TAG_ENTRY_VALUE + _varint(n)
+            body.append(head)
+            body.extend(item)
+            size += len(head) + n
+        return _wrap(_TAG_DICT, body, size, out)
+    if isinstance(value, list):
+        if not value:
+            return 0
+        first_type = type(value[0])
+        for index, x in enumerate(value):
+            if not isinstance(x, first_type):
+                raise TypeError(
+                    f"lists must be homogeneous: element {index} is {type(x).__name__}, "
+                    f"the first is {first_type.__name__}"
+                )
+        return _container(_TAG_ARRAY, value, out)
+    if isinstance(value, np.ndarray):
+        if value.dtype != np.uint8 or value.size == 0:
+            return _append(encode(value).SerializeToString(), out)
+        data = value.tobytes()
+        head = _array_heads.get(value.shape)
+        if head is None:
+            dims = b"".join(_field(b"\x12", b"\x08" + _varint(d)) for d in value.shape if d > 0)
+            values_head = b"\x6a" + _varint(len(data))
+            values_size = len(values_head) + len(data)
+            datum_head = _field(b"\x0a", dims) + b"\x12" + _varint(values_size)
+            datum_size = len(datum_head) + values_size
+            head = _TAG_DATUM + _varint(datum_size) + datum_head + values_head
+            if len(_array_heads) < _CACHE_LIMIT:
+                _array_heads[value.shape] = head
+        out.append(head)
+        out.append(data)
+        return len(head) + len(data)
+    if isinstance(value, bytes):
+        values_head = b"\x4a" + _varint(len(value))
+        values = len(values_head) + len(value)
+        datum = _SCALAR_SHAPE + b"\x12" + _varint(values) + values_head
+        head = _TAG_DATUM + _varint(len(datum) + len(value)) + datum
+        out.append(head)
+        out.append(value)
+        return len(head) + len(value)
+    scalar = _scalar(value)
+    if scalar is not None:
+        out.append(scalar)
+        return len(scalar)
+    return _append(encode(value).SerializeToString(), out)
+
+
+def _append(data: bytes, out: list[bytes]) -> int:
+    out.append(data)
+    return len(data)
+
+
+def _container(tag: bytes, items: Any, out: list[bytes]) -> int:
+    body: list[bytes] = []
+    size = 0
+    for x in items:
+        item: list[bytes] = []
+        n = _emit(x, item)
+        head = _TAG_VALUES_ITEM + _varint(n)
+        body.append(head)
+        body.extend(item)
+        size += len(head) + n
+    return _wrap(tag, body, size, out)
+
+
+def _wrap(tag: bytes, body: list[bytes], size: int, out: list[bytes]) -> int:
+    head = tag + _varint(size)
+    out.append(head)
+    out.extend(body)
+    return len(head) + size

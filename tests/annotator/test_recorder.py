@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import envlogger
@@ -335,6 +336,54 @@ def test_record_batch_with_noop_policy_and_step_cap(store):
         record_batch(repo, data, study.id, "maze", 1, policy="greedy", user=USER)
 
 
+def test_background_writer_records_the_same_episode(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=0))
+    figures = []
+    for background in (False, True):
+        with Recorder(repo, data, study.id, "maze", USER, seed=0, background_writer=background) as rec:
+            rec.start()
+            pressed = play_until_confirm(rec)
+            episode = rec.save_episode(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True))
+        assert episode.state == State.STATE_COMPLETED
+        with open_episode(episode, data) as reader:
+            steps = list(reader)
+        figures.append(
+            (
+                [s.keys for s in steps],
+                [bytes(s.image) for s in steps],
+                [s.observation["image"].tobytes() for s in steps],
+                [s.reward for s in steps],
+            )
+        )
+        assert figures[-1][0][:-1] == pressed
+    assert figures[0] == figures[1]
+
+
+def test_dead_background_writer_fails_the_save_and_leaves_nothing(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=0))
+    with Recorder(repo, data, study.id, "maze", USER, seed=0, background_writer=True) as rec:
+        rec.start()
+        for _ in range(5):
+            rec.act(["ArrowRight"])
+        pid = rec._writer_process.pid
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(StepmarkError, match=f"writer process {pid} died"):
+            for _ in range(500):  # the steps fill the pipe, or the save finds no one to close the files
+                rec.act(["ArrowRight"])
+            rec.save(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True))
+        assert not rec.in_episode
+        assert layout.temp_folders(data) == [] and repo.list_episodes(study_id=study.id) == []
+        # The next episode gets a new writer process.
+        rec.start()
+        rec.act(["ArrowRight"])
+        episode = rec.save_episode(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True))
+    assert episode.num_steps == 1 and rec._writer_process is None
+    with open_episode(episode, data) as reader:
+        assert len(reader) == 2
+
+
 # ----- killed recordings --------------------------------------------------------------------------------
 CHILD = textwrap.dedent(
     """
@@ -343,14 +392,15 @@ CHILD = textwrap.dedent(
     from annotator.recorder import Recorder
     from protos.rlds_creator import client_pb2
 
-    data, study, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+    data, study, mode, background = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "background"
     repo = open_store(None, data)
-    rec = Recorder(repo, data, study, "maze", "killed@example.com", seed=0)
+    rec = Recorder(repo, data, study, "maze", "killed@example.com", seed=0, background_writer=background)
     rec.start()
     for _ in range(20):
         rec.act(["ArrowRight"])
     if mode == "mid-episode":
-        print("READY", flush=True)
+        writer_pid = rec._writer_process.pid if background else 0
+        print(f"READY {writer_pid}", flush=True)
         time.sleep(600)
     # Die between the files being complete (renamed to the final folder) and registration.
     repo.add_episode = lambda episode: os.kill(os.getpid(), signal.SIGKILL)
@@ -359,10 +409,12 @@ CHILD = textwrap.dedent(
 )
 
 
-def run_child(data: Path, study_id: str, mode: str) -> None:
+def run_child(data: Path, study_id: str, mode: str, writer: str) -> int:
+    """Runs CHILD until it is killed; returns the pid of its writer process (0: it wrote in-process)."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    writer_pid = 0
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(data), study_id, mode],
+        [sys.executable, "-c", CHILD, str(data), study_id, mode, writer],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -371,19 +423,42 @@ def run_child(data: Path, study_id: str, mode: str) -> None:
     )
     try:
         if mode == "mid-episode":
-            assert proc.stdout.readline().strip() == "READY"
+            ready, pid = proc.stdout.readline().split()
+            assert ready == "READY"
+            writer_pid = int(pid)
             proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
+    return writer_pid
 
 
-def test_sigkill_mid_episode_leaves_nothing_registered_and_is_cleaned(store):
+def writer_exits(pid: int) -> bool:
+    """True once the orphaned writer process is gone (or a zombie waiting for init to reap it)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+WRITERS = ["in-process", "background"]
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_sigkill_mid_episode_leaves_nothing_registered_and_is_cleaned(store, writer):
     repo, data = store
     study = make_study(repo, procgen_spec(max_steps=0))
-    run_child(data, study.id, "mid-episode")
+    writer_pid = run_child(data, study.id, "mid-episode", writer)
+    if writer == "background":
+        assert writer_pid > 0 and writer_exits(writer_pid)  # end of its input: it stops by itself
     assert repo.list_episodes(study_id=study.id) == []
     [temp] = layout.temp_folders(data)
     assert not (temp / layout.PENDING_FILE).exists()
@@ -395,10 +470,11 @@ def test_sigkill_mid_episode_leaves_nothing_registered_and_is_cleaned(store):
     assert not temp.exists() and repo.list_episodes(study_id=study.id) == []
 
 
-def test_sigkill_before_registration_is_recovered_as_abandoned(store):
+@pytest.mark.parametrize("writer", WRITERS)
+def test_sigkill_before_registration_is_recovered_as_abandoned(store, writer):
     repo, data = store
     study = make_study(repo, procgen_spec(max_steps=0))
-    run_child(data, study.id, "before-registration")
+    run_child(data, study.id, "before-registration", writer)
     assert repo.list_episodes(study_id=study.id) == []
     [folder] = layout.pending_folders(data)
     report = publish.recover_abandoned(repo, data)

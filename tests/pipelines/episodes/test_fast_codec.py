@@ -1,4 +1,5 @@
-"""The in-place encoder builds exactly the message envlogger's codec builds, for real records and edge cases."""
+"""The in-place encoder and the wire serializer give exactly the message envlogger's codec builds,
+for real records and edge cases."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 from envlogger import step_data
 from envlogger.converters import codec
+from envlogger.proto import storage_pb2
 
 from annotator.envs import registry
 from annotator.envs.render import encode_jpeg
@@ -19,6 +21,9 @@ def same(value) -> None:  # noqa: ANN001
     ours, theirs = fast_codec.encode(value), codec.encode(value)
     assert ours == theirs
     assert ours.SerializeToString(deterministic=True) == theirs.SerializeToString(deterministic=True)
+    wire = storage_pb2.Data.FromString(fast_codec.serialize(value))
+    assert wire == theirs
+    assert wire.SerializeToString(deterministic=True) == theirs.SerializeToString(deterministic=True)
 
 
 def family_env(family: str):  # noqa: ANN201
@@ -88,6 +93,18 @@ def test_real_records_encode_identically(family):
         "text",
         b"\x00bytes",
         dm_env.StepType.LAST,
+        np.int64(-5),
+        np.int64(2**62),
+        -(2**70),
+        "",
+        b"",
+        "\u00e9t\u00e9 \U0001f600",
+        {"k\u00e9y": {"nested": (np.zeros((2, 300), np.uint8), None, [b"a", b""])}},
+        [None, None],
+        [(1.5, "a"), (2.5, "b")],
+        {"a": {}, "b": (), "c": [np.uint8(3)]},
+        np.zeros((1, 0), np.uint8),
+        np.full((70, 70, 3), 7, np.uint8),  # lengths over 127 and 16383: multi-byte varints
     ],
 )
 def test_edge_values_encode_identically(value):
@@ -99,3 +116,5 @@ def test_heterogeneous_list_is_refused_like_codec():
         codec.encode([1, "a"])
     with pytest.raises(TypeError, match="element 1"):
         fast_codec.encode([1, "a"])
+    with pytest.raises(TypeError, match="element 1"):
+        fast_codec.serialize({"keys": ["a", 1]})

@@ -1,0 +1,100 @@
+"""The episode writer child process (see `writer_process.py`): envlogger's Riegeli writer fed by a pipe.
+
+Run by path (`python writer_child.py`), so it imports only the standard library and envlogger.
+Frames on stdin: `kind (1 byte) + length (uint32 LE) + payload`; kinds O (open: JSON header
+{"folder", "options"}, NUL, serialized metadata Data), F/S (first/next step: serialized `storage_pb2.Data`),
+M (episode metadata Data), C (close), A (abort), Q (quit). C and A are answered on stdout with K (done)
+or E + the error text (the first failure of that episode: a refused open or step).
+End of file on stdin means the recording process died: exit at once, leaving the files unclosed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from typing import Any, BinaryIO
+
+HEADER = struct.Struct("<cI")
+
+
+def read_exactly(stream: BinaryIO, size: int) -> bytes:
+    data = stream.read(size) if size else b""
+    if len(data) < size:
+        raise EOFError
+    return data
+
+
+def _reply(out: BinaryIO, kind: bytes, text: str = "") -> None:
+    body = text.encode("utf-8")
+    out.write(HEADER.pack(kind, len(body)) + body)
+    out.flush()
+
+
+def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
+    """The child's loop: one envlogger dataset writer at a time, driven by the frames on stdin."""
+    os.environ.setdefault("GLOG_minloglevel", "1")
+    from envlogger.backends.python import riegeli_dataset_writer
+    from envlogger.proto import storage_pb2
+
+    parse = storage_pb2.Data.FromString
+    writer: Any = None
+    error = ""  # the first failure of the current episode, reported on its close
+    while True:
+        header = stdin.read(HEADER.size)
+        if len(header) < HEADER.size:
+            # The recording process is gone (end of file): leave the files unclosed, recovery deletes them.
+            os._exit(3)
+        kind, size = HEADER.unpack(header)
+        try:
+            payload = read_exactly(stdin, size)
+        except EOFError:
+            os._exit(3)
+        if kind in (b"F", b"S"):
+            if writer is not None and not error:
+                try:
+                    if not writer.add_step(parse(payload), kind == b"F"):
+                        error = "envlogger failed to write a step"
+                except Exception as exc:  # noqa: BLE001 - reported to the recorder on close
+                    error = f"writing a step: {exc}"
+        elif kind == b"O":
+            head, _, metadata = payload.partition(b"\0")
+            spec = json.loads(head)
+            error = ""
+            if writer is not None:  # an episode never closed nor aborted: release its files first
+                writer.close()
+            writer = riegeli_dataset_writer.RiegeliDatasetWriter()
+            try:
+                writer.init(
+                    data_dir=spec["folder"],
+                    metadata=parse(metadata),
+                    max_episodes_per_shard=10000,
+                    writer_options=spec["options"],
+                )
+            except (RuntimeError, TypeError) as exc:
+                error = f"{spec['folder']}: cannot open an envlogger writer: {exc}"
+                writer = None
+        elif kind == b"M":
+            if writer is not None and not error:
+                writer.set_episode_metadata(parse(payload))
+        elif kind in (b"C", b"A"):
+            if writer is not None:
+                writer.close()
+                writer = None
+            if kind == b"C" and error:
+                _reply(stdout, b"E", error)
+            else:
+                _reply(stdout, b"K")
+            error = ""
+        elif kind == b"Q":
+            if writer is not None:
+                writer.close()
+            return 0
+        else:
+            _reply(stdout, b"E", f"unknown frame kind {kind!r}")
+            return 2
+
+
+if __name__ == "__main__":
+    sys.exit(serve(open(0, "rb", buffering=1 << 20, closefd=False), sys.stdout.buffer))  # noqa: SIM115
