@@ -392,8 +392,15 @@ def _run_with_progress(
             pipeline = beam.Pipeline(options=pipeline_options(beam_args))
             build(pipeline)
             result = pipeline.run()
-            result.wait_until_finish()
-            counters.update(_counters(result))
+            try:
+                result.wait_until_finish()
+                counters.update(_counters(result))
+            finally:
+                # DaskRunner opens its own Client to the scheduler and never closes it (it would then retry
+                # for 30 s and log tracebacks once the cluster is gone); the cluster itself is not ours.
+                runner_client = getattr(result, "client", None)
+                if runner_client is not None:
+                    runner_client.close()
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             failure.append(exc)
 
