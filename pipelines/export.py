@@ -179,99 +179,86 @@ class DatasetJob:
 
 
 class ExportEpisodeFn(beam.DoFn):
-    """(index, serialized Episode) -> (outcome, payload): a written shard / serialized example, or a dead letter.
+    """(dataset, index, serialized Episode) -> (outcome, dataset, payload): a written shard or serialized
+    example, or a dead letter with its reason.
 
-    Outcomes are tagged tuples on the one main output, split afterwards by `SplitOutcomes`, rather than
-    `pvalue.TaggedOutput`s: Beam 2.77's DaskRunner routes every tagged output of a ParDo into one collection
-    (its `OneReceiver`), which would mix dead letters with results there. Single-output steps work everywhere.
+    Outcomes are tagged tuples on the one main output rather than `pvalue.TaggedOutput`s, and every dataset of
+    an export goes through this one step into one sink: Beam 2.77's DaskRunner puts every tagged output of a
+    ParDo into one collection and computes only the last branch of a pipeline (`run_pipeline` optimizes
+    `bags[-1]`), so anything else would silently lose outputs there. Single-branch pipelines run everywhere.
     """
 
     RESULT = "result"
     DEAD_LETTER = "dead_letter"
     EXAMPLE = "example"
 
-    def __init__(self, job: DatasetJob) -> None:
-        self.job = job
+    def __init__(self, jobs: dict[str, DatasetJob]) -> None:
+        self.jobs = jobs
         self.episodes = Metrics.counter(NAMESPACE, "episodes")
         self.steps = Metrics.counter(NAMESPACE, "steps")
         self.bytes = Metrics.counter(NAMESPACE, "bytes")
         self.dead = Metrics.counter(NAMESPACE, "dead_letters")
-        self._serializer: Any = None
+        self._serializers: dict[str, Any] = {}
 
     def setup(self) -> None:
-        if self.job.format == "tfds":
-            from pipelines.exporters import tfds_writer  # TensorFlow only on the TFDS path
+        for name, job in self.jobs.items():
+            if job.format == "tfds":
+                from pipelines.exporters import tfds_writer  # TensorFlow only on the TFDS path
 
-            self._serializer = tfds_writer.EpisodeSerializer(self.job.features_json)
+                self._serializers[name] = tfds_writer.EpisodeSerializer(job.features_json)
 
-    def _dead(self, episode: study_pb2.Episode, reason: str, exc: BaseException) -> tuple[str, str]:
+    def _dead(
+        self, dataset: str, episode: study_pb2.Episode, reason: str, exc: BaseException
+    ) -> tuple[str, str, str]:
         self.dead.inc()
         Metrics.counter(NAMESPACE, f"dead_letters.{reason}").inc()
         letter = DeadLetter(
             episode=episode_name(episode), reason=reason, error=f"{type(exc).__name__}: {exc}"
         )
-        return self.DEAD_LETTER, json.dumps(asdict(letter))
+        return self.DEAD_LETTER, dataset, json.dumps(asdict(letter))
 
-    def process(self, element: tuple[int, bytes]) -> Iterator[tuple[str, Any]]:
-        index, blob = element
+    def process(self, element: tuple[str, int, bytes]) -> Iterator[tuple[str, str, Any]]:
+        dataset, index, blob = element
+        job = self.jobs[dataset]
         episode = study_pb2.Episode.FromString(blob)
         try:
-            exported = read_and_transform(index, episode, self.job)
+            exported = read_and_transform(index, episode, job)
         except MissingStatistic as exc:
-            yield self._dead(episode, "missing_statistic", exc)
+            yield self._dead(dataset, episode, "missing_statistic", exc)
             return
         except InconsistentEpisode as exc:
-            yield self._dead(episode, "inconsistent", exc)
+            yield self._dead(dataset, episode, "inconsistent", exc)
             return
         except Exception as exc:  # noqa: BLE001 - any unreadable episode becomes a dead letter
-            yield self._dead(episode, "unreadable", exc)
+            yield self._dead(dataset, episode, "unreadable", exc)
             return
         signature = envlogger_writer.episode_signature(exported)
-        if signature != self.job.expected_signature:
-            yield self._dead(
-                episode,
-                "spec_mismatch",
-                StepmarkError(f"{signature} differs from the dataset's {self.job.expected_signature}"),
-            )
+        if signature != job.expected_signature:
+            mismatch = StepmarkError(f"{signature} differs from the dataset's {job.expected_signature}")
+            yield self._dead(dataset, episode, "spec_mismatch", mismatch)
             return
         try:
-            if self.job.format == "tfds":
-                example = self._serializer.serialize(exported)
+            if job.format == "tfds":
+                example = self._serializers[dataset].serialize(exported)
                 size = len(example)
             else:
-                size = envlogger_writer.write_episode_shard(exported, self.job.staging_dir).num_bytes
+                size = envlogger_writer.write_episode_shard(exported, job.staging_dir).num_bytes
         except Exception as exc:  # noqa: BLE001
-            yield self._dead(episode, "write_failed", exc)
+            yield self._dead(dataset, episode, "write_failed", exc)
             return
-        if self.job.format == "tfds":
-            yield self.EXAMPLE, (index, example)
+        if job.format == "tfds":
+            yield self.EXAMPLE, dataset, (index, example)
         self.episodes.inc()
         self.steps.inc(exported.num_steps)
         self.bytes.inc(size)
-        _mark_done(self.job.progress_dir, f"{self.job.name}-{index}")
+        _mark_done(job.progress_dir, f"{dataset}-{index}")
         result = {
             "index": index,
             "episode": episode_name(episode),
             "steps": exported.num_steps,
             "bytes": size,
         }
-        yield self.RESULT, json.dumps(result)
-
-
-class SplitOutcomes(beam.PTransform):
-    """(outcome, payload) pairs -> the payloads of one outcome."""
-
-    def __init__(self, outcome: str) -> None:
-        super().__init__()
-        self.outcome = outcome
-
-    def expand(self, pcoll):
-        outcome = self.outcome
-        return (
-            pcoll
-            | "Keep" >> beam.Filter(lambda pair: pair[0] == outcome)
-            | "Payload" >> beam.Map(lambda pair: pair[1])
-        )
+        yield self.RESULT, dataset, json.dumps(result)
 
 
 def read_and_transform(index: int, episode: study_pb2.Episode, job: DatasetJob) -> ExportEpisode:
@@ -289,32 +276,60 @@ def _mark_done(progress_dir: str, name: str) -> None:
         pass
 
 
-class ExportDataset(beam.PTransform):
-    """One dataset: (index, Episode bytes) -> episode results; writes shards, collects dead letters."""
+class ExamplesOf(beam.PTransform):
+    """The (index, serialized example) pairs of one dataset, for TFDS's shard writer."""
 
-    def __init__(self, job: DatasetJob, tfds_writer: Any = None) -> None:
+    def __init__(self, dataset: str) -> None:
         super().__init__()
-        self.job = job
-        self.tfds_writer = tfds_writer
+        self.dataset = dataset
 
-    def expand(self, episodes):
-        outcomes = episodes | "Spread" >> beam.Reshuffle() | "Export" >> beam.ParDo(ExportEpisodeFn(self.job))
-        if self.tfds_writer is not None:
-            self.tfds_writer.write_from_pcollection(
-                outcomes | "Examples" >> SplitOutcomes(ExportEpisodeFn.EXAMPLE)
-            )
-        # One sink for results and dead letters (the driver splits them): Beam 2.77's DaskRunner runs only one
-        # of several sinks hanging off the same collection.
+    def expand(self, outcomes):
+        dataset = self.dataset
         return (
             outcomes
-            | "Records" >> beam.Filter(lambda pair: pair[0] != ExportEpisodeFn.EXAMPLE)
-            | "AsJson" >> beam.Map(lambda pair: json.dumps({"outcome": pair[0], **json.loads(pair[1])}))
+            | "Keep" >> beam.Filter(lambda o: o[0] == ExportEpisodeFn.EXAMPLE and o[1] == dataset)
+            | "Payload" >> beam.Map(lambda o: o[2])
+        )
+
+
+class WriteTfdsShards(beam.PTransform):
+    """One dataset's examples through TFDS's BeamWriter (in its own scope: the writer's step labels are fixed)."""
+
+    def __init__(self, dataset: str, writer: Any) -> None:
+        super().__init__()
+        self.dataset = dataset
+        self.writer = writer
+
+    def expand(self, outcomes):
+        return self.writer.write_from_pcollection(outcomes | "Examples" >> ExamplesOf(self.dataset))
+
+
+class ExportDatasets(beam.PTransform):
+    """All datasets of one export: (dataset, index, Episode bytes) -> per-episode shards or examples, and one
+    JSON-lines file of outcomes (results and dead letters) that the last step reads."""
+
+    def __init__(
+        self, jobs: dict[str, DatasetJob], outcomes_prefix: str, tfds_writers: dict[str, Any]
+    ) -> None:
+        super().__init__()
+        self.jobs = jobs
+        self.outcomes_prefix = outcomes_prefix
+        self.tfds_writers = tfds_writers
+
+    def expand(self, episodes):
+        outcomes = (
+            episodes | "Spread" >> beam.Reshuffle() | "Export" >> beam.ParDo(ExportEpisodeFn(self.jobs))
+        )
+        for name, writer in self.tfds_writers.items():
+            _ = outcomes | f"WriteTfds[{name}]" >> WriteTfdsShards(name, writer)
+        return (
+            outcomes
+            | "Records" >> beam.Filter(lambda o: o[0] != ExportEpisodeFn.EXAMPLE)
+            | "AsJson"
+            >> beam.Map(lambda o: json.dumps({"outcome": o[0], "dataset": o[1], **json.loads(o[2])}))
             | "WriteOutcomes"
             >> beam.io.WriteToText(
-                FileSystems.join(self.job.staging_dir, WORK_DIR, "outcomes"),
-                file_name_suffix=".jsonl",
-                shard_name_template="",
-                num_shards=1,
+                self.outcomes_prefix, file_name_suffix=".jsonl", shard_name_template="", num_shards=1
             )
         )
 
@@ -511,29 +526,39 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             job = dataclasses.replace(job, expected_signature=signature, features_json=features_json)
             plans.append(_Plan(group=group, job=job, env_specs=specs or _derived_specs(sample)))
 
-        writers: dict[str, Any] = {}
         runnable = [p for p in plans if not p.sample_error]
+        jobs = {p.group.name: p.job for p in runnable}
+        for job in jobs.values():  # TensorFlow's file writers do not create folders
+            Path(job.staging_dir).mkdir(parents=True, exist_ok=True)
+        writers: dict[str, Any] = {}
+        if tfds_writer is not None:
+            writers = {name: tfds_writer.beam_writer(job.staging_dir) for name, job in jobs.items()}
+        outcomes_prefix = str(staging / WORK_DIR / "outcomes")
 
         def build(pipeline: beam.Pipeline) -> None:
-            for plan in runnable:
-                items = [(i, e.SerializeToString()) for i, e in enumerate(plan.group.episodes)]
-                writer = tfds_writer.beam_writer(plan.job.staging_dir) if tfds_writer else None
-                writers[plan.group.name] = writer
-                _ = (
-                    pipeline
-                    | f"Episodes[{plan.group.name}]" >> beam.Create(items, reshuffle=False)
-                    | f"ExportDataset[{plan.group.name}]" >> ExportDataset(plan.job, writer)
-                )
+            items = [
+                (p.group.name, i, e.SerializeToString())
+                for p in runnable
+                for i, e in enumerate(p.group.episodes)
+            ]
+            _ = (
+                pipeline
+                | "Episodes" >> beam.Create(items, reshuffle=False)
+                | "ExportDatasets" >> ExportDatasets(jobs, outcomes_prefix, writers)
+            )
 
+        outcomes: list[dict[str, Any]] = []
         if runnable:
             summary.counters = _run_with_progress(
                 build, request.beam_args, progress_dir, len(selection.episodes), progress
             )
-
+            outcomes = _read_jsonl(outcomes_prefix + ".jsonl")
         for plan in plans:
+            mine = [o for o in outcomes if o["dataset"] == plan.group.name]
             summary.datasets.append(
-                _finish_dataset(plan, request, writers.get(plan.group.name), summary, len(groups))
+                _finish_dataset(plan, mine, writers.get(plan.group.name), summary, len(groups))
             )
+        shutil.rmtree(staging / WORK_DIR, ignore_errors=True)
         summary.episodes = sum(d.episodes for d in summary.datasets)
         summary.steps = sum(d.steps for d in summary.datasets)
         if summary.episodes == 0:
@@ -571,7 +596,7 @@ def _derived_specs(sample: ExportEpisode) -> dict[str, Any] | None:
 
 
 def _finish_dataset(
-    plan: _Plan, request: ExportRequest, writer: Any, summary: ExportSummary, num_groups: int
+    plan: _Plan, outcomes: list[dict[str, Any]], writer: Any, summary: ExportSummary, num_groups: int
 ) -> DatasetSummary:
     """The last step for one dataset: dead letters, the spec check, and the format's metadata files."""
     group, job = plan.group, plan.job
@@ -585,14 +610,17 @@ def _finish_dataset(
         for episode in group.episodes:
             summary.dead_letters.append(DeadLetter(episode_name(episode), "unreadable", plan.sample_error))
         return dataset
-    work = FileSystems.join(job.staging_dir, WORK_DIR)
-    outcomes = _read_jsonl(FileSystems.join(work, "outcomes.jsonl"))
     results = [o for o in outcomes if o["outcome"] == ExportEpisodeFn.RESULT]
     dead = [
         DeadLetter(episode=o["episode"], reason=o["reason"], error=o["error"])
         for o in outcomes
         if o["outcome"] == ExportEpisodeFn.DEAD_LETTER
     ]
+    if len(results) + len(dead) != len(group.episodes):  # a runner that dropped work must not look finished
+        raise StepmarkError(
+            f"dataset {group.name}: the runner reported {len(results) + len(dead)} of {len(group.episodes)} "
+            "episodes; the export is incomplete and was not written"
+        )
     mismatched = [d for d in dead if d.reason == "spec_mismatch"]
     if mismatched:
         raise StepmarkError(
@@ -600,10 +628,10 @@ def _finish_dataset(
             f"{job.expected_signature}: " + "; ".join(f"{d.episode} ({d.error})" for d in mismatched)
         )
     summary.dead_letters.extend(dead)
-    shutil.rmtree(work, ignore_errors=True)
     dataset.episodes = len(results)
     dataset.steps = sum(int(r["steps"]) for r in results)
-    if not results:
+    if not results:  # every episode of this dataset is a dead letter: no empty dataset folder
+        shutil.rmtree(job.staging_dir, ignore_errors=True)
         return dataset
     description = (
         f"stepmark export of {dataset.episodes} episode(s) ({group.environment_id or group.kind}); "
