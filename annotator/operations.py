@@ -24,6 +24,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from pipelines.errors import StepmarkError
+from pipelines.store.errors import Conflict
 from protos.rlds_creator import client_pb2, study_pb2
 
 Progress = Callable[[float], None]
@@ -511,11 +512,11 @@ class Operations:
         """Replace the notes. With `expected` (the notes this annotator last saw), refuse with NotesConflict when
         someone else changed them since, so a stale editor never silently overwrites another's note."""
         state = self._replaying()
-        if expected is not None:
-            current = self._refresh().notes
-            if current != expected and current != request.notes:
-                raise NotesConflict(f"the notes of episode {ref_key(state.ref)} were changed meanwhile")
-        ok = self.repo.set_notes(state.ref, request.notes, self.user)
+        try:
+            ok = self.repo.set_notes(state.ref, request.notes, self.user, expected=expected)
+        except Conflict as exc:
+            self._refresh()
+            raise NotesConflict(f"the notes of episode {ref_key(state.ref)} were changed meanwhile") from exc
         self._refresh()
         return client_pb2.UpdateReplayEpisodeResponse(success=bool(ok))
 

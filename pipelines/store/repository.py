@@ -719,13 +719,19 @@ class Repository:
                 )
             return changed
 
-    def set_notes(self, ref: EpisodeRef, notes: str, user: str) -> bool:
-        """Replace the episode's notes (the row is locked while read and written); False if unchanged."""
+    def set_notes(self, ref: EpisodeRef, notes: str, user: str, *, expected: str | None = None) -> bool:
+        """Replace the episode's notes (the row is locked while read and written); False if unchanged.
+
+        With `expected` (the notes the editor last saw), raise Conflict when they changed meanwhile, checked in
+        the same locked transaction as the write so two editors can never silently overwrite each other.
+        """
         with self._write() as s:
             row = self._episode_row(s, ref, lock=True)
             before = row.notes or ""
             if before == notes:
                 return False
+            if expected is not None and before != expected:
+                raise Conflict(f"the notes of episode {row.id!r} were changed by someone else meanwhile")
             row.notes = notes or None
             self._audit(
                 s,

@@ -479,3 +479,16 @@ def test_undo_refuses_to_drop_a_later_change_by_someone_else(repo: Repository, e
     with pytest.raises(Conflict, match="its state changed since by carol"):
         repo.undo_last("bob")
     assert repo.get_episode(ref).state == Episode.STATE_CANCELLED
+
+
+def test_notes_expected_refuses_a_stale_editor(repo: Repository, episode) -> None:
+    """The compare-and-set runs in the write transaction: a stale editor is refused, nothing is overwritten."""
+    ref = ref_of(episode)
+    assert repo.set_notes(ref, "first", "bob", expected="") is True
+    assert repo.set_notes(ref, "carol's", "carol", expected="first") is True
+    with pytest.raises(Conflict, match="changed by someone else"):
+        repo.set_notes(ref, "bob's stale edit", "bob", expected="first")
+    assert repo.get_episode(ref).notes == "carol's"
+    assert repo.set_notes(ref, "carol's", "bob", expected="first") is False  # same text: nothing to do
+    # newest first: only the two accepted edits were written
+    assert [e.user for e in repo.audit_log(ref) if e.action == AuditAction.EPISODE_NOTES] == ["carol", "bob"]
