@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +133,7 @@ class Recorder:
         # envlogger writing in a child process (pipelines/episodes/writer_process.py), started on first use.
         self.background_writer = bool(background_writer) and storage == "envlogger"
         self._writer_process: WriterProcess | None = None
+        self._closing: deque[tuple[_Episode, study_pb2.Episode]] = deque()  # saved, files being closed
         self._session_id = session_id
         self.session: study_pb2.Session | None = None
         # Fail fast on a wrong study or environment id (the study may still be disabled later: start() checks).
@@ -146,6 +148,8 @@ class Recorder:
         self._gamepad: client_pb2.GamepadInput | None = None
         self._last_input = clock()
         self._last_tick = 0.0
+        if self.background_writer:  # starts now, so it is up by the first step
+            self._writer_process = WriterProcess()
 
     # ----- lifecycle --------------------------------------------------------------------------------
     @property
@@ -225,8 +229,11 @@ class Recorder:
     def close(self) -> None:
         """Ends the session's recording: an unfinished episode with steps is registered as ABANDONED."""
         try:
-            if self._current is not None:
-                self._finish(State.STATE_ABANDONED, keep_empty=False)
+            try:
+                self.publish_closed(wait=True)
+            finally:
+                if self._current is not None:
+                    self._finish(State.STATE_ABANDONED, keep_empty=False)
         finally:
             if self._writer_process is not None:
                 self._writer_process.stop()
@@ -332,10 +339,18 @@ class Recorder:
     def save(self, request: client_pb2.SaveEpisodeRequest) -> client_pb2.SaveEpisodeResponse:
         """Ends the episode in the state the request asks for and registers it (see module docstring)."""
         episode = self.save_episode(request)
+        assert episode is not None
         return client_pb2.SaveEpisodeResponse(episode=self.episode_metadata(episode))
 
-    def save_episode(self, request: client_pb2.SaveEpisodeRequest) -> study_pb2.Episode:
-        """`save` without building the client's response (two store reads): the registered episode."""
+    def save_episode(
+        self, request: client_pb2.SaveEpisodeRequest, *, wait: bool = True
+    ) -> study_pb2.Episode | None:
+        """`save` without building the client's response (two store reads): the registered episode.
+
+        `wait=False` (batch recording with the background writer): the child process finishes the files
+        while the caller records the next episode; the episode is registered later, by
+        `publish_closed()` (and by `close()`), and None is returned.
+        """
         if self._current is None:
             raise StepmarkError("no episode to save")
         if not request.accept:
@@ -344,8 +359,8 @@ class Recorder:
             state = State.STATE_COMPLETED
         else:
             state = State.STATE_CANCELLED
-        episode = self._finish(state, keep_empty=True)
-        assert episode is not None
+        episode = self._finish(state, keep_empty=True, wait=wait)
+        assert episode is not None or not wait
         return episode
 
     def cancel(self) -> study_pb2.Episode | None:
@@ -363,9 +378,11 @@ class Recorder:
             return None
         return self._finish(State.STATE_ABANDONED, keep_empty=False)
 
-    def _finish(self, state: int, *, keep_empty: bool) -> study_pb2.Episode | None:
+    def _finish(self, state: int, *, keep_empty: bool, wait: bool = True) -> study_pb2.Episode | None:
         ep = self._current
         assert ep is not None and self.env is not None
+        if wait:
+            self.publish_closed(wait=True)  # earlier episodes first: the writer answers closes in order
         if not ep.ended:
             last, ep.pending = ep.pending, None
             self._end(ep, last, terminated=False)
@@ -395,23 +412,52 @@ class Recorder:
             session_id=proto.session_id,
         )
         try:
-            proto.storage.CopyFrom(ep.writer.close(meta))
+            ep.writer.begin_close(meta)
         except BaseException:
             self._drop_current()  # files not complete: nothing to publish, the temp folder goes
             raise
-        try:
-            registered = publish.publish(self.repo, ep.paths, proto)
-        finally:
-            self._current = None
-        self.last_episode = registered
+        self._current = None
+        self._closing.append((ep, proto))
+        if not wait:
+            return None
+        return self.publish_closed(wait=True)[-1]
+
+    def publish_closed(self, *, wait: bool) -> list[study_pb2.Episode]:
+        """Registers the saved episodes whose files are complete (all of them, waiting, with `wait`).
+
+        An episode whose writer failed is deleted, never registered; the first such error is raised
+        after the others were handled.
+        """
+        registered: list[study_pb2.Episode] = []
+        error: BaseException | None = None
+        while self._closing:
+            ep, proto = self._closing[0]
+            if not wait and error is None and not ep.writer.close_done():
+                break
+            self._closing.popleft()
+            try:
+                proto.storage.CopyFrom(ep.writer.finish_close())
+            except StepmarkError as exc:
+                publish.discard(ep.paths.temp)
+                error = error or exc
+                continue
+            episode = publish.publish(self.repo, ep.paths, proto)
+            self.last_episode = episode
+            registered.append(episode)
+        if error is not None:
+            raise error
         return registered
 
     def _drop_current(self) -> None:
         ep, self._current = self._current, None
         if ep is not None:
-            ep.writer.abort()
-            publish.discard(ep.paths.temp)
-            self.episode_index -= 1
+            try:
+                if self._closing:  # the abort's answer comes after theirs
+                    self.publish_closed(wait=True)
+            finally:
+                ep.writer.abort()
+                publish.discard(ep.paths.temp)
+                self.episode_index -= 1
 
     def episode_metadata(self, episode: study_pb2.Episode) -> client_pb2.EpisodeMetadata:
         study = self.repo.get_study(self.study_id)
@@ -519,9 +565,14 @@ def record_batch(
                 recorder.step_action(choose(recorder.env, rng)), client_pb2.ConfirmSaveResponse
             ):
                 pass
-            episodes.append(
-                recorder.save_episode(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True))
-            )
-            bar.set_postfix(steps=episodes[-1].num_steps, ret=f"{episodes[-1].total_reward:g}")
-            bar.update(1)
+            request = client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True)
+            recorder.save_episode(request, wait=False)  # the writer closes it while we record the next
+            done = recorder.publish_closed(wait=False)
+            for episode in done:
+                bar.set_postfix(steps=episode.num_steps, ret=f"{episode.total_reward:g}")
+            bar.update(len(done))
+            episodes.extend(done)
+        done = recorder.publish_closed(wait=True)
+        bar.update(len(done))
+        episodes.extend(done)
     return episodes

@@ -1,21 +1,30 @@
 """Recording overhead and envlogger write throughput, measured side by side in one run.
 
-(1) Procgen (coinrun, 64x64 observations): N steps of the bare `Environment.step` against N steps through
-    the `Recorder` (JPEG of the 64x64 frame + envlogger write + episode registration at every episode end,
-    files closed before the clock stops). Prints the ratio and where the recorder's time goes.
-(2) envlogger write throughput in MB/s (Riegeli, our writer options and envlogger's default) against
-    writing the same serialized step records to a plain file.
+(1) Procgen (coinrun, 64x64 observations, episodes capped at 500 steps, random policy): the same steps
+    (same seeds, so the same actions and episodes) through
+      - the raw `procgen` library (`ProcgenGym3Env.act/observe/get_info`),
+      - bare `registry.create(spec).step(action)` (the `Environment` the recorder drives),
+      - `record_batch` writing envlogger files in-process, and with its child writer process (default):
+        JPEG of every frame, envlogger records, every episode closed and registered in SQLite.
+    Timings include creating the environment (and, for `record_batch`, its session, recovery scan and
+    writer process). Rounds are interleaved (the machine is shared) and the median ratio is reported,
+    with CPU time (recording process + its children) next to wall time.
+(2) Where a recorded step's time goes (us/step, real frames), per-episode boundary costs, and envlogger
+    write throughput in MB/s and bytes on disk for several Riegeli options against a plain file.
 
-    .venv/bin/python bench/bench_record.py [--steps N]
+    .venv/bin/python bench/bench_record.py [--episodes N] [--rounds R]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -23,70 +32,189 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from annotator.envs import registry  # noqa: E402
-from annotator.envs.render import encode_jpeg  # noqa: E402
-from annotator.recorder import Recorder  # noqa: E402
+from annotator.envs.render import encode_jpeg, encode_jpeg_pillow  # noqa: E402
+from annotator.recorder import Recorder, record_batch  # noqa: E402
 from pipelines.episodes import envlogger_store, fast_codec  # noqa: E402
 from pipelines.episodes.base import custom_data, make_timestep  # noqa: E402
 from pipelines.store import open_store  # noqa: E402
 from protos.rlds_creator import client_pb2, study_pb2  # noqa: E402
 
 GAME = "coinrun"
-ENVLOGGER_DEFAULT_OPTIONS = "transpose,brotli:6,chunk_size:1M"
+MAX_STEPS = 500
+RAND_SEED = 11
+POLICY_SEED = 0
+RIEGELI_OPTIONS = [
+    envlogger_store.WRITER_OPTIONS,
+    "snappy,chunk_size:1M",
+    "uncompressed,chunk_size:1M",
+    "transpose,brotli:6,chunk_size:1M",  # envlogger's default
+]
 
 
 def env_spec() -> study_pb2.EnvironmentSpec:
-    spec = study_pb2.EnvironmentSpec(id="bench", name="bench", sync=True, max_episode_steps=0)
+    spec = study_pb2.EnvironmentSpec(id="bench", name="bench", sync=True, max_episode_steps=MAX_STEPS)
     spec.procgen.id = GAME
-    spec.procgen.rand_seed = 11
+    spec.procgen.rand_seed = RAND_SEED
     return spec
 
 
-def bare_steps(actions: list[int], *, display: bool = False) -> float:
-    """Bare steps; with `display`, also the JPEG a person playing without recording would be shown."""
-    env = registry.create(env_spec(), seed=0)
-    env.reset()
-    start = time.perf_counter()
-    for a in actions:
-        last = env.step(a).last
-        if display:
-            encode_jpeg(env.render())
-        if last:
+def cpu_seconds() -> float:
+    """CPU time of this process and of its reaped children (the writer process, once stopped)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class Run:
+    """One variant's run: steady = first step to last episode closed (and registered); total = whole call."""
+
+    def __init__(self) -> None:
+        self.total = self.steady = self.cpu = 0.0
+        self.steps = 0
+
+    def __enter__(self) -> Run:
+        self._cpu, self._start = cpu_seconds(), time.perf_counter()
+        return self
+
+    def begin(self) -> None:
+        self._begin = time.perf_counter()
+
+    def end(self) -> None:
+        self.steady = time.perf_counter() - self._begin
+
+    def __exit__(self, *exc: object) -> None:
+        self.total = time.perf_counter() - self._start
+        self.cpu = cpu_seconds() - self._cpu
+
+
+def bare(episodes: int) -> Run:
+    """The random policy's steps on the bare Environment, `episodes` episodes (what record_batch plays)."""
+    with Run() as run:
+        env = registry.create(env_spec(), seed=POLICY_SEED)
+        rng = np.random.default_rng(POLICY_SEED)
+        run.begin()
+        for _ in range(episodes):
             env.reset()
-    elapsed = time.perf_counter() - start
-    env.close()
-    return elapsed
+            while not env.step(env.sample_action(rng)).last:
+                run.steps += 1
+            run.steps += 1
+        run.end()
+        env.close()
+    return run
 
 
-def recorded_steps(actions: list[int], data: Path) -> tuple[float, int, float]:
-    """(seconds, episodes, seconds spent between episodes: closing, registering, opening the next)."""
-    repo = open_store(None, data)
-    study = repo.create_study(study_pb2.StudySpec(name="bench", environment_specs=[env_spec()]), "bench")
-    rec = Recorder(repo, data, study.id, "bench", "bench@example.com", seed=0)
-    rec.start()
-    episodes = 0
-    boundaries = 0.0
-    start = time.perf_counter()
-    for a in actions:
-        if isinstance(rec.step_action(a), client_pb2.ConfirmSaveResponse):
-            t = time.perf_counter()
-            rec.save(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True))
-            episodes += 1
-            rec.start()
-            boundaries += time.perf_counter() - t
-    t = time.perf_counter()
-    rec.cancel()  # closes and registers the last episode: its files are complete inside the timing
-    boundaries += time.perf_counter() - t
-    elapsed = time.perf_counter() - start
-    rec.close()
-    repo.close()
-    return elapsed, episodes + 1, boundaries
+def raw_procgen(steps: int) -> Run:
+    """The procgen library itself for the same number of steps and the same action sequence."""
+    from procgen import ProcgenGym3Env
+
+    with Run() as run:
+        rng = np.random.default_rng(POLICY_SEED)
+        env = ProcgenGym3Env(num=1, env_name=GAME, rand_seed=RAND_SEED, num_threads=0)
+        run.begin()
+        for _ in range(steps):
+            env.act(np.array([rng.integers(15)], dtype=np.int32))
+            env.observe()
+            env.get_info()
+        run.end()
+        run.steps = steps
+        env.close()
+    return run
 
 
-def components(n: int) -> dict[str, float]:
-    """Microseconds per step of each part of a recorded step, measured on real frames."""
-    from envlogger import step_data
-    from envlogger.converters import codec
+def recorded(episodes: int, background: bool) -> Run:
+    """`record_batch` itself; its steady part is timed by a progress hook on the recorder's first step."""
+    with tempfile.TemporaryDirectory() as d:
+        repo = open_store(None, d)
+        study = repo.create_study(study_pb2.StudySpec(name="bench", environment_specs=[env_spec()]), "b")
+        original = Recorder.step_action
+        with Run() as run:
 
+            def first_step(self: Recorder, action: object, keys: tuple = ()) -> object:
+                if not hasattr(run, "_begin"):
+                    run.begin()
+                return original(self, action, keys)
+
+            Recorder.step_action = first_step  # type: ignore[method-assign]
+            try:
+                out = record_batch(
+                    repo, d, study.id, "bench", episodes, user="bench@example.com", seed=POLICY_SEED,
+                    progress=False, background_writer=background,
+                )  # fmt: skip
+                run.end()  # every episode closed and registered; what follows is stopping the writer
+            finally:
+                Recorder.step_action = original  # type: ignore[method-assign]
+        run.steps = sum(e.num_steps for e in out)
+        repo.close()
+    return run
+
+
+def overhead(episodes: int, rounds: int) -> None:
+    print(
+        f"(1) recording overhead: Procgen {GAME} 64x64, random policy, {episodes} episodes x {rounds} rounds "
+        f"(max_episode_steps {MAX_STEPS}), same seeds for every variant"
+    )
+    bare(1)  # warm-up: imports, first game creation
+    steps_per_round = bare(episodes).steps
+    variants: dict[str, Callable[[], Run]] = {
+        "raw procgen (act+observe+get_info)": lambda: raw_procgen(steps_per_round),
+        "bare Environment.step": lambda: bare(episodes),
+        "record_batch, in-process writer": lambda: recorded(episodes, False),
+        "record_batch, writer process": lambda: recorded(episodes, True),
+    }
+    results: dict[str, list[Run]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            results[name].append(fn())
+    steps = {name: {r.steps for r in rs} for name, rs in results.items()}
+    assert len(set().union(*steps.values())) == 1, f"variants played different step counts: {steps}"
+    n = steps_per_round
+    base = results["bare Environment.step"]
+    print(
+        f"  {n} steps a round, us/step (median of {rounds}). steady: first step to last episode registered; "
+        "whole: incl. setup (env, session, writer process start/stop); CPU: process + writer process, whole"
+    )
+    print(
+        f"  {'':36s} {'steady':>7s} {'ratio':>6s} {'(min-max)':>11s} {'whole':>7s} {'ratio':>6s} {'CPU':>7s}"
+    )
+    for name, rs in results.items():
+        steady = statistics.median(r.steady / n * 1e6 for r in rs)
+        whole = statistics.median(r.total / n * 1e6 for r in rs)
+        cpu = statistics.median(r.cpu / n * 1e6 for r in rs)
+        ratios = [r.steady / b.steady for r, b in zip(rs, base, strict=True)]
+        whole_ratio = statistics.median(r.total / b.total for r, b in zip(rs, base, strict=True))
+        print(
+            f"  {name:36s} {steady:7.1f} {statistics.median(ratios):5.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+            f" {whole:7.1f} {whole_ratio:5.2f}x {cpu:7.1f}"
+        )
+    print("  target: recorded / bare < 1.3x")
+
+
+def boundaries(actions: list[int], background: bool) -> tuple[float, float, int]:
+    """(step seconds, seconds between episodes: close + register + next start, episodes)."""
+    with tempfile.TemporaryDirectory() as d:
+        repo = open_store(None, d)
+        study = repo.create_study(study_pb2.StudySpec(name="bench", environment_specs=[env_spec()]), "b")
+        rec = Recorder(repo, d, study.id, "bench", "b@example.com", seed=0, background_writer=background)
+        rec.start()
+        episodes, between = 0, 0.0
+        start = time.perf_counter()
+        for a in actions:
+            if isinstance(rec.step_action(a), client_pb2.ConfirmSaveResponse):
+                t = time.perf_counter()
+                rec.save_episode(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True))
+                episodes += 1
+                rec.start()
+                between += time.perf_counter() - t
+        t = time.perf_counter()
+        rec.cancel()
+        between += time.perf_counter() - t
+        elapsed = time.perf_counter() - start
+        rec.close()
+        repo.close()
+    return elapsed - between, between, episodes + 1
+
+
+def sample(n: int) -> list:
     env = registry.create(env_spec(), seed=0)
     env.reset()
     rng = np.random.default_rng(1)
@@ -97,10 +225,32 @@ def components(n: int) -> dict[str, float]:
         if t.last:
             env.reset()
     env.close()
-    out: dict[str, float] = {}
-    start = time.perf_counter()
-    jpegs = [encode_jpeg(t.observation["image"]) for t in transitions]
-    out["JPEG encode (64x64, web_medium)"] = (time.perf_counter() - start) / n * 1e6
+    return transitions
+
+
+def best_of(fn: Callable[[], object], n: int, repeat: int = 5) -> float:
+    """Microseconds per item, best of `repeat` runs (the machine is shared)."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best / n * 1e6
+
+
+def components(n: int) -> list:
+    from envlogger import step_data
+    from envlogger.converters import codec
+    from envlogger.proto import storage_pb2
+
+    transitions = sample(n)
+    frames = [t.observation["image"] for t in transitions]
+    print("(2) where a recorded step's time goes (us/step, real frames; best of 5)")
+    rows = {
+        "JPEG 64x64 web_medium, Pillow preset (before)": lambda: [encode_jpeg_pillow(f) for f in frames],
+        "JPEG 64x64 web_medium, simplejpeg (now)": lambda: [encode_jpeg(f) for f in frames],
+    }
+    jpegs = [encode_jpeg(f) for f in frames]
     inputs = [
         step_data.StepData(
             make_timestep(t.observation, t.reward, first=False, terminated=False, truncated=False),
@@ -109,24 +259,24 @@ def components(n: int) -> dict[str, float]:
         )
         for t, j in zip(transitions, jpegs, strict=True)
     ]
-    encoders = {
-        "envlogger codec.encode": codec.encode,
-        "fast_codec.encode (what we write)": fast_codec.encode,
-    }
-    timings: dict[str, list[float]] = {name: [] for name in encoders}
-    records: list = []
-    for _ in range(3):  # alternate, keep the best: the machine is shared
-        for name, encode in encoders.items():
-            records = []  # free the previous round's records outside the timing
-            start = time.perf_counter()
-            records = [encode(x) for x in inputs]
-            timings[name].append((time.perf_counter() - start) / n * 1e6)
-    for name, values in timings.items():
-        out[name] = min(values)
-    for options in (envlogger_store.WRITER_OPTIONS, ENVLOGGER_DEFAULT_OPTIONS):
-        seconds, _ = riegeli_write(records, options)
-        out[f"Riegeli add_step+close [{options}]"] = seconds / n * 1e6
-    return out
+    wire = [fast_codec.serialize(x) for x in inputs]
+    rows.update(
+        {
+            "record: envlogger codec.encode": lambda: [codec.encode(x) for x in inputs],
+            "record: fast_codec.encode (in-process writer)": lambda: [fast_codec.encode(x) for x in inputs],
+            "record: fast_codec.serialize (sent to the child)": lambda: [
+                fast_codec.serialize(x) for x in inputs
+            ],
+            "record: Data.FromString (in the child)": lambda: [storage_pb2.Data.FromString(w) for w in wire],
+        }
+    )
+    for name, fn in rows.items():
+        print(f"    {name:52s} {best_of(fn, n):8.1f}")
+    records = [fast_codec.encode(x) for x in inputs]
+    for options in RIEGELI_OPTIONS:
+        seconds = min(riegeli_write(records, options)[0] for _ in range(3))
+        print(f"    {'Riegeli add_step + close [' + options + ']':52s} {seconds / n * 1e6:8.1f}")
+    return records
 
 
 def riegeli_write(records: list, options: str) -> tuple[float, int]:
@@ -162,74 +312,38 @@ def plain_write(payloads: list[bytes]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument(
+        "--episodes", type=int, default=6, help="episodes per round (coinrun: ~300 steps each)"
+    )
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--component-steps", type=int, default=2000)
     args = parser.parse_args(argv)
-    n = args.steps
-    rng = np.random.default_rng(0)
-    actions = [int(a) for a in rng.integers(0, 15, n)]
 
-    print(f"(1) recording overhead: Procgen {GAME} 64x64, {n} random steps, same actions for each variant")
-    bare_steps(actions[: min(200, n)])  # warm-up: imports, first game creation
-    # The machine is shared: run the variants interleaved in rounds and report the median ratio.
-    rounds = 5
-    per = max(1, n // rounds)
-    bare = rec = shown = between = 0.0
-    episodes = 0
-    ratios, play_ratios = [], []
-    for r in range(rounds):
-        chunk = actions[r * per : (r + 1) * per]
-        with tempfile.TemporaryDirectory() as d:
-            b = bare_steps(chunk)
-            rs, eps, bnd = recorded_steps(chunk, Path(d))
-            sh = bare_steps(chunk, display=True)
-        bare, rec, shown, episodes = bare + b, rec + rs, shown + sh, episodes + eps
-        between += bnd
-        ratios.append(rs / b)
-        play_ratios.append(rs / sh)
-    m = per * rounds
-    print(f"  bare env.step            {bare / m * 1e6:9.1f} us/step")
-    print(f"  through the recorder     {rec / m * 1e6:9.1f} us/step  ({episodes} episodes registered)")
-    print(
-        f"  ratio recorder/bare      {np.median(ratios):9.2f}x   median of {rounds} rounds "
-        f"(min {min(ratios):.2f}x, max {max(ratios):.2f}x; target < 1.3x)"
-    )
-    print(f"  overhead per step        {(rec - bare) / m * 1e3:9.3f} ms   (a frame at 15 fps is 66.7 ms)")
-    print(f"  env.step + JPEG shown    {shown / m * 1e6:9.1f} us/step  (playing without recording)")
-    print(
-        f"  ratio recorder/playing   {np.median(play_ratios):9.2f}x   (what recording adds to an interactive step)"
-    )
-    print(
-        f"  between episodes         {between / episodes * 1e3:9.1f} ms/episode (writer close + fsync, registration, "
-        f"next writer) = {between / m * 1e6:.1f} us/step amortised"
-    )
-    print("  where a recorded step's extra time goes (us/step):")
-    for name, us in components(min(n, 2000)).items():
-        print(f"    {name:48s} {us:8.1f}")
+    overhead(args.episodes, args.rounds)
 
-    print("(2) envlogger write throughput vs a plain file, same serialized step records")
-    from envlogger import step_data
+    rng = np.random.default_rng(POLICY_SEED)
+    actions = [int(a) for a in rng.integers(0, 15, args.component_steps)]
+    records = components(args.component_steps)
+    for background in (False, True):
+        steps, between, episodes = boundaries(actions, background)
+        label = "writer process" if background else "in-process writer"
+        print(
+            f"    between episodes, {label:18s} {between / episodes * 1e3:8.1f} ms/episode "
+            f"(close, register, next start) = {between / len(actions) * 1e6:.1f} us/step over "
+            f"{len(actions) / episodes:.0f}-step episodes"
+        )
 
-    env = registry.create(env_spec(), seed=0)
-    env.reset()
-    records = []
-    for _ in range(n):
-        t = env.step(env.sample_action(rng))
-        image = encode_jpeg(t.observation["image"])
-        ts = make_timestep(t.observation, t.reward, first=False, terminated=False, truncated=False)
-        records.append(fast_codec.encode(step_data.StepData(ts, np.int64(1), custom_data(image, [], t.info))))
-        if t.last:
-            env.reset()
-    env.close()
+    print("(3) envlogger write throughput vs a plain file, same serialized step records")
     payloads = [r.SerializeToString() for r in records]
     mb = sum(len(p) for p in payloads) / 1e6
-    plain = plain_write(payloads)
-    print(f"  {n} records, {mb:.1f} MB serialized")
-    print(f"  plain file (length-prefixed, fsync)          {mb / plain:9.1f} MB/s")
-    for options in (envlogger_store.WRITER_OPTIONS, ENVLOGGER_DEFAULT_OPTIONS):
-        seconds, size = riegeli_write(records, options)
+    plain = min(plain_write(payloads) for _ in range(3))
+    print(f"  {len(records)} records, {mb:.1f} MB serialized")
+    print(f"  {'plain file (length-prefixed, fsync)':44s} {mb / plain:7.1f} MB/s")
+    for options in RIEGELI_OPTIONS:
+        seconds, size = min(riegeli_write(records, options) for _ in range(3))
         print(
-            f"  envlogger Riegeli [{options}] {mb / seconds:9.1f} MB/s  "
-            f"(on disk {size / 1e6:.1f} MB, {mb / plain / (mb / seconds):.1f}x slower than the file)"
+            f"  {'Riegeli [' + options + ']':44s} {mb / seconds:7.1f} MB/s  on disk {size / 1e6:5.2f} MB "
+            f"({size / len(records) / 1e3:.1f} KB/step), {seconds / plain:.1f}x the plain file's time"
         )
     return 0
 

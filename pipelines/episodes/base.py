@@ -351,5 +351,18 @@ class EpisodeWriter(abc.ABC):
     def close(self, metadata: EpisodeMetadata) -> study_pb2.Episode.Storage:
         """Writes the episode metadata, flushes and closes; the files are complete afterwards."""
 
+    def begin_close(self, metadata: EpisodeMetadata) -> None:
+        """Starts closing; `finish_close()` completes it. Writers that close in the background
+        (`writer_process`) return at once, so the caller can go on while the files are finished."""
+        self._close_metadata = metadata
+
+    def close_done(self) -> bool:
+        """True when `finish_close()` will not wait."""
+        return True
+
+    def finish_close(self) -> study_pb2.Episode.Storage:
+        """Completes `begin_close`: the files are complete afterwards (or this raises)."""
+        return self.close(self._close_metadata)
+
     def abort(self) -> None:  # noqa: B027 - optional
         """Releases resources without promising complete files (the folder is then deleted)."""

@@ -32,11 +32,39 @@ def _reply(out: BinaryIO, kind: bytes, text: str = "") -> None:
     out.flush()
 
 
+def _load_envlogger() -> tuple[Any, Any]:
+    """envlogger's Riegeli writer and storage proto, without running `envlogger/__init__.py`.
+
+    That file imports the whole logging API (numpy, dm_env, ...): 120 ms of the child's start that the
+    writer never uses. The package is registered bare (its path only) so just the two modules load;
+    if that fails for any reason, the normal import is used.
+    """
+    import importlib.util
+    import types
+
+    try:
+        if "envlogger" not in sys.modules:
+            spec = importlib.util.find_spec("envlogger")
+            if spec is None or not spec.submodule_search_locations:
+                raise ImportError("envlogger not found")
+            package = types.ModuleType("envlogger")
+            package.__path__ = list(spec.submodule_search_locations)
+            package.__spec__ = spec
+            sys.modules["envlogger"] = package
+        from envlogger.backends.python import riegeli_dataset_writer
+        from envlogger.proto import storage_pb2
+    except ImportError:
+        for name in [m for m in sys.modules if m == "envlogger" or m.startswith("envlogger.")]:
+            del sys.modules[name]
+        from envlogger.backends.python import riegeli_dataset_writer
+        from envlogger.proto import storage_pb2
+    return riegeli_dataset_writer, storage_pb2
+
+
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     """The child's loop: one envlogger dataset writer at a time, driven by the frames on stdin."""
     os.environ.setdefault("GLOG_minloglevel", "1")
-    from envlogger.backends.python import riegeli_dataset_writer
-    from envlogger.proto import storage_pb2
+    riegeli_dataset_writer, storage_pb2 = _load_envlogger()
 
     parse = storage_pb2.Data.FromString
     writer: Any = None

@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path, PurePosixPath
@@ -89,8 +90,22 @@ class WriterProcess:
     def request(self, kind: bytes) -> None:
         """Sends a command that the child acknowledges, and waits for the acknowledgement."""
         self.send(kind)
+        self.flush()
+        self.read_reply()
+
+    def flush(self) -> None:
         try:
             self._out.flush()
+        except (BrokenPipeError, ValueError) as exc:
+            raise self._died("receiving a step") from exc
+
+    def reply_ready(self) -> bool:
+        """True when an acknowledgement (or end of file: the child died) can be read without waiting."""
+        return bool(select.select([self._in], [], [], 0)[0])
+
+    def read_reply(self) -> None:
+        """The next acknowledgement (they come in the order of the C/A commands); raises on E or death."""
+        try:
             header = self._in.read(_HEADER.size)
         except (BrokenPipeError, ValueError) as exc:
             raise self._died("closing an episode") from exc
@@ -145,6 +160,7 @@ class BackgroundEnvloggerWriter(EpisodeWriter):
 
         super().__init__(folder, relative, specs)
         self._process = process
+        self._awaiting = False  # a close was sent and its acknowledgement not read yet
         self.folder.mkdir(parents=True, exist_ok=True)
         metadata = dict(dataset_metadata or {})
         metadata["environment_specs"] = spec_codec.encode_environment_specs(specs)
@@ -155,11 +171,26 @@ class BackgroundEnvloggerWriter(EpisodeWriter):
         self._process.send(b"F" if self.num_records == 0 else b"S", fast_codec.serialize(data))
 
     def close(self, metadata: EpisodeMetadata) -> study_pb2.Episode.Storage:
+        self.begin_close(metadata)
+        return self.finish_close()
+
+    def begin_close(self, metadata: EpisodeMetadata) -> None:
+        """Queues the episode metadata and the close: the child finishes the files while we go on."""
         if not self.closed:
             self.closed = True
             if self.num_records:
                 self._process.send(b"M", fast_codec.serialize(metadata.to_dict()))
-            self._process.request(b"C")
+            self._process.send(b"C")
+            self._process.flush()
+            self._awaiting = True
+
+    def close_done(self) -> bool:
+        return not self._awaiting or self._process.reply_ready()
+
+    def finish_close(self) -> study_pb2.Episode.Storage:
+        if self._awaiting:
+            self._awaiting = False
+            self._process.read_reply()
         storage = study_pb2.Episode.Storage()
         storage.environment_logger.tag_directory = str(self.relative)
         storage.environment_logger.index = 0

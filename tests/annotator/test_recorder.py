@@ -384,6 +384,59 @@ def test_dead_background_writer_fails_the_save_and_leaves_nothing(store):
         assert len(reader) == 2
 
 
+@pytest.mark.parametrize("background", [False, True])
+def test_saves_without_waiting_are_registered_in_order(store, background):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=6))
+    with Recorder(repo, data, study.id, "maze", USER, seed=0, background_writer=background) as rec:
+        ids = []
+        for _ in range(3):
+            rec.start()
+            play_until_confirm(rec)
+            ids.append(rec._current.proto.id)
+            request = client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True)
+            assert rec.save_episode(request, wait=False) is None
+        done = rec.publish_closed(wait=True)
+        rec.start()
+        play_until_confirm(rec)
+        ids.append(rec._current.proto.id)
+        rec.save_episode(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True), wait=False)
+    # close() registered the last one.
+    assert [e.id for e in done] == ids[:3]
+    listed = repo.list_episodes(study_id=study.id)
+    assert sorted(e.id for e in listed) == sorted(ids) and layout.temp_folders(data) == []
+    for episode in listed:
+        assert episode.state == State.STATE_COMPLETED and episode.num_steps == 6
+        with open_episode(episode, data) as reader:
+            assert len(reader) == 7 and reader.step(5).info["episode"]["l"] == 6
+
+
+def test_writer_death_with_closes_in_flight_registers_nothing_it_did_not_finish(store):
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=6))
+    with Recorder(repo, data, study.id, "maze", USER, seed=0, background_writer=True) as rec:
+        rec.start()
+        play_until_confirm(rec)
+        first = rec.save_episode(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True))
+        rec.start()
+        play_until_confirm(rec)
+        rec.save_episode(client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True), wait=False)
+        pid = rec._writer_process.pid
+        os.kill(pid, signal.SIGKILL)
+        # Whether the child closed the second episode before it died or not, nothing unfinished is kept.
+        try:
+            done = rec.publish_closed(wait=True)
+        except StepmarkError as exc:
+            assert f"writer process {pid} died" in str(exc)
+            done = []
+    listed = {e.id for e in repo.list_episodes(study_id=study.id)}
+    assert listed == {first.id} | {e.id for e in done}
+    assert layout.temp_folders(data) == []
+    for episode in repo.list_episodes(study_id=study.id):
+        with open_episode(episode, data) as reader:
+            assert len(reader) == 7
+
+
 # ----- killed recordings --------------------------------------------------------------------------------
 CHILD = textwrap.dedent(
     """
