@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from google.protobuf import json_format
 
 from pipelines.episodes.base import Step, to_jsonable
 from pipelines.episodes.stats import EPISODE_KEY, SUCCESS_KEY, EpisodeStats
@@ -437,8 +436,3 @@ def transform_episode(
 def info_json(info: dict[str, Any] | None) -> str:
     """A step's info as the JSON text both formats store (envlogger's codec refuses mixed lists)."""
     return json.dumps(info or {}, sort_keys=True, allow_nan=False)
-
-
-def episode_metadata_json(episode: study_pb2.Episode) -> dict[str, Any]:
-    """The store's own metadata Struct of an episode as plain JSON (for dead letters and summaries)."""
-    return json_format.MessageToDict(episode.metadata) if episode.HasField("metadata") else {}
