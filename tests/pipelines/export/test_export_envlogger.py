@@ -338,3 +338,22 @@ def test_study_selection_leaves_out_incomplete_and_invalid_unless_asked(
     assert procgen_ids() == valid
     assert procgen_ids(include_incomplete=True) == [*valid, export_data.rejected.episode_id]
     assert procgen_ids(include_invalid_sessions=True) == [*valid, export_data.invalid_session.episode_id]
+
+
+def test_pickle_stored_episodes_export_like_envlogger_ones(export_data: ExportData, tmp_path: Path) -> None:
+    from annotator.recorder import record_batch
+
+    data_dir = copy_data(export_data, tmp_path / "data")
+    with open_store(None, data_dir) as repo:
+        (episode,) = record_batch(repo, data_dir, export_data.study_id, PROCGEN_ENV, 1, "random",
+                                  user="carol@example.com", seed=21, progress=False, storage="pickle")  # fmt: skip
+        repo.add_step_tag(repo.ref(episode), 1, "jump", "carol@example.com")
+    assert episode.storage.WhichOneof("type") == "pickle"
+    out = tmp_path / "out"
+    refs = [export_data.ref(export_data.procgen[1]), export_data.ref(episode)]
+    summary = export.export_episodes(export.ExportRequest(data_dir=str(data_dir), out=str(out), refs=refs))
+    assert summary.episodes == 2 and not summary.dead_letters
+    _, read = readback.read_envlogger(out)
+    assert read["metadata"]["episode_id"] == episode.id and len(read["records"]) == episode.num_steps + 1
+    assert [r["custom_data"]["tag:jump"] for r in read["records"][:3]] == [False, True, False]
+    assert read["records"][-1]["custom_data"]["episode"]["l"] == episode.num_steps
