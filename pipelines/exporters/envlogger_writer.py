@@ -59,9 +59,9 @@ def _never_flush(_data: Any) -> bool:
     return False
 
 
-def _custom_data(record_step: ExportStep, prev: ExportStep | None, episode_entry: dict[str, Any]) -> dict:
+def _custom_data(record_step: ExportStep, prev: ExportStep | None) -> dict:
     """Custom data of the record holding `record_step`'s observation (`prev` = the step whose action led here)."""
-    data: dict[str, Any] = {CUSTOM_EPISODE: dict(episode_entry)}
+    data: dict[str, Any] = {CUSTOM_EPISODE: dict(record_step.episode)}
     data.update({k: bool(v) for k, v in record_step.tags.items()})
     if record_step.info is not None:  # not stripped: the internal metadata the recorder stored
         if record_step.image is not None:
@@ -78,15 +78,14 @@ def episode_records(episode: ExportEpisode) -> list[step_data.StepData]:
     n = len(steps)
     for t, step in enumerate(steps):
         if t == 0:
-            ts = dm_env.restart(step.observation)
-            # With a single step there is no later record: the statistics go on the only one.
-            entry = step.episode if n == 1 else {"r": 0.0, "l": 0, "s": False, "mask": False}
-            records.append(step_data.StepData(ts, None, _custom_data(step, None, entry)))
+            records.append(
+                step_data.StepData(dm_env.restart(step.observation), None, _custom_data(step, None))
+            )
             continue
         prev = steps[t - 1]
         step_type = dm_env.StepType.LAST if t == n - 1 else dm_env.StepType.MID
         ts = dm_env.TimeStep(step_type, float(prev.reward), float(prev.discount), step.observation)
-        records.append(step_data.StepData(ts, prev.action, _custom_data(step, prev, prev.episode)))
+        records.append(step_data.StepData(ts, prev.action, _custom_data(step, prev)))
     return records
 
 

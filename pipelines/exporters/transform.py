@@ -9,7 +9,8 @@ What happens to an episode on its way into a dataset (reference semantics of `Do
   ids and statistics stay, so every step has the same fixed-shape fields.
 - statistics: every episode carries return/length/success (from the store, else derived from the steps; a
   statistic that is neither is an error naming the episode), and `info["episode"] = {r, l, s, mask}` on the
-  finished transition (mask false, zeros, on every other step). Field names: `schemas/dataset_spec.md`.
+  last step, the end of the finished transition (mask false, zeros, on every other step). Field names:
+  `schemas/dataset_spec.md`.
 
 Steps follow the RLDS alignment of `pipelines.episodes.Step`: step i holds observation i, the action taken on
 it and the reward/info of that transition; the last step holds the final observation (no action).
@@ -249,7 +250,8 @@ def _episode_entry(stats: EpisodeStats | None) -> dict[str, Any]:
 
 
 def finished_step_index(num_steps: int) -> int:
-    """The RLDS step whose action finished the episode (the one before the final observation)."""
+    """The RLDS step whose action finished the episode (the one before the final observation; the only step of
+    a one-step episode)."""
     return max(num_steps - 2, 0)
 
 
@@ -378,13 +380,16 @@ def transform_episode(
         last = i == len(kept) - 1
         truncated_here = cut_at is not None and last
         labels = step_tags(episode, i)
-        entry = _episode_entry(stats if i == finished else None)
+        # info["episode"] sits with the final observation (the `is_last` step; envlogger's LAST record), where
+        # TFDS's own envlogger->RLDS conversion puts it too; zeros with mask false everywhere else.
+        entry = _episode_entry(stats if last else None)
         info = None
         if not strip:
+            # The environment's info of the finishing transition carries the same figures, as recorded.
             info = _plain_info(step.info if not truncated_here else {})
             info.pop(EPISODE_KEY, None)
-            if entry["mask"]:
-                info[EPISODE_KEY] = dict(entry)
+            if i == finished:
+                info[EPISODE_KEY] = _episode_entry(stats)
         if kind == KIND_UI:
             observation = ui_observation(step.observation)
             # UI traces record an action on every screen, the last one included (unless cut there).

@@ -53,8 +53,8 @@ def test_round_trip_matches_the_store(export_data: ExportData, tmp_path: Path) -
             for i in range(n - 1):
                 np.testing.assert_array_equal(got[i]["action"], steps[i].action)
             mask = [bool(s["info"]["episode"]["mask"]) for s in got]
-            assert mask.index(True) == n - 2 and sum(mask) == 1
-            info = got[n - 2]["info"]["episode"]
+            assert mask.index(True) == n - 1 and sum(mask) == 1
+            info = got[n - 1]["info"]["episode"]
             assert int(info["l"]) == int(e["episode_length"]) == n - 1
             assert float(info["r"]) == pytest.approx(float(e["episode_return"]))
             assert float(e["episode_return"]) == pytest.approx(

@@ -40,10 +40,10 @@ def test_uncut_episode_keeps_every_step_and_the_stored_statistics(export_data: E
     assert out.meta.episode_success is bool(episode.metadata["success"])
     assert [s.tags["tag:jump"] for s in out.steps] == [i == 4 for i in range(len(steps))]
     assert not any(s.tags["tag:goal"] for s in out.steps)
-    # info["episode"] on the finished transition only (the step before the final observation).
+    # info["episode"] on the final observation only; the finishing transition's own info agrees.
     masks = [s.episode["mask"] for s in out.steps]
-    assert masks.index(True) == len(steps) - 2 and masks.count(True) == 1
-    assert stats_from_info(out.steps[-2].info).l == episode.num_steps
+    assert masks.index(True) == len(steps) - 1 and masks.count(True) == 1
+    assert stats_from_info(out.steps[-2].info).l == episode.num_steps == out.steps[-1].episode["l"]
     assert out.steps[-1].is_last and out.steps[-1].action is None
     assert [s.reward for s in out.steps[:-1]] == [s.reward for s in steps[:-1]]
 
@@ -61,7 +61,7 @@ def test_cut_at_the_first_end_tag_is_a_truncation(export_data: ExportData) -> No
     assert not any(s.is_last for s in out.steps[:-1])
     assert out.meta.episode_length == 5 and out.meta.truncated_by_tag == "goal"
     assert out.meta.episode_return == pytest.approx(sum(s.reward for s in steps[:5]))
-    assert out.steps[4].episode == {
+    assert out.steps[5].episode == {
         "r": pytest.approx(out.meta.episode_return),
         "l": 5,
         "s": False,
@@ -87,7 +87,7 @@ def test_strip_keeps_ids_and_statistics_only(export_data: ExportData) -> None:
     d = out.meta.to_dict()
     assert "tags" not in d and "notes" not in d
     assert d["episode_id"] == episode.id and d["episode_length"] == episode.num_steps
-    assert out.steps[-2].episode["mask"]
+    assert out.steps[-1].episode["mask"]
     unstripped = transform_episode(0, episode, steps, TransformOptions(), meta)
     assert unstripped.meta.tags == ["good run"] and unstripped.meta.notes == "reached the ledge"
 
