@@ -19,6 +19,7 @@ statistics in its info. Files are registered only once complete (`pipelines.epis
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections import deque
@@ -531,13 +532,18 @@ def record_batch(
     storage: str = "envlogger",
     max_steps: int | None = None,
     quality: int = QUALITY_MEDIUM,
-    background_writer: bool = True,
+    background_writer: bool | None = None,
 ) -> list[study_pb2.Episode]:
     """Records `n` COMPLETED episodes with a policy (`random` or `noop`); a tqdm bar shows progress.
 
-    Interrupted runs keep what was saved; the unfinished episode is registered as ABANDONED. envlogger
-    files are written by a child process (`background_writer`), overlapping with the stepping.
+    Interrupted runs keep what was saved; the unfinished episode is registered as ABANDONED.
+    `background_writer` (default: when this process may use more than one CPU) writes the envlogger files
+    in a child process that finishes each episode's files while the next one is recorded. It costs more
+    CPU in all (pipe copy, one more parse) and pays off only with a core to spare: see
+    bench/bench_record.py and schemas/episode_storage.md for the measured figures.
     """
+    if background_writer is None:
+        background_writer = len(os.sched_getaffinity(0)) > 1
     if policy not in POLICIES:
         raise StepmarkError(f"unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
     if n < 1:
