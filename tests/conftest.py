@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,3 +25,16 @@ def fixtures_dir() -> Path:
     if not FIXTURES.is_dir():
         pytest.fail(f"real fixtures not found at {FIXTURES} (expected ../shared/fixtures beside the repo)")
     return FIXTURES
+
+
+_REAL_MAIN = sys.modules["__main__"]
+
+
+@pytest.fixture(autouse=True)
+def _restore_main_module() -> Iterator[None]:
+    """Streamlit's AppTest leaves the app script installed as `__main__`; processes started later with the
+    `spawn` method (multiprocessing, Dask workers) would re-run that script on start-up and die. Put the real
+    `__main__` back after every test."""
+    yield
+    if sys.modules.get("__main__") is not _REAL_MAIN:
+        sys.modules["__main__"] = _REAL_MAIN
