@@ -683,7 +683,12 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         "--include-invalid-sessions", action="store_true", help="also episodes of invalid sessions"
     )
     how = parser.add_argument_group("output")
-    how.add_argument("--format", choices=FORMATS, default="envlogger")
+    how.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="envlogger",
+        help="envlogger (Riegeli, for envlogger.Reader; default) or tfds (TFDS/RLDS folder; needs the [tfds] extra)",
+    )
     how.add_argument("--out", required=True, help="dataset folder (or ZIP file with --archive) to create")
     how.add_argument("--archive", action="store_true", help="write one ZIP file instead of a folder")
     how.add_argument(
