@@ -297,12 +297,16 @@ def components(n: int) -> list:
     wire = [fast_codec.serialize(x) for x in inputs]
     rows.update(
         {
-            "record: envlogger codec.encode": lambda: [codec.encode(x) for x in inputs],
-            "record: fast_codec.encode (in-process writer)": lambda: [fast_codec.encode(x) for x in inputs],
-            "record: fast_codec.serialize (sent to the child)": lambda: [
+            "record: envlogger codec.encode (envlogger's own)": lambda: [codec.encode(x) for x in inputs],
+            "record: fast_codec.encode (before: message in place)": lambda: [
+                fast_codec.encode(x) for x in inputs
+            ],
+            "record: fast_codec.serialize (now: wire bytes)": lambda: [
                 fast_codec.serialize(x) for x in inputs
             ],
-            "record: Data.FromString (in the child)": lambda: [storage_pb2.Data.FromString(w) for w in wire],
+            "record: Data.FromString (the one parse, for add_step)": lambda: [
+                storage_pb2.Data.FromString(w) for w in wire
+            ],
         }
     )
     for name, fn in rows.items():
