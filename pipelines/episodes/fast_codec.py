@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import dm_env
 import numpy as np
 from envlogger.converters import codec
 from envlogger.proto import storage_pb2
@@ -143,6 +144,7 @@ _CACHE_LIMIT = 4096
 _scalars: dict[tuple[type, Any], bytes] = {}
 _dict_keys: dict[str, bytes] = {}
 _array_heads: dict[tuple[int, ...], bytes] = {}  # uint8 arrays: everything before the pixels, by shape
+_SCALAR_TYPES = frozenset({float, str, bool, int, np.int64, np.bool_, dm_env.StepType})
 _TRUE = _scalar_datum(b"\x3a\x01\x01")
 _FALSE = _scalar_datum(b"\x3a\x01\x00")
 
@@ -191,6 +193,10 @@ def _dict_key(k: str) -> bytes:
 
 def _emit(value: Any, out: list[bytes]) -> int:
     """Appends the serialized Data of `value` to `out`; returns its size in bytes."""
+    if type(value) in _SCALAR_TYPES:  # most values of a step record: checked first
+        scalar = _scalar(value)
+        out.append(scalar)
+        return len(scalar)
     if value is None:
         return 0
     if isinstance(value, tuple):
