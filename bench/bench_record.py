@@ -352,7 +352,7 @@ def plain_write(payloads: list[bytes]) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--episodes", type=int, default=6, help="episodes per round (coinrun: ~300 steps each)"
+        "--episodes", type=int, default=10, help="episodes per round (coinrun: ~300 steps each)"
     )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--component-steps", type=int, default=2000)
