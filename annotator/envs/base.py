@@ -9,7 +9,6 @@ JSON-friendly are done here once.
 from __future__ import annotations
 
 import abc
-import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 from dm_env import specs
 
+from pipelines.episodes.base import to_jsonable
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import client_pb2, study_pb2
 
@@ -39,37 +39,6 @@ class Transition:
     def last(self) -> bool:
         """True when the episode is over (terminated by the task or truncated by the step limit)."""
         return self.terminated or self.truncated
-
-
-def to_jsonable(value: Any) -> Any:
-    """Converts numpy scalars/arrays (and tuples, nested dicts) to plain Python so `json.dumps` accepts it.
-
-    Info dicts go into the recorder's per-step custom data; a numpy scalar there breaks JSON export later.
-    Values with no JSON form (objects, bytes) become their `repr` rather than disappearing silently.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool | np.bool_):
-        return bool(value)
-    if isinstance(value, int | np.integer):  # also IntEnum members (e.g. NLE's StepStatus)
-        return int(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, enum.Enum):
-        return value.name
-    if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, np.floating):
-        return to_jsonable(float(value))
-    if isinstance(value, np.ndarray):
-        return to_jsonable(value.tolist())
-    if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return repr(value)
 
 
 def image_spec(shape: Sequence[int], name: str = "image") -> specs.Array:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import base64
+import enum
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -104,7 +105,10 @@ class EnvSpecs:
 
 
 def to_jsonable(value: Any) -> Any:
-    """Environment info -> plain JSON values (numpy scalars/arrays, bytes as base64, protos as dicts).
+    """Environment info -> plain JSON values (numpy scalars/arrays, bytes as base64, protos as dicts, enums by name).
+
+    The one converter for info dicts: environments apply it to every transition, the recorder and exporters
+    to what they store.
 
     Anything else is kept as its `repr` rather than failing a recording over one odd info value.
     """
@@ -127,6 +131,8 @@ def to_jsonable(value: Any) -> Any:
         return [to_jsonable(v) for v in value]
     if isinstance(value, pb_message.Message):
         return json_format.MessageToDict(value)
+    if isinstance(value, enum.Enum):  # IntEnum members were taken as ints above (e.g. NLE's StepStatus)
+        return value.name
     return repr(value)
 
 

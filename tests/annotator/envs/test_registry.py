@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from annotator.envs import registry
-from annotator.envs.base import to_jsonable
+from pipelines.episodes.base import to_jsonable
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import study_pb2
 
@@ -71,6 +71,6 @@ def test_to_jsonable_handles_numpy_and_enums():
         "f": b"ok",
     }
     out = to_jsonable(value)
-    assert out == {"a": 1.5, "b": 3, "c": [1, 2], "d": [True, 0, "RED"], "e": "nan", "f": "ok"}
+    assert out == {"a": 1.5, "b": 3, "c": [1, 2], "d": [True, 0, "RED"], "e": "nan", "f": {"base64": "b2s="}}
     assert type(out["d"][1]) is int
     json.dumps(out)
