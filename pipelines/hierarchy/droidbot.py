@@ -7,7 +7,7 @@ from operator import itemgetter
 from .bounds import Box, from_pairs
 from .errors import HierarchyError
 from .jsonio import with_json_document
-from .objects import MAX_DEPTH, RawNode, Screen, build_screen, raw_node, window_size
+from .objects import MAX_DEPTH, RawNode, Screen, build_screen, raw_node, screen_size_from_windows
 
 FORMAT = "droidbot"
 
@@ -193,13 +193,7 @@ def from_document(
     elif isinstance(doc.get("width"), int) and isinstance(doc.get("height"), int):
         width, height = doc["width"], doc["height"]
     else:
-        width, height = window_size(root_boxes)
-        boxes = [b for b in root_boxes if b is not None]
-        estimated = bool(boxes) and (min(b.left for b in boxes) > 0 or min(b.top for b in boxes) > 0)
-        if estimated:
-            warnings.append(
-                f"screen size {width}x{height} estimated from windows that do not start at the origin"
-            )
+        width, height, estimated = screen_size_from_windows(root_boxes, warnings)
     if width <= 0 or height <= 0:
         warnings.append("screen size unknown (no window bounds): every grid location is UNKNOWN_LOCATION")
     return build_screen(nodes, width, height, fmt=FORMAT, warnings=warnings, size_estimated=estimated)

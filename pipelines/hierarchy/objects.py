@@ -306,6 +306,18 @@ def window_size(boxes: Sequence[Box | None]) -> tuple[int, int]:
     return max(width, 0), max(height, 0)
 
 
+def screen_size_from_windows(boxes: Sequence[Box | None], warnings: list[str]) -> tuple[int, int, bool]:
+    """Screen size for a dump that does not state it: `window_size` of the window roots, flagged as estimated
+    (with a warning) when no window starts at the origin (a dialog-only state), so the caller may prefer the
+    screenshot's size."""
+    width, height = window_size(boxes)
+    present = [b for b in boxes if b is not None]
+    estimated = bool(present) and (min(b.left for b in present) > 0 or min(b.top for b in present) > 0)
+    if estimated:
+        warnings.append(f"screen size {width}x{height} estimated from windows that do not start at the origin")
+    return width, height, estimated
+
+
 def _scale(value: int, new: int, old: int) -> int:
     # round(value * new / old), half away from zero, in exact integer arithmetic.
     num = value * new
