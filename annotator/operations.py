@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import multiprocessing
+import queue
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -581,7 +583,7 @@ class Operations:
             if progress is not None:
                 progress(max(0.0, min(1.0, float(percent) / 100.0)))
 
-        summary = export.export_episodes(export_request, report)
+        summary = export_in_child_process(export_request, report)
         self.last_export = summary
         return client_pb2.DownloadEpisodesResponse(url=Path(summary.out).resolve().as_uri(), progress=100.0)
 
@@ -842,3 +844,54 @@ def ui_step_view(step: Any) -> UiStepView:
         label = obj.text or obj.content_desc or obj.resource_id or obj.android_class
         parts.append(f"on object #{target} ({label})")
     return UiStepView(objects, image, action, touch, target, " ".join(parts), warnings)
+
+
+def export_in_child_process(request: Any, progress: Progress | None = None) -> Any:
+    """Run `pipelines.export.export_episodes` in a spawned child process and return its ExportSummary.
+
+    TFDS exports load TensorFlow, and TensorFlow and MuJoCo's OSMesa renderer crash when both are loaded into one
+    process (measured here); the annotator's server also records Robosuite and RoboDesk episodes, so exports
+    never run inside it. Progress (0-100) comes back over a queue; a failure comes back as its message.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    messages = ctx.Queue()
+    child = ctx.Process(target=_export_child, args=(request, messages), name="stepmark-export", daemon=True)
+    child.start()
+    try:
+        while True:
+            try:
+                kind, value = messages.get(timeout=0.5)
+            except queue.Empty:
+                if child.is_alive():
+                    continue
+                try:  # the child may have exited right after its last message
+                    kind, value = messages.get(timeout=2.0)
+                except queue.Empty:
+                    raise OperationError(
+                        f"the export process exited with code {child.exitcode} before reporting a result"
+                    ) from None
+            if kind == "progress":
+                if progress is not None:
+                    progress(value)
+            elif kind == "done":
+                return value
+            else:
+                raise OperationError(f"export failed: {value}")
+    finally:
+        child.join(timeout=30)
+        if child.is_alive():
+            child.kill()
+            child.join()
+
+
+def _export_child(request: Any, messages: Any) -> None:
+    from pipelines import export
+
+    try:
+        summary = export.export_episodes(request, lambda percent: messages.put(("progress", float(percent))))
+    except StepmarkError as exc:
+        messages.put(("error", str(exc)))
+    except Exception as exc:  # reported to the page, never swallowed
+        messages.put(("error", f"{type(exc).__name__}: {exc}"))
+    else:
+        messages.put(("done", summary))

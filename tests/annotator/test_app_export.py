@@ -84,6 +84,10 @@ def test_export_page_writes_a_tfds_folder(env_data, monkeypatch):
     at.button(key="export_run").click().run()
     assert not at.exception and not at.error, (at.exception, at.error)
     folder = at.success[0].value.split("`")[1]
+    import sys
+
+    # The export ran in a child process: TensorFlow never entered the annotator's (it crashes beside OSMesa).
+    assert "tensorflow" not in sys.modules
     import tensorflow_datasets as tfds
 
     dataset = tfds.builder_from_directory(folder).as_dataset(split="train")
