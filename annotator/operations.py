@@ -774,20 +774,6 @@ _RESPONSE_FIELDS: dict[str, type] = {
 }
 
 
-def _export_request(
-    export: Any, request: client_pb2.DownloadEpisodesRequest, opts: ExportOptions, out: Path, ops: Operations
-) -> Any:
-    raise NotImplementedError  # filled in when pipelines.export lands
-
-
-def _summary_location(summary: Any, out: Path, archive: bool) -> str:
-    for name in ("path", "out", "output", "location"):
-        value = getattr(summary, name, None)
-        if value:
-            return str(value)
-    return str(out.with_suffix(".zip") if archive else out)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # UI steps: what the replay page draws (objects, screenshot, the action and where it touched).
 
