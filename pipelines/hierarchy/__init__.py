@@ -41,7 +41,7 @@ def detect_format(data: bytes) -> str:
         raise HierarchyError("empty", "the hierarchy file holds only a byte order mark or whitespace")
     if stripped[:1] in (b"{", b"["):
         return "json"
-    if b"<" in head or b"ERROR:" in head:
+    if b"<" in head or uiautomator.failed_dump_message(stripped.decode("utf-8", errors="replace")):
         return "uiautomator"
     raise HierarchyError("unknown_format", f"neither XML nor JSON (starts with {stripped[:40]!r})")
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import NamedTuple
 
-_NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
+_NUM = r"\s*(-?[0-9]+(?:\.[0-9]+)?)\s*"  # ASCII digits only (\d and int() also take other scripts')
 _BOUNDS_RE = re.compile(rf"\[{_NUM},{_NUM}\]\s*\[{_NUM},{_NUM}\]")
 
 
@@ -52,6 +52,8 @@ def _int(value: object) -> int:
     if isinstance(value, float):
         return round(value)
     if isinstance(value, str):
+        if not value.isascii() or "_" in value:  # int()/float() would take "1_0" and "١"
+            raise ValueError(f"not a coordinate: {value!r}")
         return round(float(value)) if "." in value else int(value)
     raise TypeError(f"not a coordinate: {value!r}")
 
@@ -60,7 +62,8 @@ def from_string(text: str) -> Box | None:
     """uiautomator `"[x1,y1][x2,y2]"`; None when the text is not a bounds string."""
     # Fast path for the canonical form; the regex copes with spaces and decimals.
     parts = text[1:-1].replace("][", ",").split(",")
-    if len(parts) == 4 and text[:1] == "[" and text[-1:] == "]":
+    # int() alone would also accept "1_000" and non-ASCII digits ("１"), which no dump writes.
+    if len(parts) == 4 and text[:1] == "[" and text[-1:] == "]" and text.isascii() and "_" not in text:
         try:
             return _new_box((int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3])))
         except ValueError:

@@ -7,7 +7,7 @@ from operator import itemgetter
 from .bounds import Box, from_pairs
 from .errors import HierarchyError
 from .jsonio import with_json_document
-from .objects import MAX_DEPTH, RawNode, Screen, build_screen, raw_node, screen_size_from_windows
+from .objects import INT32_MAX, MAX_DEPTH, RawNode, Screen, build_screen, raw_node, screen_size_from_windows
 
 FORMAT = "droidbot"
 
@@ -33,6 +33,11 @@ _VIEW_KEYS = (
     ("checked", False),
 )
 _VIEW = itemgetter(*(key for key, _ in _VIEW_KEYS))
+
+
+def _stated_size(value: object) -> bool:
+    """A width/height the state may state: a positive integer that fits the protos' int32 (not a bool)."""
+    return type(value) is int and 0 < value <= INT32_MAX
 
 
 def parse(
@@ -72,11 +77,13 @@ def from_document(
         if not isinstance(view, dict):
             raise HierarchyError("malformed", f"views[{position}] is not an object")
         temp_id = view.get("temp_id", position)
-        if not isinstance(temp_id, int) or temp_id in by_id:
+        if type(temp_id) is not int or temp_id in by_id:
             raise HierarchyError("malformed", f"views[{position}] has a missing or repeated temp_id")
         by_id[temp_id] = view
-    roots = [v for v in views if v.get("parent", -1) not in by_id]
-    orphans = sum(1 for v in roots if v.get("parent", -1) not in (-1, None))
+    parents = [v.get("parent", -1) for v in views]
+    # A parent that is not a known temp_id (missing, -1, null, or not even an integer) makes a window root.
+    roots = [v for v, p in zip(views, parents, strict=True) if type(p) is not int or p not in by_id]
+    orphans = sum(1 for p in parents if p not in (-1, None) and (type(p) is not int or p not in by_id))
     if orphans:
         warnings.append(f"{orphans} view(s) whose parent is missing treated as window roots")
     if views and not roots:
@@ -190,7 +197,7 @@ def from_document(
     estimated = False
     if screen_size is not None:
         width, height = screen_size
-    elif isinstance(doc.get("width"), int) and isinstance(doc.get("height"), int):
+    elif _stated_size(doc.get("width")) and _stated_size(doc.get("height")):
         width, height = doc["width"], doc["height"]
     else:
         width, height, estimated = screen_size_from_windows(root_boxes, warnings)

@@ -53,7 +53,10 @@ def _ancestors(value: object) -> tuple[str, ...]:
     if type(value) is not list:
         return ()
     chain = tuple(value)
-    known = _ANCESTORS.get(chain)
+    try:
+        known = _ANCESTORS.get(chain)
+    except TypeError:  # unhashable entries (lists, objects): not class names, so not worth caching
+        return tuple(a for a in chain if isinstance(a, str))
     if known is None:
         known = tuple(a for a in chain if isinstance(a, str))
         if len(_ANCESTORS) < 16384:
@@ -160,7 +163,7 @@ def from_document(doc: object, *, drop_invisible: bool = False, warnings: list[s
     if dropped:
         warnings.append(f"dropped {dropped} invisible node(s) with their subtrees")
     width, height = RICO_WIDTH, RICO_HEIGHT
-    box = nodes[0].box
+    box = nodes[0].box if nodes else None  # None: drop_invisible dropped the root itself
     if box is not None and box.right > RICO_WIDTH and box.right >= box.bottom:
         width, height = RICO_HEIGHT, RICO_WIDTH
         warnings.append("landscape Rico screen: coordinate space 2560x1440")

@@ -30,7 +30,13 @@ _DECLARATION = re.compile(r"\A\s*<\?xml[^>]*\?>")
 _DECLARED_ENCODING = re.compile(rb"""encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
 _INVALID_RAW = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 _CHAR_REF = re.compile(r"&#(x[0-9A-Fa-f]+|[0-9]+);")
-_ERROR_LINE = re.compile(r"^\s*(ERROR:.*)$", re.MULTILINE)
+# What `uiautomator dump` prints instead of a hierarchy: "ERROR: ..." lines, the idle-state failure (also seen
+# without its "ERROR:" prefix) and Java exceptions from the dump tool.
+_ERROR_LINE = re.compile(
+    r"^\s*(ERROR:.*|.*could not get idle state.*|.*null root node returned.*"
+    r"|(?:Exception in thread .*|java\.[\w.$]+(?:Exception|Error)\b.*))$",
+    re.MULTILINE | re.IGNORECASE,
+)
 
 _local = threading.local()
 
@@ -64,6 +70,14 @@ def _flags(values: tuple[str, ...], visible: bool) -> tuple[bool, ...]:
     return flags
 
 
+def _local_names(tag: str, attrib: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """Tag and attribute names without their "{namespace}" part (the first of two same local names wins)."""
+    local: dict[str, str] = {}
+    for name, value in attrib.items():
+        local.setdefault(name.rsplit("}", 1)[-1], value)
+    return tag.rsplit("}", 1)[-1], local
+
+
 class _Collector:
     """lxml parser target: turns start/end events into `RawNode`s while libxml2 reads (no element tree).
 
@@ -84,6 +98,8 @@ class _Collector:
         self.root_boxes: list[Box | None] = []
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
+        if tag[:1] == "{":  # namespaced page source: use local names (lxml gives "{uri}name")
+            tag, attrib = _local_names(tag, attrib)
         stack = self.stack
         if stack:
             p = stack[-1]
@@ -184,6 +200,12 @@ def _parser() -> tuple[etree.XMLParser, _Collector]:
     return pair
 
 
+def failed_dump_message(text: str) -> str | None:
+    """The dump tool's error line when `text` holds one (e.g. "ERROR: could not get idle state."), else None."""
+    error = _ERROR_LINE.search(text)
+    return error.group(1).strip() if error is not None else None
+
+
 def _valid_xml_char(code: int) -> bool:
     return (
         code in (0x9, 0xA, 0xD)
@@ -238,9 +260,9 @@ def _repair(data: bytes, warnings: list[str]) -> bytes:
         raise HierarchyError("forbidden_entity", "XML with a DOCTYPE/ENTITY declaration is refused")
     start = _XML_START.search(text)
     if start is None:
-        error = _ERROR_LINE.search(text)
+        error = failed_dump_message(text)
         if error is not None:
-            raise HierarchyError("failed_dump", f"uiautomator failed: {error.group(1).strip()}")
+            raise HierarchyError("failed_dump", f"uiautomator failed: {error}")
         first = text.find("<")
         if first < 0:
             raise HierarchyError("malformed", f"no XML in the file (starts with {_excerpt(text)!r})")
@@ -341,6 +363,9 @@ def parse(
     if found.dropped:
         warnings.append(f"dropped {found.dropped} node(s): invisible ones and their subtrees")
     rotation = _int_attr(top.get("rotation")) if top is not None else 0
+    if rotation not in (0, 1, 2, 3):  # Surface.ROTATION_0..ROTATION_270
+        warnings.append(f"rotation {top.get('rotation')!r} is not 0-3: taken as 0")
+        rotation = 0
 
     root_boxes = found.root_boxes
     estimated = False
