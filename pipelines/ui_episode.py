@@ -11,6 +11,7 @@ the hierarchy's own, and StepInfo carries a `screenshot_mismatch:` warning.
 from __future__ import annotations
 
 import dataclasses
+import math
 import traceback
 from collections import Counter
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from pipelines.hierarchy import (
     parse,
     rescale,
 )
+from pipelines.traces.files import display
 from pipelines.traces.model import DeadLetter, RawAction, RawEpisode, RawStep
 from protos.llm4mobile import episode_pb2
 from protos.stepmark import ui_episode_pb2
@@ -38,6 +40,7 @@ ASPECT_TOLERANCE = 0.01
 #: be that object (rescaling rounds each edge once).
 TARGET_SLACK = 1
 MISMATCH = "screenshot_mismatch"
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 #: Packages of the system's own views (window decor, status and navigation bars): an app's episode is named
 #: after its own package even when these views outnumber its objects.
 FRAMEWORK_PACKAGES = frozenset({"android", "com.android.systemui"})
@@ -157,8 +160,23 @@ def observe(hierarchy: bytes, screenshot: bytes | None, *, drop_invisible: bool 
     return Observed(screen, hierarchy, hw, hh, screenshot, image, mismatch, list(screen.warnings) + extra)
 
 
-def _to_output(obs: Observed, x: float, y: float, space: str, warnings: list[str]) -> tuple[int, int]:
-    """A point in `space` mapped to the output space, rounded to whole pixels."""
+def _to_output(obs: Observed, x: float, y: float, space: str, warnings: list[str]) -> tuple[int, int] | None:
+    """A point in `space` mapped to the output space, rounded to whole pixels; None (with a warning) when it
+    is not a finite point that fits the Action's int32 fields."""
+    point = _mapped(obs, x, y, space, warnings)
+    if point is None:
+        warnings.append(f"action point ({x}, {y}) in {space} space is not a usable pixel position: left out")
+    return point
+
+
+def _pixel(value: float) -> int | None:
+    if not math.isfinite(value):
+        return None
+    rounded = int(round(value))
+    return rounded if INT32_MIN <= rounded <= INT32_MAX else None
+
+
+def _mapped(obs: Observed, x: float, y: float, space: str, warnings: list[str]) -> tuple[int, int] | None:
     if space == "normalized":
         fx, fy = x * obs.width, y * obs.height
     elif space == "hierarchy":
@@ -175,7 +193,8 @@ def _to_output(obs: Observed, x: float, y: float, space: str, warnings: list[str
         fy = y * obs.hierarchy_height / obs.image.height
     else:
         fx, fy = x, y
-    return int(round(fx)), int(round(fy))
+    px, py = _pixel(fx), _pixel(fy)
+    return None if px is None or py is None else (px, py)
 
 
 def _scroll_points(raw: RawAction, obs: Observed) -> tuple[float, float, float, float]:
@@ -236,17 +255,24 @@ def resolve_action(raw: RawAction | None, obs: Observed) -> tuple[ui_episode_pb2
         return action, warnings
     action.type = ACTION_TYPES[raw.kind]
     action.text = raw.text
-    action.duration_ms = raw.duration_ms
+    if 0 <= raw.duration_ms <= INT32_MAX:  # layout schemas bound it; a reader bug must not lose the step
+        action.duration_ms = raw.duration_ms
+    else:
+        warnings.append(f"action duration {raw.duration_ms} ms out of range: left out")
     action.raw_json = raw.raw_json
     x, y, ex, ey = raw.x, raw.y, raw.end_x, raw.end_y
     if raw.kind == "swipe" and raw.direction:
         x, y, ex, ey = _scroll_points(raw, obs)
-    if x is not None and y is not None:
-        action.x, action.y = _to_output(obs, x, y, raw.space, warnings)
-    elif raw.kind in ("tap", "long_press", "swipe"):
-        warnings.append(f"{raw.kind} recorded without coordinates")
-    if ex is not None and ey is not None:
-        action.end_x, action.end_y = _to_output(obs, ex, ey, raw.space, warnings)
+    point = _to_output(obs, x, y, raw.space, warnings) if x is not None and y is not None else None
+    if point is not None:
+        action.x, action.y = point
+    else:
+        x = y = None
+        if raw.kind in ("tap", "long_press", "swipe"):
+            warnings.append(f"{raw.kind} recorded without usable coordinates")
+    end = _to_output(obs, ex, ey, raw.space, warnings) if ex is not None and ey is not None else None
+    if end is not None:
+        action.end_x, action.end_y = end
     if raw.kind not in POINTED:
         return action, warnings
     target = _recorded_target(raw, obs)
@@ -270,20 +296,20 @@ def build_step(raw: RawStep, obs: Observed, position: int, episode_id: str) -> C
     o.objects.extend(obs.screen.objects)
     if obs.screenshot is not None:
         o.screenshot = obs.screenshot
-        o.debug_screenshot_filepath = raw.screenshot_path or ""
-    o.image_id = f"{episode_id}/{raw.name}"
+        o.debug_screenshot_filepath = display(raw.screenshot_path or "")
+    o.image_id = f"{episode_id}/{display(raw.name)}"
     if obs.screen.format == "uiautomator":
         o.xml = obs.hierarchy
     else:
         o.json = obs.hierarchy
     o.screen_width, o.screen_height = obs.width, obs.height
-    o.debug_vh_filepath = raw.hierarchy_path
+    o.debug_vh_filepath = display(raw.hierarchy_path)
     action, action_warnings = resolve_action(raw.action, obs)
     sx, sy = obs.screen.scale
     info = ui_episode_pb2.StepInfo(
         index=raw.index,
-        hierarchy_path=raw.hierarchy_path,
-        screenshot_path=raw.screenshot_path or "",
+        hierarchy_path=display(raw.hierarchy_path),
+        screenshot_path=display(raw.screenshot_path or ""),
         hierarchy_width=obs.hierarchy_width,
         hierarchy_height=obs.hierarchy_height,
         scale_x=sx,
@@ -301,7 +327,7 @@ def assemble(raw: RawEpisode, steps: list[ConvertedStep]) -> ui_episode_pb2.UiEp
     out = ui_episode_pb2.UiEpisode(
         episode_id=raw.source.episode_id,
         source=raw.source.layout,
-        source_path=raw.source.source_path,
+        source_path=display(raw.source.source_path),
         goal=raw.goal,
     )
     for s in steps:

@@ -20,7 +20,7 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _LOW = b"cdefCDEF"
 
 
-def _replace_lone_surrogates(data: bytes) -> tuple[bytes, int]:
+def replace_lone_surrogates(data: bytes) -> tuple[bytes, int]:
     """Lone `\\udXXX` escapes (not encodable, so unusable in protos) replaced by U+FFFD.
 
     Only surrogate escapes are visited (emoji pairs are common, lone halves rare): a high half directly followed
@@ -157,7 +157,7 @@ def load_json(data: bytes, *, repair_surrogates: bool = False) -> tuple[object, 
         raise HierarchyError("empty", "the hierarchy file is empty")
     warnings: list[str] = []
     if repair_surrogates:
-        data, count = _replace_lone_surrogates(data)
+        data, count = replace_lone_surrogates(data)
         if count:
             warnings.append(f"replaced {count} lone surrogate escape(s) by U+FFFD")
     try:

@@ -49,7 +49,11 @@ def image_info(data: bytes) -> ImageInfo:
             pil_format = image.format
     except Image.DecompressionBombError as exc:  # a header claiming far more pixels than any screen has
         raise HierarchyError("bad_screenshot", f"implausibly large {sniffed} image: {exc}") from None
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+    except UnidentifiedImageError:  # its message names a BytesIO object: say what it means instead
+        raise HierarchyError(
+            "bad_screenshot", f"unreadable {sniffed} image: Pillow cannot read its header"
+        ) from None
+    except (OSError, ValueError, SyntaxError) as exc:
         raise HierarchyError("bad_screenshot", f"unreadable {sniffed} image: {exc}") from None
     name = _PIL_FORMATS.get(pil_format or "", sniffed)
     if width <= 0 or height <= 0:

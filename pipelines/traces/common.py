@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Callable
 from typing import Any
 
+from pipelines.hierarchy.jsonio import replace_lone_surrogates
 from pipelines.traces import validation
 from pipelines.traces.model import DeadLetter, RawEpisode
 
@@ -16,14 +18,55 @@ class LayoutFileError(Exception):
     """A layout file (gestures.json, episode.json, an event) that cannot be read or does not match its schema."""
 
 
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),  # before UTF-16 LE, whose BOM is its prefix
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def decode_text(data: bytes) -> str:
+    """Text of a small layout file: UTF-8, or UTF-8/16/32 with a byte order mark (Windows editors and
+    PowerShell redirects write those). Raises UnicodeDecodeError for anything else."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            return data.decode(encoding)
+    return data.decode("utf-8")
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:30]} is out of range")
+    return value
+
+
+def parse_json(text: str) -> Any:
+    """Strict JSON (RFC 8259): NaN/Infinity and numbers that overflow a float are refused, and nesting too deep
+    for the decoder is an error, not a RecursionError. Lone surrogate escapes become U+FFFD (the hierarchy
+    parsers' rule). Raises ValueError."""
+    if "\\ud" in text or "\\uD" in text:  # lone surrogate escapes: no proto string can hold them
+        text = replace_lone_surrogates(text.encode("utf-8"))[0].decode("utf-8")
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def load_json(read: Reader, path: str) -> Any:
     try:
         data = read(path)
     except Exception as exc:
         raise LayoutFileError(f"{path}: cannot read ({exc})") from exc
     try:
-        return json.loads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return parse_json(decode_text(data))
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise LayoutFileError(f"{path}: not valid JSON ({exc})") from exc
 
 

@@ -101,10 +101,16 @@ def plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLetter
     seen: dict[str, int] = {}
     for item in _plan(root, paths):
         if isinstance(item, EpisodeSource):
-            n = seen.get(item.episode_id, 0) + 1
-            seen[item.episode_id] = n
+            episode_id = files.display(item.episode_id)  # ids go into protos: text, even from non-UTF-8 names
+            n = seen.get(episode_id, 0) + 1
+            seen[episode_id] = n
             if n > 1:
-                item = EpisodeSource(item.layout, f"{item.episode_id}~{n}", item.source_path, item.files)
+                episode_id = f"{episode_id}~{n}"
+            if episode_id != item.episode_id:
+                item = EpisodeSource(item.layout, episode_id, item.source_path, item.files)
+        elif isinstance(item, DeadLetter):
+            item = DeadLetter(item.source_path, item.step, item.reason, item.exception,
+                              files.display(item.episode_id))  # fmt: skip
         yield item
 
 

@@ -27,7 +27,7 @@ def _bounds(view: Any) -> tuple[int, int, int, int] | None:
     try:
         (x1, y1), (x2, y2) = b
         return int(x1), int(y1), int(x2), int(y2)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 

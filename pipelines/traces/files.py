@@ -67,3 +67,20 @@ def stem_and_ext(name: str) -> tuple[str, str]:
     if dot <= 0:
         return name, ""
     return name[:dot], name[dot:].lower()
+
+
+def display(path: str) -> str:
+    """`path` as text that any UTF-8 field can hold. Local file names that are not UTF-8 reach Python with
+    surrogate escapes (b"\\xff" -> "\\udcff"), which protos and UTF-8 files refuse: those bytes are written as
+    "\\xff". Reading must keep using the original path."""
+    if path.isascii():
+        return path
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        pass
+    try:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that is not an escaped byte
+        return path.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -84,16 +84,22 @@ class DeadLetter:
     episode_id: str = ""
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "source_path": self.source_path,
-                "step": self.step,
-                "reason": self.reason,
-                "exception": self.exception,
-                "episode_id": self.episode_id,
-            },
-            ensure_ascii=False,
-            sort_keys=True,
+        """One JSON line. Lone surrogates (from file names that are not UTF-8) are written as \\uXXXX escapes,
+        so the line is valid UTF-8 and `from_json` gives the same strings back."""
+        return (
+            json.dumps(
+                {
+                    "source_path": self.source_path,
+                    "step": self.step,
+                    "reason": self.reason,
+                    "exception": self.exception,
+                    "episode_id": self.episode_id,
+                },
+                ensure_ascii=False,
+                sort_keys=True,
+            )
+            .encode("utf-8", "backslashreplace")
+            .decode("utf-8")
         )
 
     @classmethod

@@ -8,10 +8,8 @@ and line. The step itself is kept, without an action.
 
 from __future__ import annotations
 
-import json
-
 from pipelines.traces import files, validation
-from pipelines.traces.common import Reader, apply_manifest
+from pipelines.traces.common import Reader, apply_manifest, decode_text, parse_json
 from pipelines.traces.discover import ACTIONS, MANIFEST, natural_key, pair_screens
 from pipelines.traces.model import DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
 
@@ -53,16 +51,17 @@ def read_actions(
         dead.append(DeadLetter(path, step, "bad_action", f"{path} line {lineno}: {message}", episode_id))
 
     try:
-        text = data.decode("utf-8-sig")
+        text = decode_text(data)
     except UnicodeDecodeError as exc:
         return {}, [DeadLetter(path, None, "bad_action", f"{path}: not UTF-8 text ({exc})", episode_id)]
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # JSON Lines end at \n only: str.splitlines() would also split inside a string holding U+2028 or \x1c.
+    for lineno, line in enumerate(text.split("\n"), start=1):
         line = line.strip()
         if not line:
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
+            record = parse_json(line)
+        except ValueError as exc:
             bad(lineno, None, f"not valid JSON ({exc})")
             continue
         problem = validation.describe(validation.ACTIONS, record)
