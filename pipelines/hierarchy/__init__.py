@@ -6,11 +6,11 @@ syntax, `objects` every computed field (defined in `schemas/objects.md`).
 
 from __future__ import annotations
 
-import codecs
 from functools import partial
 
 from . import droidbot, rico, uiautomator
 from .bounds import Box, parse_bounds
+from .encoding import bom_encoding
 from .errors import REASONS, HierarchyError
 from .jsonio import with_json_document
 from .objects import MAX_DEPTH, RawNode, Screen, build_screen, grid_location, object_at, rescale
@@ -30,10 +30,9 @@ def detect_format(data: bytes) -> str:
     head = bytes(data[:4096])
     if not head.strip():
         raise HierarchyError("empty", "the hierarchy file is empty")
-    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        head = head.decode("utf-16", errors="replace").encode("utf-8")
-    elif head.startswith(codecs.BOM_UTF8):
-        head = head[len(codecs.BOM_UTF8) :]
+    bom = bom_encoding(head)
+    if bom is not None:
+        head = head.decode(bom, errors="replace").encode("utf-8")
     elif head.count(b"\x00") > len(head) // 4:
         head = head.replace(b"\x00", b"")
     stripped = head.lstrip()

@@ -18,6 +18,7 @@ from operator import itemgetter
 from lxml import etree
 
 from .bounds import Box, from_string
+from .encoding import bom_encoding
 from .errors import HierarchyError
 from .objects import MAX_DEPTH, RawNode, Screen, build_screen, raw_node, screen_size_from_windows
 
@@ -216,14 +217,16 @@ def _valid_xml_char(code: int) -> bool:
 
 
 def _decode(data: bytes, warnings: list[str]) -> str:
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        declared = _DECLARED_ENCODING.search(data[:400].replace(b"\x00", b""))
+    bom = bom_encoding(data)
+    if bom in ("utf-16", "utf-32"):
+        name = bom.upper()
+        declared = _DECLARED_ENCODING.search(data[:800].replace(b"\x00", b""))
         if declared and declared.group(1).lower().replace(b"_", b"-") in (b"utf-8", b"utf8"):
-            warnings.append("UTF-16 text with a BOM under a UTF-8 declaration (decoded as UTF-16)")
+            warnings.append(f"{name} text with a BOM under a UTF-8 declaration (decoded as {name})")
         else:
-            warnings.append("UTF-16 text with a BOM (decoded as UTF-16)")
-        return data.decode("utf-16", errors="replace")
-    if data.startswith(codecs.BOM_UTF8):
+            warnings.append(f"{name} text with a BOM (decoded as {name})")
+        return data.decode(bom, errors="replace")
+    if bom is not None:  # UTF-8
         data = data[len(codecs.BOM_UTF8) :]
     head = data[:200]
     if head.count(b"\x00") > len(head) // 4:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import codecs
 import json
 from collections.abc import Callable
 from typing import Any
 
+from pipelines.hierarchy.encoding import bom_encoding
 from pipelines.hierarchy.jsonio import replace_lone_surrogates
 from pipelines.traces import validation
 from pipelines.traces.model import DeadLetter, RawEpisode
@@ -18,22 +18,10 @@ class LayoutFileError(Exception):
     """A layout file (gestures.json, episode.json, an event) that cannot be read or does not match its schema."""
 
 
-_BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),  # before UTF-16 LE, whose BOM is its prefix
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF8, "utf-8-sig"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
-
-
 def decode_text(data: bytes) -> str:
     """Text of a small layout file: UTF-8, or UTF-8/16/32 with a byte order mark (Windows editors and
     PowerShell redirects write those). Raises UnicodeDecodeError for anything else."""
-    for bom, encoding in _BOMS:
-        if data.startswith(bom):
-            return data.decode(encoding)
-    return data.decode("utf-8")
+    return data.decode(bom_encoding(data) or "utf-8")
 
 
 def _refuse_constant(name: str) -> float:

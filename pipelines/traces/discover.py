@@ -92,6 +92,31 @@ def _is_screen_file(name: str, hierarchies: dict[str, list[str]]) -> bool:
     return stem in hierarchies and ext in HIERARCHY_EXTS + IMAGE_EXTS and name not in RESERVED
 
 
+def _droidbot_file(rel: str) -> bool:
+    """states/state_*.json, states/screen_*.<image>, events/event_*.json (relative to the run folder)."""
+    parts = rel.split("/")
+    if len(parts) != 2:
+        return False
+    stem, ext = files.stem_and_ext(parts[1])
+    if parts[0] == "states":
+        return (stem.startswith("state_") and ext == ".json") or (
+            stem.startswith("screen_") and ext in IMAGE_EXTS
+        )
+    return parts[0] == "events" and stem.startswith("event_") and ext == ".json"
+
+
+def _rico_trace_file(rel: str) -> bool:
+    """view_hierarchies/*.json, screenshots/*.<image>, gestures.json, episode.json (relative to the trace)."""
+    parts = rel.split("/")
+    if len(parts) == 1:
+        return rel in (GESTURES, MANIFEST)
+    ext = files.stem_and_ext(parts[-1])[1]
+    return len(parts) == 2 and (
+        (parts[0] == "view_hierarchies" and ext == ".json")
+        or (parts[0] == "screenshots" and ext in IMAGE_EXTS)
+    )
+
+
 def plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile]:
     """Turn the file list under `root` into episode sources (plus orphan/ignored reports). Pure.
 
@@ -151,15 +176,9 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
     for folder, layout in claimed:
         prefix = folder + "/" if folder else ""
         subtree = sorted(rel for rel in by_rel if rel.startswith(prefix))
-        if layout == "droidbot":
-            keep = [r for r in subtree if r[len(prefix) :].split("/")[0] in ("states", "events")]
-        else:
-            keep = [
-                r
-                for r in subtree
-                if r[len(prefix) :].split("/")[0] in ("view_hierarchies", "screenshots")
-                or r[len(prefix) :] in (GESTURES, MANIFEST)
-            ]
+        # Only the files the layout's reader uses; anything else in the folder is reported as ignored.
+        claims = _droidbot_file if layout == "droidbot" else _rico_trace_file
+        keep = [r for r in subtree if claims(r[len(prefix) :])]
         used.update(keep)
         yield EpisodeSource(
             layout=layout,

@@ -166,5 +166,9 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
                 warnings=tuple(warnings),
             )
         )
+    for tag, path in sorted(screens.items()):
+        if tag not in states:
+            msg = f"{path}: screenshot has no states/state_{tag}.json beside it"
+            episode.dead_letters.append(DeadLetter(path, None, "orphan_screenshot", msg, eid))
     episode.metadata["droidbot_states"] = str(len(states))
     return episode
