@@ -182,6 +182,15 @@ class Recorder:
             session = self.repo.create_session(self.study_id, self.user)
         self.session = session
 
+    def prepare(self) -> None:
+        """Refuses a disabled study and creates the environment now, so a batch fails before it starts.
+
+        `start()` does the same on first use; calling this first is optional.
+        """
+        self.env_spec = _find_env_spec(self._study(), self.env_id)
+        if self.env is None:
+            self.env = registry.create(self.env_spec, seed=self.seed)
+
     def start(self) -> client_pb2.StepResponse:
         """Starts the next episode (opening the session and environment on first use)."""
         if self._current is not None:
@@ -563,7 +572,22 @@ def record_batch(
         quality=quality,
         background_writer=background_writer,
     )
-    with recorder, tqdm(total=n, unit="episode", disable=not progress, desc=f"record {env_id}") as bar:
+    with recorder:
+        recorder.prepare()  # a disabled study or unusable environment fails before the progress bar shows
+        _record_loop(recorder, n, choose, rng, progress, episodes)
+    return episodes
+
+
+def _record_loop(
+    recorder: Recorder,
+    n: int,
+    choose: Policy,
+    rng: np.random.Generator,
+    progress: bool,
+    episodes: list[study_pb2.Episode],
+) -> None:
+    """`n` policy-driven episodes, each saved as COMPLETED and appended to `episodes` once registered."""
+    with tqdm(total=n, unit="episode", disable=not progress, desc=f"record {recorder.env_id}") as bar:
         for _ in range(n):
             recorder.start()
             assert recorder.env is not None
@@ -581,4 +605,3 @@ def record_batch(
         done = recorder.publish_closed(wait=True)
         bar.update(len(done))
         episodes.extend(done)
-    return episodes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from pipelines.errors import StepmarkError
@@ -46,7 +47,12 @@ def record(args: argparse.Namespace) -> int:
     if args.max_steps is not None and args.max_steps < 1:
         raise StepmarkError(f"--max-steps must be >= 1, got {args.max_steps}")
     data_dir = Path(args.data).expanduser().resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StepmarkError(f"--data {args.data}: cannot create the data directory ({exc.strerror})") from exc
+    if not os.access(data_dir, os.W_OK | os.X_OK):
+        raise StepmarkError(f"--data {args.data}: the data directory is not writable")
     with open_store(args.store, data_dir) as repo:
         episodes = record_batch(
             repo,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from google.protobuf import json_format
 
+from pipelines.errors import StepmarkError
 from pipelines.store import Repository, open_store
 from pipelines.store.spec_file import load_study_spec
 from protos.rlds_creator import study_pb2
@@ -27,8 +29,23 @@ def _table(rows: list[list[str]]) -> str:
     )
 
 
+def check_environments(spec: study_pb2.StudySpec, source: str) -> None:
+    """Builds each environment once so an unknown game, robot or setting is reported now, naming the file."""
+    from annotator.envs import registry
+
+    for i, env in enumerate(spec.environment_specs):
+        try:
+            note = registry.check(env)
+        except StepmarkError as exc:
+            raise StepmarkError(f"{source}: environment_specs[{i}] (id {env.id!r}): {exc}") from exc
+        if note:
+            print(f"note: environment {env.id!r}: {note}", file=sys.stderr)
+
+
 def study_create(args: argparse.Namespace) -> int:
     spec = load_study_spec(args.spec)
+    if not args.no_check:
+        check_environments(spec, args.spec)
     with _open(args) as repo:
         study = repo.create_study(spec, args.user)
     envs = ", ".join(env.id for env in study.environment_specs) or "none"
@@ -90,9 +107,15 @@ def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse
         parents=store,
         help="create a study from a spec file",
         description="Create a study from SPEC, a StudySpec in protobuf's JSON mapping as .json or .yaml "
-        "(schema: schemas/study_spec.schema.json). Prints the new study id as the last line.",
+        "(schema: schemas/study_spec.schema.json). Each environment is built once to check its settings. "
+        "Prints the new study id as the last line.",
     )
     create.add_argument("spec", metavar="SPEC", help="study spec file (.json, .yaml, .yml)")
+    create.add_argument(
+        "--no-check",
+        action="store_true",
+        help="do not build each environment to check its settings (they are then checked at recording)",
+    )
     create.set_defaults(func=study_create)
 
     listing = sub.add_parser("list", parents=store, help="list studies")

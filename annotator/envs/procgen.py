@@ -9,6 +9,9 @@ next `reset()` re-creates the game, which restarts its level sequence from `star
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,8 +67,17 @@ KEY_MAP: dict[str, str] = {
 }
 
 
+@functools.cache
+def _import_procgen() -> None:
+    """Imports procgen once, without the deprecation banner its `gym` dependency prints to stderr on import
+    (it would open every `stepmark record` run; procgen only registers its ids with gym)."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        import procgen  # noqa: F401
+
+
 def env_names() -> list[str]:
     """Every Procgen game, from the installed package."""
+    _import_procgen()
     from procgen.env import ENV_NAMES
 
     return list(ENV_NAMES)
@@ -73,6 +85,7 @@ def env_names() -> list[str]:
 
 def distribution_mode(spec: study_pb2.EnvironmentSpec.Procgen) -> str:
     """The procgen mode name for the spec, checked against the game (see MODE_GAMES)."""
+    _import_procgen()
     from procgen.env import EXPLORATION_LEVEL_SEEDS
 
     if spec.distribution_mode not in DISTRIBUTION_MODES:
@@ -111,6 +124,7 @@ class ProcgenEnvironment(Environment):
 
     # ----- lifecycle --------------------------------------------------------------------------------
     def _make(self) -> None:
+        _import_procgen()
         from procgen import ProcgenGym3Env
 
         self.close()
@@ -202,6 +216,7 @@ class ProcgenEnvironment(Environment):
 
 def _combos() -> list[tuple[str, ...]]:
     """Procgen's 15 actions, read from the package so the indices match the game."""
+    _import_procgen()
     from procgen.env import BaseProcgenEnv
 
     return BaseProcgenEnv.get_combos(None)  # type: ignore[arg-type]

@@ -69,3 +69,20 @@ def valid_ids() -> dict[str, list[str]]:
     for _, (name, module_name, _) in FAMILIES.items():
         out[name] = list(importlib.import_module(module_name).valid_ids())
     return out
+
+
+def check(spec: study_pb2.EnvironmentSpec) -> str | None:
+    """Builds the environment a spec describes and closes it, so a bad spec fails when a study is created
+    rather than when someone first records in it. Raises StepmarkError; returns a note (None if none) when
+    nothing can be built here: a spec without a type (a home for imported UI episodes) or DMLab."""
+    field = spec.WhichOneof("type")
+    if field is None:
+        return "no environment type: nothing to record, episodes can only be imported (e.g. UI traces)"
+    if field == "dmlab":
+        try:
+            create(spec)
+        except StepmarkError as exc:
+            return f"kept but cannot be recorded here: {exc}"
+    env = create(spec)
+    env.close()
+    return None

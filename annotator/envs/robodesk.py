@@ -13,8 +13,10 @@ RNG once, at the first reset.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import importlib.util
+import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,7 +78,9 @@ def _import_robodesk() -> Any:
 
     if not hasattr(Image, "ANTIALIAS"):
         Image.ANTIALIAS = Image.LANCZOS  # type: ignore[attr-defined]
-    from robodesk import robodesk
+    # robodesk imports `gym`, whose import prints a deprecation banner to stderr on every run: keep it out.
+    with contextlib.redirect_stderr(io.StringIO()):
+        from robodesk import robodesk
 
     return robodesk
 
@@ -87,7 +91,8 @@ def valid_ids() -> list[str]:
 
     Parsing the source avoids building the MuJoCo model (seconds) just to list names.
     """
-    spec = importlib.util.find_spec("robodesk.robodesk")
+    with contextlib.redirect_stderr(io.StringIO()):  # finding it imports the package, hence gym's banner
+        spec = importlib.util.find_spec("robodesk.robodesk")
     if spec is None or spec.origin is None:
         return []
     tree = ast.parse(Path(spec.origin).read_text())

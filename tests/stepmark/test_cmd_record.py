@@ -64,3 +64,35 @@ def test_record_errors_are_one_line(tmp_path, capsys):
         == 2
     )
     assert "--episodes must be >= 1" in capsys.readouterr().err
+
+
+def test_record_refuses_a_disabled_study_and_an_unusable_data_dir_before_starting(tmp_path, capsys):
+    with new_store(tmp_path) as repo:
+        study = make_study(repo, procgen_spec())
+        repo.enable_study(study.id, False, study.creator.email)
+    argv = ["record", "--data", str(tmp_path), "--study", study.id, "--env", "maze"]
+    assert main(argv) == 2  # progress bar on: it must not show for a run that cannot start
+    assert capsys.readouterr().err.strip() == (
+        f"stepmark record: error: study {study.id!r} is disabled: it takes no new episodes"
+    )
+    with new_store(tmp_path) as repo:
+        assert repo.list_episodes(study_id=study.id) == []
+        assert repo.list_sessions(study.id) == []  # no session opened for a refused run
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    argv = ["record", "--data", str(blocker / "data"), "--study", study.id, "--env", "maze"]
+    assert main(argv) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"stepmark record: error: --data {blocker / 'data'}: cannot create the data dir")
+
+
+def test_record_an_environment_that_cannot_run_here_is_one_line(tmp_path, capsys):
+    dmlab = study_pb2.EnvironmentSpec(
+        id="lab", dmlab=study_pb2.EnvironmentSpec.DMLab(id="seekavoid_arena_01")
+    )
+    with new_store(tmp_path) as repo:
+        study = make_study(repo, dmlab)
+    assert main(["record", "--data", str(tmp_path), "--study", study.id, "--env", "lab"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("stepmark record: error: DMLab environments are not available")

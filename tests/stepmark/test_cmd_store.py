@@ -175,3 +175,52 @@ def test_import_ui_command(capsys, tmp_path: Path, data: str, fixtures_dir: Path
     assert out.strip().splitlines()[1].split()[-2:] == ["android-ui", "1"]
     code, _, err = run(capsys, "import-ui", str(tmp_path / "nothing"), "--study", "Yelp", "--data", data)
     assert code == 2 and "no such file or folder" in err
+
+
+UNUSABLE_ENVS = [
+    ("procgen.yaml", "procgen: {id: mazee}", "unknown Procgen game 'mazee'"),
+    ("atari.yaml", "atari: {id: Pongg}", "unknown Atari game 'Pongg'"),
+    ("nethack.yaml", "net_hack: {id: NetHackScoree-v0}", "unknown NetHack task 'NetHackScoree-v0'"),
+    ("robodesk.yaml", "robodesk: {task: open_slidee}", "unknown RoboDesk task 'open_slidee'"),
+    ("robosuite.yaml", "robosuite: {id: Lift, robots: [Pandaa]}", "unknown robot(s) ['Pandaa']"),
+    ("steps.yaml", "max_episode_steps: -1\n    procgen: {id: maze}", "max_episode_steps must be >= 0"),
+]
+
+
+@pytest.mark.parametrize(("name", "env", "message"), UNUSABLE_ENVS, ids=[u[0] for u in UNUSABLE_ENVS])
+def test_create_builds_each_environment_and_names_the_bad_one(
+    capsys, tmp_path: Path, data: str, name: str, env: str, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(
+        f"name: x\nenvironment_specs:\n  - id: ok\n    procgen: {{id: maze}}\n  - id: bad\n    {env}\n"
+    )
+    code, out, err = run(capsys, "study", "create", str(path), "--data", data)
+    assert code == 2 and out == ""
+    [line] = [x for x in err.strip().splitlines() if x.startswith("stepmark")]
+    assert line.startswith(f"stepmark study: error: {path}: environment_specs[1] (id 'bad'): ")
+    assert message in line
+    with open_store(None, data) as repo:
+        assert repo.list_studies() == []
+
+
+def test_create_no_check_keeps_the_spec_and_notes_what_cannot_run(capsys, tmp_path: Path, data: str) -> None:
+    path = tmp_path / "later.yaml"
+    path.write_text(
+        "name: x\nenvironment_specs:\n  - {id: typo, procgen: {id: mazee}}\n"
+        "  - {id: lab, dmlab: {id: seekavoid_arena_01}}\n  - {id: ui}\n"
+    )
+    code, _, _ = run(capsys, "study", "create", str(path), "--data", data)
+    assert code == 2
+    code, out, err = run(capsys, "study", "create", str(path), "--data", data, "--no-check")
+    assert code == 0 and err == ""
+    path.write_text(
+        "name: x\nenvironment_specs:\n  - {id: lab, dmlab: {id: seekavoid_arena_01}}\n  - {id: ui}\n"
+    )
+    code, out, err = run(capsys, "study", "create", str(path), "--data", data)
+    assert code == 0
+    notes = err.strip().splitlines()
+    assert notes[0].startswith("note: environment 'lab': kept but cannot be recorded here: DMLab")
+    assert notes[1].startswith("note: environment 'ui': no environment type")
+    with open_store(None, data) as repo:
+        assert len(repo.list_studies()) == 2
