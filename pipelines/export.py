@@ -7,8 +7,9 @@ Shape of the job (Beam wiring only; the work lives in `pipelines/exporters/`):
    stripping, statistics) and write one Riegeli shard (envlogger) or one serialized example (TFDS);
    episodes that fail become dead letters with a reason, never silently dropped;
 3. last step: envlogger `metadata.riegeli` / TFDS shards + `dataset_info.json`, then the summary, the
-   optional ZIP, and one rename of the temporary folder to `--out`. A failed or killed export leaves only a
-   `<out>.tmp-*` folder behind, never something at `--out`.
+   optional ZIP, and one rename of the temporary folder to `--out`. A failed export removes its temporary
+   folder; a killed one leaves only `<out>.tmp-<pid>-*` behind, never something at `--out`, and the next
+   export to the same `--out` removes the temporary folders whose process is gone.
 Runs on FnApiRunner by default and on any Beam runner by flags (workers must see `--data` and `--out`).
 """
 
@@ -17,8 +18,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
+import re
 import shutil
+import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +34,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.runners.runner import create_runner
 
 from pipelines.beam_options import pipeline_options, runner_name
 from pipelines.episodes import open_episode
@@ -233,7 +239,7 @@ class ExportEpisodeFn(beam.DoFn):
             yield self._dead(dataset, episode, "unreadable", exc)
             return
         signature = envlogger_writer.episode_signature(exported)
-        if signature != job.expected_signature:
+        if not envlogger_writer.signature_fits(signature, job.expected_signature):
             mismatch = StepmarkError(f"{signature} differs from the dataset's {job.expected_signature}")
             yield self._dead(dataset, episode, "spec_mismatch", mismatch)
             return
@@ -346,8 +352,11 @@ class _Plan:
 
 
 def _sample(group: SpecGroup, job: DatasetJob) -> tuple[ExportEpisode | None, dict[str, Any] | None, str]:
-    """Transforms the group's first readable episode: it defines the dataset's features and specs."""
+    """Transforms the group's first readable episode with an action: it defines the dataset's features and
+    specs. An episode cut at step 0 has no action to derive the action feature from, so one is used only
+    when every readable episode of the group is like that."""
     errors = []
+    fallback: tuple[ExportEpisode, dict[str, Any] | None] | None = None
     for episode in group.episodes:
         try:
             reader = open_episode(episode, job.data_dir)
@@ -363,7 +372,12 @@ def _sample(group: SpecGroup, job: DatasetJob) -> tuple[ExportEpisode | None, di
             continue
         if specs and specs.get("observation_spec") is None:
             specs = None
+        if exported.meta.kind != KIND_UI and all(s.action is None for s in exported.steps):
+            fallback = fallback or (exported, specs)
+            continue
         return exported, specs, ""
+    if fallback is not None:
+        return fallback[0], fallback[1], ""
     return None, None, "; ".join(errors)
 
 
@@ -447,19 +461,131 @@ def _counters(result: Any) -> dict[str, int]:
     return dict(sorted(totals.items()))
 
 
-def _check_out(out: Path) -> None:
-    if out.exists() or out.is_symlink():
-        raise StepmarkError(f"{out}: already exists; choose another --out (exports never overwrite)")
-    if not out.parent.is_dir():
-        raise StepmarkError(f"{out.parent}: the folder for --out does not exist")
+def _check_out(out: str) -> Path:
+    if not out.strip():
+        raise StepmarkError("--out is empty: give the dataset folder (or ZIP file with --archive) to create")
+    path = Path(out).absolute()
+    if path.exists() or path.is_symlink():
+        raise StepmarkError(f"{path}: already exists; choose another --out (exports never overwrite)")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise StepmarkError(f"{path.parent}: not a folder, so --out cannot be created inside it")
+    if not path.parent.is_dir():
+        raise StepmarkError(f"{path.parent}: the folder for --out does not exist")
+    return path
+
+
+# --- temporary folders -------------------------------------------------------------------------------------
+
+OWNER_FILE = "stepmark_export_owner.json"
+
+
+def _process_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22); "" when unknown.
+
+    With the pid it identifies a process for good: a pid reused after a crash has another start time.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def _new_staging(out: Path) -> Path:
+    """`<out>.tmp-<pid>-<random>`, created with an owner file naming this process (host, pid, start time)."""
+    pid = os.getpid()
+    staging = out.with_name(f"{out.name}.tmp-{pid}-{uuid.uuid4().hex[:12]}")
+    staging.mkdir()
+    owner = {"host": socket.gethostname(), "pid": pid, "start": _process_start(pid)}
+    (staging / OWNER_FILE).write_text(json.dumps(owner) + "\n", encoding="utf-8")
+    return staging
+
+
+def _staging_owner_alive(folder: Path, pid: int) -> bool:
+    """Whether the export that made `folder` may still be running (when unsure: yes, keep the folder)."""
+    try:
+        owner = json.loads((folder / OWNER_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        # Between mkdir and the owner file, or a folder older than owner files: the pid in the name decides.
+        return _pid_alive(pid)
+    except (OSError, ValueError):
+        return True
+    if owner.get("host") != socket.gethostname():  # another machine's export on a shared filesystem
+        return True
+    if not _pid_alive(pid):
+        return False
+    start = _process_start(pid)
+    return not (start and owner.get("start") and start != owner["start"])  # a reused pid is not the owner
+
+
+def remove_stale_staging(out: Path) -> list[Path]:
+    """Removes the `<out>.tmp-<pid>-*` folders of exports to `out` whose process is gone (SIGKILL, power loss,
+    OOM kill: nothing ran their cleanup). Folders of live exports and of other hosts are left alone."""
+    pattern = re.compile(rf"^{re.escape(out.name)}\.tmp-(\d+)-[0-9a-f]{{12}}$")
+    removed = []
+    try:
+        siblings = list(out.parent.iterdir())
+    except OSError:
+        return removed
+    for folder in siblings:
+        match = pattern.match(folder.name)
+        if match is None or folder.is_symlink() or not folder.is_dir():
+            continue
+        if _staging_owner_alive(folder, int(match.group(1))):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def check_beam_args(beam_args: Sequence[str]) -> None:
+    """Refuses an unknown runner or a flag that is neither an export option nor a Beam pipeline option.
+
+    Beam itself only logs "Discarding unparseable args" and goes on, so a mistyped export flag
+    (`--strip-internal-metdata`) would silently export something else than asked for. The runner is created
+    first because runner-specific options (e.g. DaskRunner's) register when the runner's module is imported.
+    """
+    options = pipeline_options(beam_args)
+    runner = options.view_as(StandardOptions).runner
+    if isinstance(runner, str):
+        try:
+            create_runner(runner)
+        except (ValueError, ImportError) as exc:
+            raise StepmarkError(f"--runner={runner}: {exc}") from None
+    beam_logger = logging.getLogger("apache_beam.options.pipeline_options")
+    level = beam_logger.level
+    beam_logger.setLevel(logging.ERROR)  # its "Discarding unparseable args" warning: we raise instead
+    try:
+        known = options.get_all_options()
+        every = options.get_all_options(retain_unknown_options=True)
+    finally:
+        beam_logger.setLevel(level)
+    unknown = set(every) - set(known)
+    if unknown:
+        flags = [a.split("=", 1)[0] for a in beam_args if a.startswith("-")]
+        named = [f for f in flags if f.lstrip("-").replace("-", "_") in unknown] or sorted(unknown)
+        raise StepmarkError(
+            f"unknown option(s) {', '.join(dict.fromkeys(named))}: neither an export option "
+            "(stepmark export --help) nor a Beam pipeline option"
+        )
 
 
 def export_episodes(request: ExportRequest, progress: Progress | None = None) -> ExportSummary:
     """Runs one export; `progress(percent)` gets 0-100. Raises StepmarkError for bad requests or mixed specs."""
     if request.format not in FORMATS:
         raise StepmarkError(f"unknown format {request.format!r} (choose from {', '.join(FORMATS)})")
-    out = Path(request.out).absolute()
-    _check_out(out)
+    out = _check_out(request.out)
+    check_beam_args(request.beam_args)
     tfds_writer = None
     if request.format == "tfds":
         from pipelines.exporters import tfds_writer  # TensorFlow only on the TFDS path
@@ -493,7 +619,8 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         end_of_episode_tags=tuple(request.end_of_episode_tags),
         step_tag_labels=step_tag_labels(selection.episodes),
     )
-    staging = out.with_name(f"{out.name}.tmp-{uuid.uuid4().hex[:12]}")
+    remove_stale_staging(out)
+    staging = _new_staging(out)
     root = staging / "dataset" if request.archive else staging
     progress_dir = str(staging / "progress")
     summary = ExportSummary(
@@ -572,6 +699,8 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                 for letter in summary.dead_letters:
                     f.write(json.dumps(asdict(letter)) + "\n")
         shutil.rmtree(progress_dir, ignore_errors=True)
+        if not request.archive:  # the folder becomes the dataset (the pid in its name still guards it)
+            (staging / OWNER_FILE).unlink()
         summary.bytes = _folder_size(root)
         (root / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
         if request.archive:

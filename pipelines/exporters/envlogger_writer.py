@@ -112,6 +112,19 @@ def episode_signature(episode: ExportEpisode) -> str:
     return f"obs={structure_signature(first.observation)} action={structure_signature(action)}"
 
 
+def signature_fits(signature: str, expected: str) -> bool:
+    """Whether an episode of `signature` can join a dataset of `expected`.
+
+    An episode cut at its first step (an end-of-episode tag on step 0) holds one observation and no action
+    (`action=None`): it fits any dataset with the same observations.
+    """
+    if signature == expected:
+        return True
+    obs, _, action = signature.rpartition(" action=")
+    expected_obs, _, _ = expected.rpartition(" action=")
+    return action == "None" and bool(obs) and obs == expected_obs
+
+
 def _spec_of(value: Any, name: str = "") -> Any:
     if isinstance(value, dict):
         return {k: _spec_of(v, k) for k, v in value.items()}

@@ -103,8 +103,25 @@ def select_episodes(repo: Repository, query: SelectionQuery) -> Selection:
     elif not query.include_incomplete:
         state_filter = [COMPLETED]
     selection = Selection(episodes=[])
+    if query.study_id:
+        try:
+            repo.get_study(query.study_id)
+        except NotFound:
+            raise NotFound(
+                f"study {query.study_id!r} not found (stepmark study list shows the studies)"
+            ) from None
     if query.refs:
-        candidates = repo.episodes_by_refs(list(query.refs))
+        try:
+            candidates = repo.episodes_by_refs(list(query.refs))
+        except NotFound:
+            candidates = []
+            for ref in query.refs:  # name the reference the user gave, not only the episode id
+                try:
+                    candidates.extend(repo.episodes_by_refs([ref]))
+                except NotFound:
+                    raise NotFound(
+                        f"episode {ref.study_id}/{ref.session_id}/{ref.episode_id} not found"
+                    ) from None
         for ref, episode in zip(query.refs, candidates, strict=True):
             if ref.session_id and episode.session_id != ref.session_id:
                 raise NotFound(f"episode {ref.study_id}/{ref.session_id}/{ref.episode_id} not found")

@@ -63,6 +63,11 @@ def test_split_by_spec_archive(data: ExportData, tmp_path: Path, capsys) -> None
         (["--episode", "only/two"], "is not STUDY/SESSION/EPISODE"),
         (["--tag", "never-used"], "no episodes to export"),
         ([], "nothing selected"),
+        (["--study", "no-such-study"], "study 'no-such-study' not found"),
+        (["--episode", "s1/sess/no-such-episode"], "episode s1/sess/no-such-episode not found"),
+        # A mistyped export flag would otherwise reach Beam, which only logs that it discards it.
+        (["--study", "x", "--strip-internal-metdata"], "unknown option(s) --strip-internal-metdata"),
+        (["--study", "x", "--runner=NoSuchRunner"], "--runner=NoSuchRunner"),
     ],
 )
 def test_bad_selections_are_one_line_errors(data: ExportData, tmp_path: Path, capsys, args, message) -> None:
@@ -106,3 +111,18 @@ def test_tfds_without_the_extra_is_a_clear_error(data: ExportData, tmp_path: Pat
     assert proc.returncode == 2
     assert "pip install -e '.[tfds]'" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_out_inside_a_file_or_empty_is_a_one_line_error(data: ExportData, tmp_path: Path, capsys) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    for out, message in [
+        (a_file / "sub", "not a folder, so --out cannot be created inside it"),
+        (tmp_path / "missing" / "sub", "the folder for --out does not exist"),
+        (a_file, "already exists"),
+        ("", "--out is empty"),
+    ]:
+        code = main(["export", "--data", str(data.data_dir), "--study", data.study_id, "--out", str(out)])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and message in err and len(err.splitlines()) == 1, (out, err)
+    assert a_file.read_text() == "not a folder"

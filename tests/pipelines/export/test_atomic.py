@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from pipelines import export
+from pipelines.store import open_store
 from tests.conftest import REPO_ROOT
 from tests.pipelines.export.export_data import ExportData, copy_data, register_copies
 
@@ -59,3 +60,9 @@ def test_sigkill_midway_leaves_no_output(export_data: ExportData, tmp_path: Path
     assert all(".tmp-" in p.name for p in left)
     assert not any((p / export.SUMMARY_FILE).exists() for p in left)
     assert not any(f.name == "metadata.riegeli" for p in left for f in p.rglob("*"))
+    # Nothing ran the killed export's cleanup: the next export to the same --out removes its folder.
+    assert left, "the killed export left no temporary folder to clean up"
+    with open_store(None, data_dir) as repo:
+        one = repo.list_episodes(study_id=study)[0]
+    export.export_episodes(export.ExportRequest(data_dir=str(data_dir), out=str(out), refs=[repo.ref(one)]))
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("killed")] == ["killed"]

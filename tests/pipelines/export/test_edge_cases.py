@@ -1,0 +1,122 @@
+"""Edges a training team hits: end-of-episode tags on the first and on the final step, and the temporary
+folders of killed exports (removed by the next export to the same --out only when their process is gone)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines import export
+from pipelines.store import open_store
+from tests.pipelines.export import readback
+from tests.pipelines.export.export_data import ALICE, ExportData, copy_data
+
+
+@pytest.fixture(scope="module")
+def tagged(export_data: ExportData, tmp_path_factory: pytest.TempPathFactory) -> ExportData:
+    """A private copy where Procgen episode 1 carries "stop" on step 0 and episode 0 on its final step."""
+    data_dir = copy_data(export_data, tmp_path_factory.mktemp("edge") / "data")
+    p0, p1 = export_data.procgen[:2]
+    with open_store(None, data_dir) as repo:
+        assert repo.add_step_tag(repo.ref(p1), 0, "stop", ALICE)
+        assert repo.add_step_tag(repo.ref(p0), p0.num_steps, "stop", ALICE)  # the final observation
+    return ExportData(
+        data_dir=data_dir, study_id=export_data.study_id, procgen=export_data.procgen, nethack=[]
+    )
+
+
+def _request(data: ExportData, out: Path, **kw) -> export.ExportRequest:
+    refs = [data.ref(e) for e in data.procgen]
+    return export.ExportRequest(
+        data_dir=str(data.data_dir), out=str(out), refs=refs, end_of_episode_tags=["stop"], **kw
+    )
+
+
+def test_end_tag_on_step_0_and_on_the_final_step_envlogger(tagged: ExportData, tmp_path: Path) -> None:
+    out = tmp_path / "el"
+    summary = export.export_episodes(_request(tagged, out))
+    assert summary.episodes == 2 and not summary.dead_letters
+    read = {e["metadata"]["episode_id"]: e for e in readback.read_envlogger(out)}
+    p0, p1 = tagged.procgen[:2]
+    # Cut at step 0: only the first observation is left; no transition, so length 0 and return 0.
+    cut = read[p1.id]
+    assert len(cut["records"]) == 1 and cut["records"][0]["step_type"] == 0
+    assert cut["metadata"]["truncated_by_tag"] == "stop"
+    assert (cut["metadata"]["episode_length"], cut["metadata"]["episode_return"]) == (0, 0.0)
+    assert cut["records"][0]["custom_data"]["episode"] == {"r": 0.0, "l": 0, "s": False, "mask": True}
+    assert cut["records"][0]["custom_data"]["tag:stop"] is True
+    # A tag on the final observation cuts nothing: the episode is whole with the store's statistics.
+    whole = read[p0.id]
+    assert len(whole["records"]) == p0.num_steps + 1 and whole["metadata"]["truncated_by_tag"] == ""
+    assert whole["records"][-1]["step_type"] == 2 and whole["records"][-1]["custom_data"]["tag:stop"]
+    assert whole["metadata"]["episode_length"] == p0.num_steps
+    assert whole["metadata"]["episode_return"] == pytest.approx(p0.total_reward)
+    assert whole["records"][-1]["custom_data"]["episode"]["l"] == p0.num_steps
+
+
+@pytest.mark.tfds
+def test_end_tag_on_step_0_and_on_the_final_step_tfds(tagged: ExportData, tmp_path: Path) -> None:
+    out = tmp_path / "tfds"
+    summary = export.export_episodes(_request(tagged, out, format="tfds", strip_internal_metadata=True))
+    assert summary.episodes == 2 and not summary.dead_letters
+    read = {e["episode_id"].decode(): e for e in readback.read_tfds(out)}
+    p0, p1 = tagged.procgen[:2]
+    (only,) = read[p1.id]["steps"]
+    assert only["is_first"] and only["is_last"] and not only["is_terminal"] and only["tag:stop"]
+    assert int(only["action"]) == 0 and float(only["reward"]) == 0.0  # fixed-shape placeholder action
+    assert read[p1.id]["episode_length"] == 0 and read[p1.id]["truncated_by_tag"] == b"stop"
+    assert bool(only["info"]["episode"]["mask"]) and int(only["info"]["episode"]["l"]) == 0
+    whole = read[p0.id]["steps"]
+    assert len(whole) == p0.num_steps + 1 and whole[-1]["is_last"] and whole[-1]["tag:stop"]
+    assert read[p0.id]["truncated_by_tag"] == b""
+    assert int(whole[-1]["info"]["episode"]["l"]) == p0.num_steps
+
+
+# --- temporary folders of killed exports --------------------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _fake_staging(out: Path, pid: int, owner: dict | None, suffix: str) -> Path:
+    folder = out.with_name(f"{out.name}.tmp-{pid}-{suffix}")
+    folder.mkdir()
+    (folder / "metadata.riegeli").write_bytes(b"half-written")
+    if owner is not None:
+        (folder / export.OWNER_FILE).write_text(json.dumps(owner))
+    return folder
+
+
+def test_next_export_removes_temp_folders_of_dead_exports_only(
+    export_data: ExportData, tmp_path: Path
+) -> None:
+    out = tmp_path / "ds"
+    host, me, dead = socket.gethostname(), os.getpid(), _dead_pid()
+    my_start = export._process_start(me)
+    assert my_start  # /proc is there: the start time identifies this process
+    gone = _fake_staging(out, dead, {"host": host, "pid": dead, "start": "1"}, "0" * 12)
+    gone_no_owner = _fake_staging(out, dead, None, "1" * 12)
+    reused_pid = _fake_staging(out, me, {"host": host, "pid": me, "start": "1"}, "2" * 12)
+    live = _fake_staging(out, me, {"host": host, "pid": me, "start": my_start}, "3" * 12)
+    other_host = _fake_staging(out, dead, {"host": host + "-elsewhere", "pid": dead, "start": "1"}, "4" * 12)
+    other_out = tmp_path / f"dsx.tmp-{dead}-{'5' * 12}"
+    other_out.mkdir()
+
+    export.export_episodes(
+        export.ExportRequest(
+            data_dir=str(export_data.data_dir), out=str(out), refs=[export_data.ref(export_data.procgen[0])]
+        )
+    )
+    assert not gone.exists() and not gone_no_owner.exists() and not reused_pid.exists()
+    assert live.exists() and other_host.exists() and other_out.exists()
+    assert len(readback.read_envlogger(out)) == 1
+    assert not (out / export.OWNER_FILE).exists()  # the owner file never ends up in a dataset
