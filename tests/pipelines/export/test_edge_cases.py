@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,14 @@ def test_end_tag_on_step_0_and_on_the_final_step_envlogger(tagged: ExportData, t
     assert whole["metadata"]["episode_length"] == p0.num_steps
     assert whole["metadata"]["episode_return"] == pytest.approx(p0.total_reward)
     assert whole["records"][-1]["custom_data"]["episode"]["l"] == p0.num_steps
+    # info["episode"]: exactly r, l, s, mask with their types on every record; mask true on the last only.
+    for episode in read.values():
+        entries = [r["custom_data"]["episode"] for r in episode["records"]]
+        for e in entries:  # envlogger's codec hands floats back as numpy.float64 (a float subclass)
+            assert sorted(e) == ["l", "mask", "r", "s"]
+            assert isinstance(e["r"], float) and type(e["l"]) is int
+            assert type(e["s"]) is bool and type(e["mask"]) is bool
+        assert [e["mask"] for e in entries] == [False] * (len(entries) - 1) + [True]
 
 
 @pytest.mark.tfds
@@ -76,6 +85,10 @@ def test_end_tag_on_step_0_and_on_the_final_step_tfds(tagged: ExportData, tmp_pa
     assert len(whole) == p0.num_steps + 1 and whole[-1]["is_last"] and whole[-1]["tag:stop"]
     assert read[p0.id]["truncated_by_tag"] == b""
     assert int(whole[-1]["info"]["episode"]["l"]) == p0.num_steps
+    for step in whole:
+        entry = step["info"]["episode"]
+        assert sorted(entry) == ["l", "mask", "r", "s"]
+        assert [entry[k].dtype.name for k in ("r", "l", "s", "mask")] == ["float32", "int32", "bool", "bool"]
 
 
 # --- temporary folders of killed exports --------------------------------------------------------------------
@@ -120,3 +133,26 @@ def test_next_export_removes_temp_folders_of_dead_exports_only(
     assert live.exists() and other_host.exists() and other_out.exists()
     assert len(readback.read_envlogger(out)) == 1
     assert not (out / export.OWNER_FILE).exists()  # the owner file never ends up in a dataset
+
+
+def test_episode_without_success_is_a_dead_letter_naming_it(export_data: ExportData, tmp_path: Path) -> None:
+    """A statistic neither stored nor in the steps is an error at export, never a zero/false default."""
+    if len(export_data.ui) < 2:
+        pytest.fail("needs two converted UI traces")
+    data_dir = copy_data(export_data, tmp_path / "data")
+    victim = export_data.ui[1]
+    with sqlite3.connect(data_dir / "stepmark.db") as db:  # a store row written before success was recorded
+        changed = db.execute(
+            "UPDATE episodes SET metadata = json_remove(metadata, '$.success') WHERE id = ?", (victim.id,)
+        ).rowcount
+    assert changed == 1
+    out = tmp_path / "out"
+    summary = export.export_episodes(
+        export.ExportRequest(data_dir=str(data_dir), out=str(out), study_id=export_data.ui_study_id)
+    )
+    (letter,) = summary.dead_letters
+    assert letter.reason == "missing_statistic" and letter.episode == export.episode_name(victim)
+    assert victim.id in letter.error and "success" in letter.error
+    exported = [e["metadata"]["episode_id"] for e in readback.read_envlogger(out)]
+    assert victim.id not in exported and len(exported) == len(export_data.ui) - 1
+    assert json.loads((out / export.DEAD_LETTERS_FILE).read_text())["reason"] == "missing_statistic"
