@@ -9,7 +9,7 @@ Shape of the job (Beam wiring only; the work lives in `pipelines/exporters/`):
 3. last step: envlogger `metadata.riegeli` / TFDS shards + `dataset_info.json`, then the summary, the
    optional ZIP, and one rename of the temporary folder to `--out`. A failed export removes its temporary
    folder; a killed one leaves only `<out>.tmp-<pid>-*` behind, never something at `--out`, and the next
-   export to the same `--out` removes the temporary folders whose process is gone.
+   export into the same folder removes the temporary folders whose process is gone.
 Runs on FnApiRunner by default and on any Beam runner by flags (workers must see `--data` and `--out`).
 """
 
@@ -529,9 +529,11 @@ def _staging_owner_alive(folder: Path, pid: int) -> bool:
 
 
 def remove_stale_staging(out: Path) -> list[Path]:
-    """Removes the `<out>.tmp-<pid>-*` folders of exports to `out` whose process is gone (SIGKILL, power loss,
-    OOM kill: nothing ran their cleanup). Folders of live exports and of other hosts are left alone."""
-    pattern = re.compile(rf"^{re.escape(out.name)}\.tmp-(\d+)-[0-9a-f]{{12}}$")
+    """Removes the temporary folders of exports whose process is gone (SIGKILL, power loss, OOM kill: nothing
+    ran their cleanup) from `out`'s folder: `<out>.tmp-<pid>-*` folders, and those of other outputs there
+    that carry an export owner file (the annotator gives every export a new name, so a killed one would
+    otherwise never be retried and cleaned). Folders of live exports and of other hosts are left alone."""
+    pattern = re.compile(r"^(?P<name>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]{12}$")
     removed = []
     try:
         siblings = list(out.parent.iterdir())
@@ -541,7 +543,9 @@ def remove_stale_staging(out: Path) -> list[Path]:
         match = pattern.match(folder.name)
         if match is None or folder.is_symlink() or not folder.is_dir():
             continue
-        if _staging_owner_alive(folder, int(match.group(1))):
+        if match.group("name") != out.name and not (folder / OWNER_FILE).is_file():
+            continue  # not provably an export's folder
+        if _staging_owner_alive(folder, int(match.group("pid"))):
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)

@@ -121,8 +121,15 @@ def test_next_export_removes_temp_folders_of_dead_exports_only(
     reused_pid = _fake_staging(out, me, {"host": host, "pid": me, "start": "1"}, "2" * 12)
     live = _fake_staging(out, me, {"host": host, "pid": me, "start": my_start}, "3" * 12)
     other_host = _fake_staging(out, dead, {"host": host + "-elsewhere", "pid": dead, "start": "1"}, "4" * 12)
-    other_out = tmp_path / f"dsx.tmp-{dead}-{'5' * 12}"
-    other_out.mkdir()
+    # Other outputs in the folder (the annotator names every export anew): only provable export folders.
+    other_out = _fake_staging(
+        tmp_path / "export-1", dead, {"host": host, "pid": dead, "start": "1"}, "5" * 12
+    )
+    other_out_live = _fake_staging(
+        tmp_path / "export-2", me, {"host": host, "pid": me, "start": my_start}, "6" * 12
+    )
+    not_ours = tmp_path / f"dsx.tmp-{dead}-{'7' * 12}"
+    not_ours.mkdir()
 
     export.export_episodes(
         export.ExportRequest(
@@ -130,7 +137,8 @@ def test_next_export_removes_temp_folders_of_dead_exports_only(
         )
     )
     assert not gone.exists() and not gone_no_owner.exists() and not reused_pid.exists()
-    assert live.exists() and other_host.exists() and other_out.exists()
+    assert not other_out.exists()
+    assert live.exists() and other_host.exists() and other_out_live.exists() and not_ours.exists()
     assert len(readback.read_envlogger(out)) == 1
     assert not (out / export.OWNER_FILE).exists()  # the owner file never ends up in a dataset
 
