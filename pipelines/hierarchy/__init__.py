@@ -6,6 +6,7 @@ syntax, `objects` every computed field (defined in `schemas/objects.md`).
 
 from __future__ import annotations
 
+import re
 from functools import partial
 
 from . import droidbot, rico, uiautomator
@@ -23,13 +24,17 @@ __all__ = [
 ]  # fmt: skip
 
 FORMATS = ("uiautomator", "rico", "droidbot")
+_NON_BLANK = re.compile(rb"\S")
 
 
 def detect_format(data: bytes) -> str:
     """'uiautomator' for XML (and dump error text), 'json' for JSON; raises `empty`/`unknown_format`."""
     head = bytes(data[:4096])
-    if not head.strip():
-        raise HierarchyError("empty", "the hierarchy file is empty")
+    if not head.strip():  # blank so far: look from the first non-blank byte, however far in it is
+        first = _NON_BLANK.search(data)
+        if first is None:
+            raise HierarchyError("empty", "the hierarchy file is empty")
+        head = bytes(data[first.start() : first.start() + 4096])
     bom = bom_encoding(head)
     if bom is not None:
         head = head.decode(bom, errors="replace").encode("utf-8")

@@ -7,7 +7,17 @@ from operator import itemgetter
 from .bounds import Box, from_pairs
 from .errors import HierarchyError
 from .jsonio import with_json_document
-from .objects import INT32_MAX, MAX_DEPTH, RawNode, Screen, build_screen, raw_node, screen_size_from_windows
+from .objects import (
+    INT32_MAX,
+    MAX_DEPTH,
+    MAX_OBJECTS,
+    RawNode,
+    Screen,
+    build_screen,
+    raw_node,
+    screen_size_from_windows,
+    too_large,
+)
 
 FORMAT = "droidbot"
 
@@ -71,6 +81,8 @@ def from_document(
     views = doc.get("views") if isinstance(doc, dict) else None
     if not isinstance(views, list):
         raise HierarchyError("malformed", "DroidBot state JSON without a 'views' list")
+    if len(views) > MAX_OBJECTS:
+        raise too_large()
     warnings = list(warnings or ())
     by_id: dict[int, dict] = {}
     for position, view in enumerate(views):

@@ -14,6 +14,7 @@ REASONS: dict[str, str] = {
     "empty": "no bytes, or only whitespace",
     "malformed": "not well-formed XML/JSON, or the structure is not a view hierarchy",
     "too_deep": "nesting deeper than the documented limit (MAX_DEPTH)",
+    "too_large": "more views than MAX_OBJECTS or more bytes than MAX_BYTES in one screen",
     "forbidden_entity": "XML with a DOCTYPE or entity declarations (external entities, expansion bombs)",
     "unknown_format": "bytes that are none of the supported hierarchy formats",
     "bad_screenshot": "screenshot bytes that are not a readable PNG/JPEG/WebP/GIF image",

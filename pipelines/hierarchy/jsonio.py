@@ -9,7 +9,7 @@ from json.decoder import scanstring
 from typing import TypeVar
 
 from .errors import HierarchyError
-from .objects import MAX_DEPTH
+from .objects import MAX_DEPTH, check_size
 
 # Rico nests a node as {"children": [{...}]}: two JSON levels per view level, plus the document's own
 # ({"activity": {"root": ...}}) and small lists inside a node (bounds, content-desc).
@@ -155,6 +155,7 @@ def load_json(data: bytes, *, repair_surrogates: bool = False) -> tuple[object, 
     """
     if not data or not data.strip():
         raise HierarchyError("empty", "the hierarchy file is empty")
+    check_size(data)
     warnings: list[str] = []
     if repair_surrogates:
         data, count = replace_lone_surrogates(data)

@@ -17,6 +17,7 @@ from protos.llm4mobile import episode_pb2
 
 from .bounds import Box
 from .classes import EDITABLE_TYPES, classify
+from .errors import HierarchyError
 
 G = episode_pb2.GridLocation
 UNKNOWN_LOCATION = G.UNKNOWN_LOCATION
@@ -25,6 +26,22 @@ UNKNOWN_LOCATION = G.UNKNOWN_LOCATION
 #: libxml2 (with XML_PARSE_HUGE) refuses element depth 2048, and a dump spends one level on <hierarchy>.
 MAX_DEPTH = 2000
 INT32_MAX = 2**31 - 1
+#: Most objects and bytes one screen may have (reason `too_large`). Real screens hold hundreds to a few
+#: thousand views and dumps are well under 10 MB; each object costs about 2 KB of memory while it is built, so
+#: these bounds keep one hostile or corrupt file from exhausting a worker's memory.
+MAX_OBJECTS = 100_000
+MAX_BYTES = 64 * 2**20
+
+
+def too_large() -> HierarchyError:
+    return HierarchyError("too_large", f"more than {MAX_OBJECTS} views in one screen")
+
+
+def check_size(data: bytes) -> None:
+    """`too_large` for hierarchy files beyond MAX_BYTES, before any parsing."""
+    if len(data) > MAX_BYTES:
+        raise HierarchyError("too_large", f"{len(data)} bytes; a hierarchy may have at most {MAX_BYTES}")
+
 
 _Object = episode_pb2.Object
 _ID_HASH = hashlib.blake2b(digest_size=8)
@@ -314,7 +331,9 @@ def screen_size_from_windows(boxes: Sequence[Box | None], warnings: list[str]) -
     present = [b for b in boxes if b is not None]
     estimated = bool(present) and (min(b.left for b in present) > 0 or min(b.top for b in present) > 0)
     if estimated:
-        warnings.append(f"screen size {width}x{height} estimated from windows that do not start at the origin")
+        warnings.append(
+            f"screen size {width}x{height} estimated from windows that do not start at the origin"
+        )
     return width, height, estimated
 
 

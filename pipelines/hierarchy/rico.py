@@ -12,7 +12,7 @@ from operator import itemgetter
 from .bounds import from_ltrb
 from .errors import HierarchyError
 from .jsonio import with_json_document
-from .objects import MAX_DEPTH, RawNode, Screen, build_screen, raw_node
+from .objects import MAX_DEPTH, MAX_OBJECTS, RawNode, Screen, build_screen, raw_node, too_large
 
 FORMAT = "rico"
 RICO_WIDTH = 1440
@@ -120,6 +120,8 @@ def from_document(doc: object, *, drop_invisible: bool = False, warnings: list[s
         resource_id = get("resource-id")
         hint = get("text-hint")
         index = len(nodes)
+        if index >= MAX_OBJECTS:
+            raise too_large()
         nodes.append(
             raw_node(
                 (

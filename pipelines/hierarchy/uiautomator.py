@@ -20,7 +20,17 @@ from lxml import etree
 from .bounds import Box, from_string
 from .encoding import bom_encoding
 from .errors import HierarchyError
-from .objects import MAX_DEPTH, RawNode, Screen, build_screen, raw_node, screen_size_from_windows
+from .objects import (
+    MAX_DEPTH,
+    MAX_OBJECTS,
+    RawNode,
+    Screen,
+    build_screen,
+    check_size,
+    raw_node,
+    screen_size_from_windows,
+    too_large,
+)
 
 FORMAT = "uiautomator"
 
@@ -154,6 +164,8 @@ class _Collector:
         if p == -1:
             self.root_boxes.append(box)
         nodes = self.nodes
+        if len(nodes) >= MAX_OBJECTS:
+            raise too_large()
         stack.append(len(nodes))
         self.child_counts.append(0)
         nodes.append(
@@ -321,6 +333,7 @@ def _collect(data: bytes, drop_invisible: bool) -> _Collector:
 def _load(data: bytes, warnings: list[str], drop_invisible: bool) -> _Collector:
     if not data or not data.strip():
         raise HierarchyError("empty", "the hierarchy file is empty")
+    check_size(data)
     if b"<!" in data and _FORBIDDEN_BYTES.search(data):
         raise HierarchyError("forbidden_entity", "XML with a DOCTYPE/ENTITY declaration is refused")
     if data.lstrip()[:1] == b"<":

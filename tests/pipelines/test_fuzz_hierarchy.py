@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.hierarchy import REASONS, HierarchyError, Screen, image_info, parse
-from pipelines.hierarchy.objects import INT32_MAX
+from pipelines.hierarchy.objects import INT32_MAX, MAX_BYTES, MAX_OBJECTS
 from tests.conftest import FIXTURES
 
 UIAUTOMATOR = sorted((FIXTURES / "uiautomator").glob("*.xml"))
@@ -303,6 +303,22 @@ def test_droidbot_stated_size_must_be_a_usable_integer(size: object):
 def test_documents_that_are_not_hierarchies(data: bytes, expected: str):
     assert reason(data) == expected
     outcomes(data)
+
+
+def test_too_many_objects_or_bytes_are_too_large_not_a_memory_error():
+    node = b'<node class="a" bounds="[0,0][1,1]"/>'
+    assert reason(b"<hierarchy>" + node * (MAX_OBJECTS + 1) + b"</hierarchy>") == "too_large"
+    assert isinstance(outcome(b"<hierarchy>" + node * 1000 + b"</hierarchy>"), Screen)
+    rico = {"activity": {"root": {"class": "a", "children": [{"class": "b"}] * MAX_OBJECTS}}}
+    assert reason(json.dumps(rico).encode()) == "too_large"
+    views = [{"temp_id": i} for i in range(MAX_OBJECTS + 1)]
+    assert reason(json.dumps({"views": views}).encode()) == "too_large"
+    assert reason(b" " * MAX_BYTES + b"<hierarchy/>", fmt="uiautomator") == "too_large"
+
+
+def test_leading_blank_space_beyond_the_format_sniffing_window():
+    data = RICO[0].read_bytes()
+    assert outcome(b" \n" * 5000 + data).objects == parse(data).objects
 
 
 def test_xml_with_a_namespace_prefix_is_read_by_local_names():
