@@ -107,6 +107,9 @@ class EnvloggerEpisodeReader(RecordEpisodeReader):
             raise StepmarkError(f"{self.path}: episode index {index} out of range ({count} episodes)")
         self.index = index
         self._steps = self._reader.episodes[index]
+        if len(self._steps) == 0:  # envlogger logs and ignores an empty or cut step index
+            self._reader.close()
+            raise StepmarkError(f"{self.path}: episode {index} has no readable steps (damaged step index)")
         episode_meta = self._reader.episode_metadata()[index]
         self._metadata = dict(episode_meta) if isinstance(episode_meta, dict) else {}
         self._metadata.setdefault("format", FORMAT)
@@ -115,7 +118,15 @@ class EnvloggerEpisodeReader(RecordEpisodeReader):
         return len(self._steps)
 
     def _load_record(self, k: int) -> envlogger.StepData:
-        return self._steps[k]
+        try:
+            record = self._steps[k]
+        except Exception as exc:  # riegeli/proto decoding of a damaged file raises several types
+            raise StepmarkError(
+                f"{self.path}: record {k} cannot be read (damaged or truncated file): {exc}"
+            ) from exc
+        if record is None or record.timestep is None:
+            raise StepmarkError(f"{self.path}: record {k} cannot be read (damaged or truncated file)")
+        return record
 
     @property
     def metadata(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -42,6 +43,7 @@ _ALLOWED: dict[tuple[str, str], Any] = {
 for _name in ("Array", "BoundedArray", "DiscreteArray", "StringArray"):
     _ALLOWED[("dm_env.specs", _name)] = getattr(dm_specs, _name)
 _NUMPY_NAMES = {"_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"}
+_DTYPE_CLASS = re.compile(r"[A-Z][A-Za-z0-9]*DType")
 _NUMPY_MODULES = {"numpy", "numpy.core.multiarray", "numpy._core.multiarray", "numpy.core.numeric"}
 
 
@@ -51,14 +53,22 @@ class _SafeUnpickler(pickle.Unpickler):
         self._path = path
 
     def find_class(self, module: str, name: str) -> Any:
+        """Only the exact names above. Protocol 4 resolves a dotted name attribute by attribute, so a
+        prefix test would let `numpy.dtypes` + `<function>.__builtins__.get` reach `eval`: match whole names."""
         if (module, name) in _ALLOWED:
             return _ALLOWED[(module, name)]
         if module in _NUMPY_MODULES and name in _NUMPY_NAMES:
             return super().find_class(module, name)
-        if module == "numpy" and name.startswith(("dtype", "dtypes")):  # numpy>=1.25 dtype classes
-            return super().find_class(module, name)
-        if module == "numpy.dtypes":
-            return super().find_class(module, name)
+        # numpy>=1.25 pickles dtype classes as numpy.dtypes.<X>DType (or numpy + "dtypes.<X>DType")
+        dtype_class = (
+            name if module == "numpy.dtypes" else name.removeprefix("dtypes.") if module == "numpy" else ""
+        )
+        if _DTYPE_CLASS.fullmatch(dtype_class) and (module == "numpy.dtypes" or name.startswith("dtypes.")):
+            import numpy.dtypes
+
+            found = getattr(numpy.dtypes, dtype_class, None)
+            if isinstance(found, type):
+                return found
         raise StepmarkError(f"{self._path}: refusing to load class {module}.{name} from an episode pickle")
 
 

@@ -182,3 +182,43 @@ def test_writer_refuses_steps_before_the_first(tmp_path):
         writer.write_step(0, t.observation, 0.0)
     writer.abort()
     env.close()
+
+
+def _episode_file(folder: Path, name: str) -> Path:
+    [found] = folder.glob(f"*/{name}")  # envlogger keeps step files in a timestamped sub-folder
+    return found
+
+
+@pytest.mark.parametrize("damage", ["truncate", "zero-tail"])
+def test_damaged_step_records_are_named_not_a_type_error(tmp_path, damage):
+    folder = tmp_path / "ep"
+    written = record_episode(folder, n=12)
+    steps = _episode_file(folder, "steps.riegeli")
+    data = steps.read_bytes()
+    steps.write_bytes(data[: len(data) // 2] if damage == "truncate" else data[:200] + bytes(len(data) - 200))
+    episode = study_pb2.Episode(id="ep1", num_steps=len(written["actions"]), storage=written["storage"])
+    episode.storage.environment_logger.tag_directory = str(folder)
+    with pytest.raises(StepmarkError, match=rf"{folder}: record \d+ cannot be read"):
+        with open_episode(episode, tmp_path) as reader:
+            for i in range(len(reader)):
+                reader.step(i)
+
+
+def test_cut_step_index_is_refused_instead_of_reading_short(tmp_path):
+    folder = tmp_path / "ep"
+    written = record_episode(folder, n=12)
+    n = len(written["actions"])
+    episode = study_pb2.Episode(id="ep1", num_steps=n, storage=written["storage"])
+    episode.storage.environment_logger.tag_directory = str(folder)
+    with open_episode(episode, tmp_path) as reader:  # intact: the files hold what the store says
+        assert len(reader) == n + 1
+    episode.num_steps = n + 3  # the store and the files disagree: say so, naming the folder
+    with pytest.raises(
+        StepmarkError, match=rf"{folder}: holds {n} transition\(s\) but the store records {n + 3}"
+    ):
+        open_episode(episode, tmp_path)
+    offsets = _episode_file(folder, "step_offsets.riegeli")
+    offsets.write_bytes(offsets.read_bytes()[:10])
+    episode.num_steps = n
+    with pytest.raises(StepmarkError, match=str(folder)):
+        open_episode(episode, tmp_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import sys
@@ -10,12 +11,13 @@ from typing import Any, NamedTuple
 
 import dm_env
 import numpy as np
+import numpy.dtypes
 import pytest
 from dm_env import specs
 
 from pipelines.episodes import open_episode
 from pipelines.episodes.envlogger_store import EnvloggerEpisodeReader
-from pipelines.episodes.pickle_store import PickleEpisodeReader
+from pipelines.episodes.pickle_store import PickleEpisodeReader, _SafeUnpickler
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import study_pb2
 from tests.pipelines.episodes.test_envlogger_store import META, record_episode
@@ -117,3 +119,45 @@ def test_truncated_and_foreign_pickles_are_named(tmp_path):
         PickleEpisodeReader(bad_step)
     with pytest.raises(StepmarkError, match="not found"):
         PickleEpisodeReader(tmp_path / "missing.pkl")
+
+
+def _global_call_chain(module: str, name: str, *calls: str) -> bytes:
+    """Protocol 4 bytes: STACK_GLOBAL(module, name), then call the result with each one-string argument."""
+
+    def text(s: str) -> bytes:
+        raw = s.encode()
+        return b"\x8c" + bytes([len(raw)]) + raw  # SHORT_BINUNICODE
+
+    body = text(module) + text(name) + b"\x93"
+    for arg in calls:
+        body += text(arg) + b"\x85R"  # TUPLE1, REDUCE
+    return b"\x80\x04" + body + b"."
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("numpy.dtypes", "_add_dtype_helper.__builtins__.get"),
+        ("numpy", "dtypes._add_dtype_helper.__builtins__.get"),
+        ("numpy", "dtype.__init__.__globals__.get"),
+        ("numpy.core.multiarray", "_reconstruct.__globals__.get"),
+        ("dm_env", "TimeStep.__init__.__globals__.get"),
+    ],
+)
+def test_dotted_names_cannot_walk_from_an_allowed_module_to_eval(tmp_path, module, name):
+    """Protocol 4 resolves `a.b.c` attribute by attribute: an allowed module must not lead to builtins."""
+    marker = tmp_path / "pwned"
+    path = tmp_path / "dotted.pkl"
+    path.write_bytes(_global_call_chain(module, name, "eval", f"open({str(marker)!r}, 'w').write('x')"))
+    with pytest.raises(StepmarkError, match=r"dotted\.pkl: refusing to load class"):
+        PickleEpisodeReader(path)
+    assert not marker.exists()
+
+
+def test_numpy_dtype_classes_still_load(tmp_path):
+    """numpy>=1.25 pickles dtype classes by name; the exact class names stay allowed."""
+    for module, name in (("numpy.dtypes", "Float32DType"), ("numpy", "dtypes.UInt8DType")):
+        found = _SafeUnpickler(io.BytesIO(_global_call_chain(module, name)), tmp_path / "x.pkl").load()
+        assert found is getattr(numpy.dtypes, name.removeprefix("dtypes."))
+    with pytest.raises(StepmarkError, match="refusing to load class numpy.dtypes.DTypeMeta"):
+        _SafeUnpickler(io.BytesIO(_global_call_chain("numpy.dtypes", "DTypeMeta")), tmp_path / "x.pkl").load()
