@@ -710,16 +710,45 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         if request.archive:
             zip_tmp = staging / "dataset.zip"
             summary.bytes = archive.write_zip(root, zip_tmp)
-            os.replace(zip_tmp, out)  # same filesystem: the ZIP appears complete or not at all
+            _publish_file(zip_tmp, out)
             shutil.rmtree(staging, ignore_errors=True)
         else:
-            os.replace(staging, out)
+            _publish_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     if progress:
         progress(100.0)
     return summary
+
+
+def _appeared(out: Path) -> StepmarkError:
+    return StepmarkError(
+        f"{out}: appeared while exporting (another export to the same --out?); not overwritten"
+    )
+
+
+def _publish_file(tmp: Path, out: Path) -> None:
+    """Moves the finished ZIP to `out` in one step without ever replacing a file that appeared meanwhile
+    (a hard link fails on an existing name, where a rename would silently overwrite it)."""
+    try:
+        os.link(tmp, out)
+    except FileExistsError:
+        raise _appeared(out) from None
+    os.unlink(tmp)
+
+
+def _publish_folder(staging: Path, out: Path) -> None:
+    """Renames the finished folder to `out`; a rename never replaces a non-empty folder, and an `out` that
+    appeared meanwhile (even empty) is refused rather than replaced."""
+    if out.exists() or out.is_symlink():
+        raise _appeared(out)
+    try:
+        os.rename(staging, out)
+    except OSError as exc:
+        if out.exists():
+            raise _appeared(out) from exc
+        raise
 
 
 def _derived_specs(sample: ExportEpisode) -> dict[str, Any] | None:

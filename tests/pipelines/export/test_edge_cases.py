@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipelines import export
+from pipelines.errors import StepmarkError
 from pipelines.store import open_store
 from tests.pipelines.export import readback
 from tests.pipelines.export.export_data import ALICE, ExportData, copy_data
@@ -164,3 +165,33 @@ def test_episode_without_success_is_a_dead_letter_naming_it(export_data: ExportD
     exported = [e["metadata"]["episode_id"] for e in readback.read_envlogger(out)]
     assert victim.id not in exported and len(exported) == len(export_data.ui) - 1
     assert json.loads((out / export.DEAD_LETTERS_FILE).read_text())["reason"] == "missing_statistic"
+
+
+@pytest.mark.parametrize("as_zip", [True, False])
+def test_output_appearing_during_the_export_is_never_replaced(
+    export_data: ExportData, tmp_path: Path, as_zip: bool
+) -> None:
+    """Two exports to one --out both pass the up-front check; the one finishing second must not replace the
+    first one's result (a plain rename would silently overwrite a ZIP, or replace an empty folder)."""
+    out = tmp_path / ("ds.zip" if as_zip else "ds")
+
+    def someone_else_writes_out(percent: float) -> None:
+        if percent == 0.0 and not out.exists():  # reported after the check, before anything is written
+            if as_zip:
+                out.write_text("the other export")
+            else:
+                out.mkdir()
+
+    request = export.ExportRequest(
+        data_dir=str(export_data.data_dir),
+        out=str(out),
+        refs=[export_data.ref(export_data.procgen[0])],
+        archive=as_zip,
+    )
+    with pytest.raises(StepmarkError, match="appeared while exporting"):
+        export.export_episodes(request, someone_else_writes_out)
+    if as_zip:
+        assert out.read_text() == "the other export"
+    else:
+        assert out.is_dir() and not any(out.iterdir())
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary folder left either
