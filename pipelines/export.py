@@ -735,6 +735,11 @@ def _publish_file(tmp: Path, out: Path) -> None:
         os.link(tmp, out)
     except FileExistsError:
         raise _appeared(out) from None
+    except OSError:  # a filesystem without hard links: check, then rename (a small window remains)
+        if out.exists() or out.is_symlink():
+            raise _appeared(out) from None
+        os.rename(tmp, out)
+        return
     os.unlink(tmp)
 
 
