@@ -358,19 +358,32 @@ def rescale(screen: Screen, width: int, height: int) -> Screen:
         raise ValueError(f"cannot rescale a screen of unknown size {screen.width}x{screen.height}")
     old_w, old_h = screen.width, screen.height
     objects = []
+    overflow = 0
     for src in screen.objects:
         o = _Object()
         o.CopyFrom(src)
         if src.HasField("bbox"):
-            b = o.bbox
-            b.left = _scale(src.bbox.left, width, old_w)
-            b.right = _scale(src.bbox.right, width, old_w)
-            b.top = _scale(src.bbox.top, height, old_h)
-            b.bottom = _scale(src.bbox.bottom, height, old_h)
-            o.grid_location = grid_location(Box(b.left, b.top, b.right, b.bottom), width, height)
+            sb = src.bbox
+            box = Box(
+                _scale(sb.left, width, old_w),
+                _scale(sb.top, height, old_h),
+                _scale(sb.right, width, old_w),
+                _scale(sb.bottom, height, old_h),
+            )
+            if max(box) > INT32_MAX or min(box) < -INT32_MAX - 1:  # scaled up beyond the proto's int32
+                overflow += 1
+                o.ClearField("bbox")
+                o.grid_location = UNKNOWN_LOCATION
+                o.is_actionable = False
+            else:
+                b = o.bbox
+                b.left, b.top, b.right, b.bottom = box
+                o.grid_location = grid_location(box, width, height)
         objects.append(o)
     sx, sy = screen.scale
     warnings = list(screen.warnings)
+    if overflow:
+        warnings.append(f"{overflow} object(s) whose rescaled box does not fit int32: bbox unset")
     if (old_w, old_h) != (width, height):
         warnings.append(f"boxes rescaled from {old_w}x{old_h} to {width}x{height}")
     return Screen(

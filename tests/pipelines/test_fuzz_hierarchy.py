@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.hierarchy import REASONS, HierarchyError, Screen, image_info, parse
+from pipelines.hierarchy import REASONS, HierarchyError, Screen, image_info, parse, rescale
 from pipelines.hierarchy.objects import INT32_MAX, MAX_BYTES, MAX_OBJECTS
 from tests.conftest import FIXTURES
 
@@ -314,6 +314,17 @@ def test_too_many_objects_or_bytes_are_too_large_not_a_memory_error():
     views = [{"temp_id": i} for i in range(MAX_OBJECTS + 1)]
     assert reason(json.dumps({"views": views}).encode()) == "too_large"
     assert reason(b" " * MAX_BYTES + b"<hierarchy/>", fmt="uiautomator") == "too_large"
+
+
+def test_rescaling_a_box_beyond_int32_unsets_it_instead_of_raising():
+    xml = (
+        b'<hierarchy><node bounds="[0,0][10,20]"><node bounds="[0,0][2000000000,5]"/>'
+        b'<node bounds="[-2000000000,0][5,5]"/><node bounds="[1,1][5,5]"/></node></hierarchy>'
+    )
+    screen = rescale(outcome(xml), 1000, 2000)
+    assert [o.HasField("bbox") for o in screen.objects] == [True, False, False, True]
+    assert (screen.objects[3].bbox.left, screen.objects[3].bbox.right) == (100, 500)
+    assert any("does not fit int32" in w for w in screen.warnings)
 
 
 def test_leading_blank_space_beyond_the_format_sniffing_window():
