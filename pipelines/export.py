@@ -908,3 +908,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     summary = export_episodes(request_from_args(args, beam_args), print_progress)
     print(summary.describe())
     return 1 if summary.dead_letters else 0
+
+
+if __name__ == "__main__":  # python -m pipelines.export ... (same flags as `stepmark export`)
+    import sys
+
+    try:
+        sys.exit(run())
+    except StepmarkError as exc:
+        print(f"stepmark export: error: {exc}", file=sys.stderr)
+        sys.exit(2)
