@@ -106,6 +106,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     states: dict[str, str] = {}  # tag -> state json path
     screens: dict[str, str] = {}  # tag -> screenshot path
     events: list[tuple[str, str]] = []  # (tag, path)
+    duplicates: list[str] = []
     for path in source.files:
         parts = files.relative(source.source_path, path).split("/")
         if len(parts) != 2:
@@ -114,12 +115,16 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
         if parts[0] == "states" and stem.startswith("state_") and ext == ".json":
             states[stem[len("state_") :]] = path
         elif parts[0] == "states" and stem.startswith("screen_") and ext in IMAGE_EXTS:
-            screens.setdefault(stem[len("screen_") :], path)
+            tag = stem[len("screen_") :]
+            if tag in screens:
+                duplicates.append(f"also found {parts[1]} for state {tag}; not used")
+            else:
+                screens[tag] = path
         elif parts[0] == "events" and stem.startswith("event_") and ext == ".json":
             events.append((stem[len("event_") :], path))
     events.sort(key=lambda e: natural_key(e[0]))
     eid = source.episode_id
-    episode = RawEpisode(source=source, steps=[], num_source_steps=len(events))
+    episode = RawEpisode(source=source, steps=[], num_source_steps=len(events), warnings=duplicates)
 
     by_state_str: dict[str, tuple[str, str]] = {}  # state_str -> (tag, path)
     for tag, path in sorted(states.items(), key=lambda kv: natural_key(kv[0])):

@@ -21,7 +21,7 @@ import pytest
 
 from pipelines import ui_records
 from pipelines.convert import run
-from pipelines.traces import DeadLetter, EpisodeSource, discover, files, read_episode
+from pipelines.traces import DeadLetter, EpisodeSource, discover, files, plan, read_episode
 from pipelines.ui_episode import EpisodeResult, convert_episode
 from tests.conftest import FIXTURES
 
@@ -284,6 +284,49 @@ def test_file_names_that_are_not_utf8(tmp_path: Path):
             line = dead.to_json()
             line.encode("utf-8")  # valid UTF-8, and the original path comes back
             assert DeadLetter.from_json(line).source_path == dead.source_path
+
+
+def test_discovery_accounts_for_every_file_of_random_trees():
+    """`plan` on random file lists: no exception, every path in exactly one episode, dead letter or ignored
+    report, and unique episode ids."""
+    parts = [
+        "a",
+        "b",
+        "view_hierarchies",
+        "screenshots",
+        "states",
+        "events",
+        "0",
+        "10",
+        "x y",
+        "日本",
+        ".hidden",
+    ]
+    names = [
+        "0.xml", "1.xml", "0.json", "1.JSON", "0.png", "0.jpg", "1.PNG", "2.webp", "gestures.json", "episode.json",
+        "actions.jsonl", "state_1.json", "screen_1.png", "screen_1.jpg", "event_1.json", "state_.json", ".xml",
+        "x.xml", "x.jpeg", "README", "a.b.xml", "007.xml", "7.xml", "state_1.jpg",
+    ]  # fmt: skip
+    rng = random.Random(7)
+    for _ in range(400):
+        paths = sorted(
+            {
+                "/".join(["/r", *(rng.choice(parts) for _ in range(rng.randint(0, 3))), rng.choice(names)])
+                for _ in range(rng.randint(1, 25))
+            }
+        )
+        seen: Counter[str] = Counter()
+        ids: Counter[str] = Counter()
+        for item in plan("/r", paths):
+            if isinstance(item, EpisodeSource):
+                seen.update(item.files)
+                ids[item.episode_id] += 1
+            elif isinstance(item, DeadLetter):
+                seen[item.source_path] += 1
+            else:
+                seen[item.path] += 1
+        assert all(seen[p] == 1 for p in paths) and len(seen) == len(paths), paths
+        assert all(n == 1 for n in ids.values()), paths
 
 
 # --- seeded random damage ------------------------------------------------------------------------------------
