@@ -49,11 +49,9 @@ def open_episode(episode: study_pb2.Episode, data_dir: str | Path) -> EpisodeRea
     kind = episode.storage.WhichOneof("type") if episode.HasField("storage") else None
     if kind == "environment_logger":
         el = episode.storage.environment_logger
-        path = resolve(data_dir, el.tag_directory)
-        return _matching(episode, path, EnvloggerEpisodeReader(path, el.index))
+        return EnvloggerEpisodeReader(resolve(data_dir, el.tag_directory), el.index)
     if kind == "pickle":
-        path = resolve(data_dir, episode.storage.pickle.path)
-        return _matching(episode, path, PickleEpisodeReader(path))
+        return PickleEpisodeReader(resolve(data_dir, episode.storage.pickle.path))
     metadata: dict[str, Any] = (
         json_format.MessageToDict(episode.metadata) if episode.HasField("metadata") else {}
     )
@@ -63,22 +61,6 @@ def open_episode(episode: study_pb2.Episode, data_dir: str | Path) -> EpisodeRea
         f"episode {episode.study_id}/{episode.session_id}/{episode.id}: no step data "
         "(neither an envlogger/pickle storage nor a UI record)"
     )
-
-
-def _matching(episode: study_pb2.Episode, path: Path, reader: EpisodeReader) -> EpisodeReader:
-    """The reader, if its files hold the episode's `num_steps` transitions (plus the final observation).
-
-    A cut step index or a folder swapped for another episode's would otherwise read as a shorter episode
-    without a word; an episode registered without figures (num_steps 0) is taken as it is.
-    """
-    if episode.num_steps and len(reader) != episode.num_steps + 1:
-        found = len(reader) - 1
-        reader.close()
-        raise StepmarkError(
-            f"{path}: holds {found} transition(s) but the store records {episode.num_steps} for episode "
-            f"{episode.id!r}: the files are damaged or belong to another episode"
-        )
-    return reader
 
 
 def create_writer(
