@@ -316,6 +316,8 @@ def _repair(data: bytes, warnings: list[str]) -> bytes:
         text = _CHAR_REF.sub(drop_ref, text)
     if raw or stripped:
         warnings.append(f"removed {raw + stripped} character(s) not allowed in XML")
+    if _FORBIDDEN_TEXT.search(text):  # again: removing characters may have joined "<" and "!DOCTYPE"
+        raise HierarchyError("forbidden_entity", "XML with a DOCTYPE/ENTITY declaration is refused")
     return text.encode("utf-8")
 
 
@@ -336,7 +338,8 @@ def _load(data: bytes, warnings: list[str], drop_invisible: bool) -> _Collector:
     check_size(data)
     if b"<!" in data and _FORBIDDEN_BYTES.search(data):
         raise HierarchyError("forbidden_entity", "XML with a DOCTYPE/ENTITY declaration is refused")
-    if data.lstrip()[:1] == b"<":
+    # Fast path for 8-bit text only: UTF-16/32 (NUL bytes) is decoded by _repair, whose checks see the text.
+    if data.lstrip()[:1] == b"<" and b"\x00" not in data[:256]:
         try:
             return _collect(data, drop_invisible)
         except etree.XMLSyntaxError:
