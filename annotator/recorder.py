@@ -284,10 +284,18 @@ class Recorder:
     def tick(
         self, now: float | None = None
     ) -> client_pb2.StepResponse | client_pb2.ConfirmSaveResponse | None:
-        """For async environments: one step with the held keys when 1/fps has passed, else None."""
+        """For async environments: one step with the held keys when 1/fps has passed, else None.
+
+        An async environment keeps stepping while nobody plays, so the clock that drives it also ends an
+        idle episode: after `idle_timeout` seconds without input it is ABANDONED (`last_episode`) and
+        None is returned, instead of growing until max_episode_steps (or forever when that is 0).
+        """
         if self._current is None or self._current.ended or self.env is None or self.env.sync:
             return None
         now = self._clock() if now is None else now
+        if now - self._last_input > self.idle_timeout:
+            self.abandon_if_idle(now)
+            return None
         if now - self._last_tick < 1.0 / self.env.fps - 1e-6:  # timers jitter; float sums too
             return None
         self._last_tick = now

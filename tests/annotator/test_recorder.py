@@ -594,3 +594,21 @@ def test_each_family_records_a_short_episode_and_reads_it_back(store, family):
     with envlogger.Reader(str(tag_dir)) as raw:
         assert set(raw.observation_spec()) == observation_keys
         assert len(raw.episodes[0]) == 4
+
+
+def test_idle_async_episode_is_abandoned_by_the_clock_that_steps_it(store):
+    """An async environment keeps stepping while nobody plays: its ticks end an idle episode as ABANDONED."""
+    repo, data = store
+    study = make_study(repo, procgen_spec(sync=False, max_steps=0))  # no step limit: it would never end
+    clock = FakeClock()
+    with Recorder(repo, data, study.id, "maze", USER, idle_timeout=60, clock=clock) as rec:
+        rec.start()
+        rec.set_fps(client_pb2.SetFpsRequest(fps=1))
+        rec.act(["ArrowRight"])
+        steps = [rec.tick(clock.now + t) for t in range(1, 61)]  # a minute of ticks, input at the start
+        assert all(isinstance(r, client_pb2.StepResponse) for r in steps) and rec.in_episode
+        assert rec.tick(clock.now + 61) is None and not rec.in_episode
+        assert rec.last_episode.state == State.STATE_ABANDONED and rec.last_episode.num_steps == 60
+        assert rec.tick(clock.now + 62) is None  # nothing runs until the next start()
+    [episode] = repo.list_episodes(study_id=study.id)
+    assert episode.state == State.STATE_ABANDONED and episode.num_steps == 60
