@@ -16,6 +16,9 @@ ACTIONS = "actions"
 GESTURES = "gestures"
 MANIFEST = "episode_manifest"
 DROIDBOT_EVENT = "droidbot_event"
+#: Longest schema message kept per violation, and most violations listed in one description.
+MAX_MESSAGE = 300
+MAX_LISTED = 10
 
 
 @functools.cache
@@ -36,7 +39,10 @@ def problems(name: str, instance: Any) -> list[tuple[tuple, str]]:
     """Every violation as (absolute path within the document, message), sorted by path."""
     out = []
     for error in validator(name).iter_errors(instance):
-        out.append((tuple(error.absolute_path), f"{_where(error)}: {error.message}"))
+        message = error.message  # quotes the offending value, which may be huge: keep dead letters short
+        if len(message) > MAX_MESSAGE:
+            message = message[: MAX_MESSAGE - 20] + f"... ({len(message)} chars)"
+        out.append((tuple(error.absolute_path), f"{_where(error)}: {message}"))
     return sorted(out, key=lambda p: tuple(str(x) for x in p[0]))
 
 
@@ -45,4 +51,6 @@ def describe(name: str, instance: Any) -> str | None:
     found = problems(name, instance)
     if not found:
         return None
-    return f"does not match schemas/{name}.schema.json: " + "; ".join(msg for _, msg in found)
+    listed = "; ".join(msg for _, msg in found[:MAX_LISTED])
+    more = f"; and {len(found) - MAX_LISTED} more" if len(found) > MAX_LISTED else ""
+    return f"does not match schemas/{name}.schema.json: {listed}{more}"

@@ -197,6 +197,15 @@ def test_every_bad_action_line_is_a_dead_letter_and_the_step_is_kept(tmp_path: P
     assert result.episode.actions[1].type == result.episode.actions[1].BACK
 
 
+def test_dead_letters_stay_short_for_huge_bad_values(tmp_path: Path):
+    line = json.dumps({"step": list(range(50_000)), "action": "back", **{f"k{i}": i for i in range(50)}})
+    _step_folder(tmp_path / "ep", 1, actions=line.encode())
+    ((_, result),) = convert_all(tmp_path)
+    (dead,) = result.dead_letters
+    assert dead.reason == "bad_action" and len(dead.exception) < 5000
+    assert "chars)" in dead.exception
+
+
 def test_duplicate_steps_and_odd_encodings_in_actions_jsonl(tmp_path: Path):
     lines = [
         '{"step": 0, "action": "tap", "x": 5, "y": 5, "text": "a\\u2028b"}',
