@@ -315,7 +315,9 @@ def build_step(raw: RawStep, obs: Observed, position: int, episode_id: str) -> C
         scale_x=sx,
         scale_y=sy,
         screenshot_format=obs.image.format if obs.image else "",
-        warnings=list(raw.warnings) + obs.warnings + action_warnings,
+        warnings=[
+            display(w) for w in (*raw.warnings, *obs.warnings, *action_warnings)
+        ],  # may quote file names
         rotation=obs.screen.rotation,
         hierarchy_format=obs.screen.format,
     )
@@ -347,7 +349,7 @@ def assemble(raw: RawEpisode, steps: list[ConvertedStep]) -> ui_episode_pb2.UiEp
     if dropped:
         out.metadata["dropped_steps"] = ",".join(dropped)
     if raw.warnings:
-        out.metadata["warnings"] = "; ".join(raw.warnings)
+        out.metadata["warnings"] = display("; ".join(raw.warnings))
     return out
 
 

@@ -285,9 +285,16 @@ def test_file_names_that_are_not_utf8(tmp_path: Path):
     name = b"caf\xe9-\xff".decode("utf-8", "surrogateescape")
     _write(tmp_path / f"{name}.xml", XML[0].read_bytes())
     _write(tmp_path / f"{name}2.xml", b"")
+    _step_folder(tmp_path / "steps", 2, actions=b"")  # actions.jsonl makes it a step folder
+    _write(tmp_path / "steps" / "1.png", JPEG)  # a second screenshot: the warning quotes its name
+    _write(tmp_path / "steps" / f"{name}.xml", XML[0].read_bytes())
+    _write(tmp_path / "steps" / f"{name}.png", JPEG)
+    _write(tmp_path / "steps" / f"{name}.jpg", JPEG)
     results = convert_all(tmp_path)
     ids = sorted(s.episode_id for s, _ in results)
-    assert ids == ["caf\\xe9-\\xff", "caf\\xe9-\\xff2"]
+    assert ids == ["caf\\xe9-\\xff", "caf\\xe9-\\xff2", "steps"]
+    steps = next(r for s, r in results if s.episode_id == "steps").episode
+    assert len(steps.step_info) == 3 and any("caf\\xe9-\\xff.jpg" in w for w in steps.step_info[2].warnings)
     for _, result in results:
         for dead in result.dead_letters:
             line = dead.to_json()
