@@ -164,9 +164,33 @@ def select_episodes(repo: Repository, query: SelectionQuery) -> Selection:
             unique.append(episode)
     selection.episodes = unique
     if not selection.episodes:
-        why = f"; left out: {len(selection.skipped)}" if selection.skipped else ""
-        raise StepmarkError(f"no episodes to export for {query.describe()}{why}")
+        raise StepmarkError(
+            f"no episodes to export for {query.describe()}{_why_empty(repo, query, selection)}"
+        )
     return selection
+
+
+def _why_empty(repo: Repository, query: SelectionQuery, selection: Selection) -> str:
+    """What the filters left out, so an empty export says which flag would change it."""
+    if selection.skipped:
+        reasons: dict[str, int] = {}
+        for s in selection.skipped:
+            reasons[s.reason] = reasons.get(s.reason, 0) + 1
+        return "; left out: " + ", ".join(f"{n} x {r}" for r, n in sorted(reasons.items()))
+    if query.refs:
+        return ""
+    everything = repo.list_episodes(study_id=query.study_id, tag=query.tag, include_invalid_sessions=True)
+    if not everything:
+        return ""
+    states: dict[str, int] = {}
+    for episode in everything:
+        name = study_pb2.Episode.State.Name(episode.state).removeprefix("STATE_").lower()
+        states[name] = states.get(name, 0) + 1
+    found = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+    return (
+        f"; the filters left out {len(everything)} episode(s) ({found}, counting invalid sessions): "
+        "see --state, --include-incomplete, --include-invalid-sessions"
+    )
 
 
 def _has_tag(episode: study_pb2.Episode, tag: str) -> bool:

@@ -126,3 +126,12 @@ def test_out_inside_a_file_or_empty_is_a_one_line_error(data: ExportData, tmp_pa
         err = capsys.readouterr().err.strip()
         assert code == 2 and message in err and len(err.splitlines()) == 1, (out, err)
     assert a_file.read_text() == "not a folder"
+
+
+def test_empty_selection_says_what_the_filters_left_out(data: ExportData, tmp_path: Path, capsys) -> None:
+    argv = ["export", "--data", str(data.data_dir), "--study", data.study_id, "--state", "abandoned"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no episodes to export" in err and len(err.splitlines()) == 1
+    assert "1 rejected" in err and "--include-incomplete" in err  # the study's rejected episode, and the way
+    assert not (tmp_path / "o").exists()
