@@ -15,6 +15,8 @@ _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
 HEADER_SIZE = _LENGTH.size + _CRC.size  # 12
 FOOTER_SIZE = _CRC.size  # 4
+#: Largest record accepted when reading: protobuf messages (one serialized UiEpisode per record) stop at 2 GiB.
+MAX_RECORD = 2**31 - 1
 
 
 class TFRecordError(StepmarkError):
@@ -45,6 +47,8 @@ def read_at(f: BinaryIO, offset: int, *, name: str = "shard") -> tuple[bytes, in
         raise TFRecordError(
             f"{name}: byte {offset} is not the start of a TFRecord record (length CRC mismatch)"
         )
+    if length > MAX_RECORD:  # a valid length CRC but no protobuf is this large: refuse before allocating it
+        raise TFRecordError(f"{name}: record at byte {offset} claims {length} bytes (at most {MAX_RECORD})")
     data = f.read(length)
     footer = f.read(FOOTER_SIZE)
     if len(data) < length or len(footer) < FOOTER_SIZE:

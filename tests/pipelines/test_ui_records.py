@@ -38,6 +38,14 @@ def test_tfrecord_matches_tensorflow_framing() -> None:
         (lambda b: b[:-3], "truncated"),
         (lambda b: b[:12] + b"X" + b[13:], "data CRC mismatch"),
         (lambda b: b"\x07" + b[1:], "length CRC mismatch"),
+        (  # a crafted length with a valid CRC: refused before allocating 2**62 bytes
+            lambda b: (
+                (2**62).to_bytes(8, "little")
+                + tfrecord.masked_crc((2**62).to_bytes(8, "little")).to_bytes(4, "little")
+                + b[12:]
+            ),
+            "claims",
+        ),
     ],
 )
 def test_tfrecord_damage_is_reported(damage, message) -> None:
