@@ -434,3 +434,61 @@ def test_screenshot_truncations_and_flips(path: Path):
             assert exc.reason == "bad_screenshot"
         else:
             assert info.width > 0 and info.height > 0
+
+
+# --- random structures ---------------------------------------------------------------------------------------
+
+_VALUES = [
+    "", "true", "false", "[0,0][10,10]", "[-5,-5][0,0]", "[1,2][3,4", "x", "1e400", "-1", "99999999999999999999",
+    "&amp;", "&#0;", "&#x1F600;", "\u202e", "日本", "\t\n", "[0,0][2147483647,2147483647]",
+]  # fmt: skip
+_ATTRIBUTES = [
+    "class", "bounds", "text", "content-desc", "resource-id", "package", "clickable", "visible-to-user", "displayed",
+    "NAF", "hint", "rotation", "width", "height", "index", "enabled", "checkable", "checked", "scrollable",
+]  # fmt: skip
+_KEYS = [
+    "class", "bounds", "children", "ancestors", "content-desc", "visible-to-user", "visibility", "text", "temp_id",
+    "parent", "views", "activity", "root", "width", "height", "editable", "resource_id", "content_description",
+]  # fmt: skip
+
+
+def _random_xml(rng: random.Random, depth: int = 0) -> str:
+    tag = rng.choice(["node", "hierarchy", "android.widget.Button", "x"])
+    attributes = " ".join(
+        f'{name}="{rng.choice(_VALUES).replace("&", "&amp;") if rng.random() < 0.8 else rng.choice(_VALUES)}"'
+        for name in rng.sample(_ATTRIBUTES, rng.randint(0, 8))
+    )
+    children = "".join(_random_xml(rng, depth + 1) for _ in range(rng.randint(0, 3))) if depth < 5 else ""
+    return f"<{tag} {attributes}>{children}</{tag}>"
+
+
+def _random_json(rng: random.Random, depth: int = 0) -> object:
+    r = rng.random()
+    if depth > 4 or r < 0.3:
+        return rng.choice([None, True, False, 0, -1, 1.5, 10**20, "s", "", [], {}, "\ud800"])
+    if r < 0.6:
+        return [_random_json(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    return {rng.choice(_KEYS): _random_json(rng, depth + 1) for _ in range(rng.randint(0, 6))}
+
+
+def test_random_xml_structures():
+    rng = random.Random(3)
+    for _ in range(600):
+        body = "".join(_random_xml(rng) for _ in range(rng.randint(0, 3)))
+        text = (
+            f'<hierarchy rotation="{rng.choice(_VALUES)}">{body}</hierarchy>' if rng.random() < 0.7 else body
+        )
+        for encoding in ("utf-8", "utf-16"):
+            outcome(text.encode(encoding), drop_invisible=rng.random() < 0.5)
+
+
+def test_random_json_structures():
+    rng = random.Random(4)
+    for _ in range(1500):
+        views = [
+            {"temp_id": k, "parent": rng.choice([-1, 0, 1, None, "x", [1]]), "children": rng.choice([[0, 1], [], None, {}, [k]]),
+             "bounds": _random_json(rng, 2)}
+            for k in range(rng.randint(0, 4))
+        ]  # fmt: skip
+        doc = rng.choice([{"activity": {"root": _random_json(rng)}}, {"views": views}, _random_json(rng)])
+        outcome(json.dumps(doc).encode(), drop_invisible=rng.random() < 0.5)
