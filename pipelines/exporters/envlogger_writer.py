@@ -174,10 +174,16 @@ def _copy_out(local: str, dest: str) -> int:
     return size
 
 
+def _local_scratch(staging_dir: str) -> str | None:
+    """Where envlogger writes before the copy: inside the export's temporary folder when that is local, so a
+    killed worker's leftovers go with the folder (the next export removes it), else the system's temp."""
+    return staging_dir if os.path.isdir(staging_dir) else None
+
+
 def write_episode_shard(episode: ExportEpisode, staging_dir: str) -> ShardResult:
     """Writes one episode as a Riegeli shard at `<staging_dir>/<index:08d>/` (idempotent on retries)."""
     records = episode_records(episode)
-    local = tempfile.mkdtemp(prefix="stepmark-export-")
+    local = tempfile.mkdtemp(prefix=".scratch-", dir=_local_scratch(staging_dir))
     try:
         writer = _new_writer(local, {})
         try:
@@ -210,7 +216,7 @@ def write_dataset_metadata(staging_dir: str, specs: dict[str, Any] | None, extra
     metadata: dict[str, Any] = dict(extra)
     if specs:
         metadata["environment_specs"] = encode_specs(specs)
-    local = tempfile.mkdtemp(prefix="stepmark-export-meta-")
+    local = tempfile.mkdtemp(prefix=".scratch-meta-", dir=_local_scratch(staging_dir))
     try:
         _new_writer(local, metadata).close()
         return _copy_out(os.path.join(local, METADATA_FILE), FileSystems.join(staging_dir, METADATA_FILE))
