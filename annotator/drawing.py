@@ -119,3 +119,17 @@ def _clip(box: episode_pb2.BoundingBox, width: int, height: int, k: float = 1.0)
 
 def _circle(x: int, y: int, r: int) -> tuple[int, int, int, int]:
     return x - r, y - r, x + r, y + r
+
+
+def enlarge(image: bytes, min_side: int = 256) -> bytes:
+    """A small frame (Procgen's 64x64) scaled up by a whole factor with nearest-neighbour sampling, so the
+    browser shows crisp pixels instead of stretching it into a blur. Larger frames come back unchanged."""
+    with Image.open(io.BytesIO(image)) as src:
+        width, height = src.size
+        factor = min_side // max(1, min(width, height))
+        if factor < 2:
+            return image
+        big = src.convert("RGB").resize((width * factor, height * factor), Image.Resampling.NEAREST)
+    out = io.BytesIO()
+    big.save(out, format="PNG", compress_level=1)
+    return out.getvalue()

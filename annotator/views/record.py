@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from annotator import drawing
 from annotator.views import session
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import client_pb2, study_pb2
@@ -123,7 +124,11 @@ def frame_panel(ops) -> None:
         return
     c1, c2 = st.columns([3, 2])
     if step.image:
-        c1.image(step.image, width=384, caption=f"episode {step.episode_index} · step {step.episode_steps}")
+        c1.image(
+            drawing.enlarge(step.image),
+            width=384,
+            caption=f"episode {step.episode_index} · step {step.episode_steps}",
+        )
     c2.metric("Reward (last step)", f"{step.reward:g}")
     c2.metric("Steps so far", step.episode_steps)
     cameras = ops.cameras()

@@ -74,9 +74,12 @@ def _move(delta: int, last: int) -> None:
 
 
 def _jump() -> None:
+    """Go to the chosen tagged step, then clear the choice: the box is a menu of jumps, not a second scrubber
+    (left set, it would show a stale step and choosing the same step again would do nothing)."""
     target = st.session_state.get("replay_jump")
     if target is not None:
         st.session_state[STEP] = int(target)
+    st.session_state["replay_jump"] = None
 
 
 def scrubber(num_steps: int, tagged: dict[int, list[str]]) -> int:
@@ -106,10 +109,13 @@ def scrubber(num_steps: int, tagged: dict[int, list[str]]) -> int:
     return st.session_state[STEP]
 
 
-def show_data(label: str, data: client_pb2.Data) -> None:
+def show_data(label: str, data: client_pb2.Data, empty: str = "none") -> None:
     st.markdown(f"**{label}**")
+    if not data.images and not data.HasField("json_encoded"):
+        st.caption(empty)
+        return
     for image in data.images:
-        st.image(image.image, caption=image.name or None)
+        st.image(drawing.enlarge(image.image, 128), caption=image.name or None)
     if data.HasField("json_encoded"):
         value = json.loads(data.json_encoded)
         if isinstance(value, (dict, list)):
@@ -207,7 +213,7 @@ def env_step(response: client_pb2.ReplayStepResponse, rewards, tagged: dict[int,
     left, right = st.columns([2, 3])
     with left:
         if response.image:
-            st.image(response.image, caption=f"step {response.index}", width="stretch")
+            st.image(drawing.enlarge(response.image), caption=f"step {response.index}", width="stretch")
         c1, c2 = st.columns(2)
         c1.metric("Reward", f"{response.reward:g}")
         c2.metric("Keys", ", ".join(response.keys) or "—")
@@ -218,7 +224,7 @@ def env_step(response: client_pb2.ReplayStepResponse, rewards, tagged: dict[int,
         with a:
             show_data("Observation", response.observation)
         with b:
-            show_data("Action", response.action)
+            show_data("Action", response.action, "none: the final observation has no action")
 
 
 def _do(change, ok_message: str, fail_message: str) -> None:
@@ -304,10 +310,13 @@ def tagging(ops, index: int) -> None:
     notes_editor(ops, episode)
     labels = [STATE_LABELS[s] for s in sorted(STATE_LABELS)]
     current = STATE_LABELS.get(episode.state, "Unspecified")
+    state_key = f"state_{ref_key(ops.replay.ref)}"
+    if st.session_state.get(f"{state_key}_stored") != episode.state:
+        # The stored state changed (set here, undone, or set by another annotator): show it, not the old choice.
+        st.session_state[state_key] = current
+        st.session_state[f"{state_key}_stored"] = episode.state
     c1, c2 = st.columns([3, 2])
-    chosen = c1.selectbox(
-        "State", labels, index=labels.index(current), key=f"state_{ref_key(ops.replay.ref)}"
-    )
+    chosen = c1.selectbox("State", labels, key=state_key)
     if c2.button("Set state", disabled=chosen == current, key="set_state"):
         _do(lambda: ops.set_episode_state(STATE_BY_LABEL[chosen]) is not None, f"State set to {chosen}", "")
 
@@ -342,7 +351,9 @@ def notes_editor(ops, episode) -> None:
         st.warning(f"{_last_notes_author(ops)} changed the notes while you were editing. Theirs:\n\n"
                    f"> {episode.notes or '(empty)'}\n\nSaving now replaces them with yours.")  # fmt: skip
     notes = st.text_area("Notes", key=key, height=100)
-    if st.button("Save notes", key="save_notes", disabled=notes == episode.notes):
+    # Never disabled: a text area commits its text only when it loses focus, so a button disabled until then
+    # swallows the first click (the click itself is what blurs the box).
+    if st.button("Save notes", key="save_notes"):
         try:
             response = ops.update_replay_episode(
                 client_pb2.UpdateReplayEpisodeRequest(notes=notes),
@@ -432,14 +443,33 @@ def render() -> None:
     with tags:
         tagging(ops, index)
 
+    autoplay(index, num_steps)
+
+
+def autoplay(index: int, num_steps: int) -> None:
+    """Play forward at the chosen rate: each frame waits only for what is left of 1/fps after drawing the last
+    one (a plain sleep would add the drawing time to every frame), and Play turns itself off at the end."""
+    if st.session_state.pop("_autoplay_stop", False):
+        st.session_state["autoplay"] = False
     with st.sidebar:
         st.markdown("**Autoplay**")
         fps = st.slider("Frames per second", 1, 30, 5, key="autoplay_fps")
         playing = st.toggle("Play", key="autoplay")
-    if playing and index < num_steps - 1:
-        time.sleep(1.0 / fps)
-        st.session_state["_autoplay_next"] = True
+    if not playing:
+        st.session_state.pop("_autoplay_at", None)
+        return
+    if index >= num_steps - 1:
+        st.session_state.pop("_autoplay_at", None)
+        st.session_state["_autoplay_stop"] = True
         st.rerun()
+    now = time.perf_counter()
+    previous = st.session_state.get("_autoplay_at")
+    wait = 1.0 / fps - (now - previous) if previous is not None else 1.0 / fps
+    if wait > 0:
+        time.sleep(wait)
+    st.session_state["_autoplay_at"] = time.perf_counter()
+    st.session_state["_autoplay_next"] = True
+    st.rerun()
 
 
 if __name__ == "__main__":  # run as a Streamlit page (importing it, e.g. in tests, renders nothing)

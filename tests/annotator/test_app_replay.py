@@ -228,3 +228,65 @@ def test_concurrent_note_edits_are_never_silently_overwritten(env_data, monkeypa
     assert env_data.repo.get_episode(ref).notes == "alice: the jump at 5 is late\nbob: fine"
     assert "Notes saved" in [t.value for t in bob.toast]
     assert before != env_data.repo.get_episode(ref).notes
+
+
+# -- regressions found driving the annotator in a browser ---------------------------------------------------
+
+
+def test_jumping_to_the_same_tagged_step_twice(env_data, monkeypatch):
+    """The jump menu clears after each jump: left on 'step 2' it showed a stale step and choosing step 2 again
+    after moving away did nothing."""
+    episode = env_data.episodes[0]
+    env_data.repo.add_step_tag(ref_of(episode), 2, "twice", ALICE)
+    at = open_replay(env_data, ALICE, episode, monkeypatch, step=5)
+    at.selectbox(key="replay_jump").set_value(2).run()
+    assert at.session_state["replay_step"] == 2
+    assert at.selectbox(key="replay_jump").value is None, "the menu does not keep showing the last jump"
+    at.button(key="replay_next").click().run()
+    at.button(key="replay_next").click().run()
+    assert at.session_state["replay_step"] == 4
+    at.selectbox(key="replay_jump").set_value(2).run()
+    assert at.session_state["replay_step"] == 2
+
+
+def test_state_box_shows_the_stored_state_after_undo_and_other_annotators(env_data, monkeypatch):
+    """The State box showed the annotator's last choice even after the store changed (undo, someone else)."""
+    episode = env_data.episodes[0]
+    ref = ref_of(episode)
+    state_key = f"state_{ref_key(ref)}"
+    at = open_replay(env_data, ALICE, episode, monkeypatch)
+    assert at.selectbox(key=state_key).value == "Completed"
+    at.selectbox(key=state_key).set_value("Rejected").run()
+    at.button(key="set_state").click().run()
+    assert env_data.repo.get_episode(ref).state == 4
+    at.button(key="undo").click().run()
+    assert env_data.repo.get_episode(ref).state == 1
+    assert at.selectbox(key=state_key).value == "Completed", "the box follows the undo"
+    assert at.button(key="set_state").disabled
+
+    env_data.repo.set_episode_state(ref, 3, BOB)  # Bob marks it cancelled meanwhile
+    at.run()
+    assert at.selectbox(key=state_key).value == "Cancelled"
+    env_data.repo.set_episode_state(ref, 1, BOB)
+
+
+def test_save_notes_is_clickable_before_the_text_box_commits(env_data, monkeypatch):
+    """A text area sends its text when it loses focus, which is the click on Save itself: a Save button
+    disabled until then swallowed that first click."""
+    episode = env_data.episodes[0]
+    at = open_replay(env_data, ALICE, episode, monkeypatch)
+    assert not at.button(key="save_notes").disabled
+    at.button(key="save_notes").click().run()  # nothing changed: said so, nothing written
+    assert "Notes unchanged" in [t.value for t in at.toast]
+
+
+def test_autoplay_turns_itself_off_at_the_end_and_the_final_step_says_it_has_no_action(env_data, monkeypatch):
+    episode = env_data.episodes[0]
+    at = open_replay(env_data, ALICE, episode, monkeypatch, step=episode.num_steps - 2)
+    at.sidebar.slider(key="autoplay_fps").set_value(30)
+    at.sidebar.toggle(key="autoplay").set_value(True).run()
+    assert at.session_state["replay_step"] == episode.num_steps
+    assert at.sidebar.toggle(key="autoplay").value is False, "Play is off once the last step is reached"
+    assert "none: the final observation has no action" in [c.value for c in at.caption]
+    at.button(key="replay_prev").click().run()  # stepping back does not start playing again
+    assert at.session_state["replay_step"] == episode.num_steps - 1

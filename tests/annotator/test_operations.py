@@ -392,3 +392,25 @@ def test_can_delete_in_listings_matches_the_store(tmp_path):
     assert [Operations(repo, tmp_path, u).episodes().episodes[0].can_delete for u in (ALICE, BOB, "c")] == [
         True, True, False
     ]  # fmt: skip
+
+
+def test_small_frames_are_enlarged_with_crisp_pixels(env_data):
+    """Procgen frames are 64x64: shown at 384 px they blurred; they are scaled by a whole factor instead."""
+    import io
+
+    from PIL import Image
+
+    from annotator.drawing import enlarge
+
+    reader = open_episode(env_data.episodes[0], env_data.data_dir)
+    frame = reader.step(0).image
+    reader.close()
+    small = Image.open(io.BytesIO(frame)).convert("RGB")
+    assert small.size == (64, 64)
+    big = Image.open(io.BytesIO(enlarge(frame)))
+    assert big.size == (256, 256)
+    assert big.getpixel((4 * 10 + 1, 4 * 20 + 2)) == small.getpixel((10, 20))  # nearest: same pixel values
+    large = Image.new("RGB", (300, 400))
+    buf = io.BytesIO()
+    large.save(buf, format="PNG")
+    assert enlarge(buf.getvalue()) == buf.getvalue()  # big enough already: unchanged
