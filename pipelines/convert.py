@@ -421,6 +421,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
+OWN_FLAGS = ("--shards", "--drop-invisible", "--overwrite", "--quiet")
+
+
+def check_misspelled(beam_args: Sequence[str]) -> None:
+    """Refuse our own flags spelled Beam's way (`--drop_invisible`): unknown flags go to Beam, which would
+    silently keep them for the runner, and the conversion would run without the option the user asked for."""
+
+    def key(flag: str) -> str:
+        return flag.lstrip("-").replace("_", "").replace("-", "").lower()
+
+    for arg in beam_args:
+        name = arg.split("=", 1)[0]
+        if not name.startswith("--"):
+            continue
+        spelled = key(name)
+        for own in OWN_FLAGS:
+            if spelled == key(own) or (len(spelled) >= 4 and key(own).startswith(spelled)):
+                raise StepmarkError(
+                    f"unknown flag {name}: stepmark's flag is {own} (give it before any Beam flag; "
+                    "Beam would keep an unknown flag for the runner and ignore it here)"
+                )
+
+
 def _matches(pattern: str) -> list[str]:
     try:
         return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
@@ -521,6 +544,7 @@ def output_inside_input(input_path: str, output: str) -> tuple[str, ...]:
 def run(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse arguments, build and run the pipeline, print the summary. Returns 0."""
     args, beam_args = parse_args(argv)
+    check_misspelled(beam_args)
     if args.shards < 1:
         raise StepmarkError(f"--shards must be at least 1 (got {args.shards})")
     input_path, output = files.strip_slash(args.input), files.strip_slash(args.output)

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from pipelines import ui_records
-from pipelines.convert import run
+from pipelines.convert import check_misspelled, run
+from pipelines.errors import StepmarkError
 from pipelines.traces import DeadLetter, EpisodeSource, discover, files, plan, read_episode
 from pipelines.ui_episode import EpisodeResult, convert_episode
 from tests.conftest import FIXTURES
@@ -444,3 +445,17 @@ def test_pipeline_survives_a_folder_of_bad_inputs(tmp_path: Path, capsys):
     assert sum(d.reason == "bad_action" for d in dead) == len(BAD_ACTION_LINES)
     assert str(root / "orphan.png") in paths
     assert "good\\xff" in episodes
+
+
+@pytest.mark.parametrize("flag", ["--drop_invisible", "--Shards=3", "--over_write"])
+def test_our_flags_misspelled_are_refused_not_passed_to_beam(tmp_path: Path, flag: str):
+    _write(tmp_path / "in" / "a.xml", XML[0].read_bytes())
+    with pytest.raises(StepmarkError, match="stepmark's flag is"):
+        run([str(tmp_path / "in"), str(tmp_path / "out"), "--quiet", flag])
+    assert not (tmp_path / "out").exists()
+
+
+def test_beam_flags_still_pass_through():
+    check_misspelled(
+        ["--runner=FnApiRunner", "--direct_num_workers=2", "--dask_client_address=x:1", "--job_name=q"]
+    )
