@@ -89,14 +89,20 @@ class ConvertedStep:
     info: ui_episode_pb2.StepInfo
 
 
+#: How far from the end of a screenshot its end marker may be: some devices and tools append a trailer after
+#: a JPEG's EOI (Samsung's "SEFT" block) or a PNG's IEND, and a cut-off file has no marker that close.
+END_MARKER_WINDOW = 4096
+
+
 def check_complete(data: bytes, fmt: str) -> None:
-    """Reject screenshots cut short (`image_info` reads only the header): JPEG must end with EOI, PNG with
-    IEND. Trailing zero padding is tolerated."""
-    tail = bytes(data[-1024:]).rstrip(b"\x00")
-    if fmt == "jpeg" and not tail.endswith(b"\xff\xd9"):
-        raise HierarchyError("bad_screenshot", "truncated JPEG: no end-of-image marker (FF D9) at the end")
-    if fmt == "png" and b"IEND" not in tail[-12:]:
-        raise HierarchyError("bad_screenshot", "truncated PNG: no IEND chunk at the end")
+    """Reject screenshots cut short (`image_info` reads only the header): a JPEG must hold its EOI marker and a
+    PNG its IEND chunk within END_MARKER_WINDOW bytes of the end. (In JPEG scan data 0xFF is always followed by
+    0x00 or a restart marker, so FF D9 there is the real end.)"""
+    tail = bytes(data[-END_MARKER_WINDOW:])
+    if fmt == "jpeg" and b"\xff\xd9" not in tail:
+        raise HierarchyError("bad_screenshot", "truncated JPEG: no end-of-image marker (FF D9) near the end")
+    if fmt == "png" and b"IEND" not in tail:
+        raise HierarchyError("bad_screenshot", "truncated PNG: no IEND chunk near the end")
 
 
 def aspect_matches(w1: int, h1: int, w2: int, h2: int) -> bool:

@@ -91,6 +91,15 @@ def test_truncated_screenshots_are_rejected(rico) -> None:
     assert err.value.reason == "bad_screenshot"
 
 
+def test_trailers_after_the_end_marker_are_not_truncation(rico) -> None:
+    hierarchy, shot = rico
+    for trailer in (b"\x00" * 700, b"SEFH" + bytes(range(256)) * 4 + b"SEFT"):
+        assert observe(hierarchy, shot + trailer).image.format == "jpeg"
+        assert observe(hierarchy, png(540, 960) + trailer).image.format == "png"
+    with pytest.raises(HierarchyError, match="truncated JPEG"):
+        observe(hierarchy, shot[:-2] + b"\x00" * 10)
+
+
 def test_no_screenshot_uses_the_hierarchy_size(fixtures_dir: Path) -> None:
     obs = observe((fixtures_dir / "uiautomator" / "keydroidx_ui_menu.xml").read_bytes(), None)
     assert (obs.width, obs.height) == (240, 320) and obs.image is None
