@@ -284,11 +284,19 @@ def _repair(data: bytes, warnings: list[str]) -> bytes:
         start_at = first
     else:
         start_at = start.start()
+    end = text.rfind("</hierarchy>")
+    end_at = end + len("</hierarchy>") if end >= 0 else text.rfind(">") + 1
+    if end > 0:
+        previous_end = text.rfind("</hierarchy>", start_at, end)
+        if previous_end >= 0:  # several dumps appended to one file (`>>`): the last one is the newest
+            count = text.count("</hierarchy>", start_at, end_at)
+            last = _XML_START.search(text, previous_end + len("</hierarchy>"))
+            if last is not None:
+                start_at = last.start()
+                warnings.append(f"{count} dumps in one file: the last one is used")
     prefix = text[:start_at]
     if prefix.strip():
         warnings.append(f"ignored text before the XML: {_excerpt(prefix)!r}")
-    end = text.rfind("</hierarchy>")
-    end_at = end + len("</hierarchy>") if end >= 0 else text.rfind(">") + 1
     suffix = text[end_at:]
     if suffix.strip():
         warnings.append(f"ignored text after the XML: {_excerpt(suffix)!r}")

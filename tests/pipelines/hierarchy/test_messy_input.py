@@ -95,6 +95,14 @@ def test_all_redirect_damage_at_once(api27: bytes, api27_objects: list[bytes]):
     assert len(screen.warnings) == 3
 
 
+def test_dumps_appended_to_one_file_use_the_last(api27: bytes, api27_objects: list[bytes]):
+    older = (FIXTURES / "uiautomator" / "keydroidx_ui_menu.xml").read_bytes()
+    for data in (older + b"\nUI hierchary dumped to: /dev/tty\n" + api27, older + older + api27):
+        screen = parse(data)
+        assert _serialized(screen) == api27_objects
+        assert any("dumps in one file: the last one is used" in w for w in screen.warnings)
+
+
 # --- failed and empty dumps --------------------------------------------------------------------------------
 
 
