@@ -315,6 +315,7 @@ class ExportOptions:
     format: str = "envlogger"  # or "tfds"
     out_dir: Path | None = None
     include_incomplete: bool = False
+    split_by_spec: bool = False  # one dataset per environment when the selection mixes them
 
 
 class Operations:
@@ -577,6 +578,7 @@ class Operations:
             format=opts.format,
             store_url=self.store_url,
             include_incomplete=opts.include_incomplete,
+            split_by_spec=opts.split_by_spec,
         )
 
         def report(percent: float) -> None:  # the pipeline reports 0-100, the page wants 0-1

@@ -65,11 +65,20 @@ def render() -> None:
         "Strip internal metadata (images, pressed keys, info, tags, notes)", key="export_strip"
     )
     include_incomplete = st.checkbox("Include episodes that are not completed", key="export_incomplete")
+    split = st.checkbox(
+        "One dataset per environment (else a selection mixing environments is refused)",
+        value=True,
+        key="export_split",
+        help="UI episodes and each environment have their own observation/action specs",
+    )
     studies = {parse_ref_key(k).study_id for k in chosen}
     recent = sorted({t for s in studies for t in ops.recent_tags(s, limit=50)})
     end_tags = st.multiselect("End-of-episode step tags (cut each episode at the first such step)", recent,
                               accept_new_options=True, key="export_end_tags")  # fmt: skip
+    # What the result on screen was made from: a result for another selection or other options is not offered.
+    wanted = (tuple(chosen), fmt, archive, strip, include_incomplete, split, tuple(end_tags))
     if st.button("Export", icon=":material/archive:", type="primary", disabled=not chosen, key="export_run"):
+        st.session_state.pop("export_result", None)
         request = client_pb2.DownloadEpisodesRequest(
             refs=[parse_ref_key(k) for k in chosen],
             archive=archive,
@@ -80,7 +89,7 @@ def render() -> None:
         try:
             response = ops.download_episodes(
                 request,
-                ExportOptions(format=fmt, include_incomplete=include_incomplete),
+                ExportOptions(format=fmt, include_incomplete=include_incomplete, split_by_spec=split),
                 progress=lambda f: bar.progress(f, text=f"Exporting… {f:.0%}"),
             )
         except StepmarkError as exc:
@@ -88,16 +97,41 @@ def render() -> None:
             st.error(str(exc))
             return
         bar.progress(1.0, text="Done")
-        st.session_state["export_result"] = response.url
-        st.toast(f"Exported {len(chosen)} episode(s)", icon=":material/archive:")
-    url = st.session_state.get("export_result")
-    if url:
-        path = result_path(url)
-        if path.exists():
-            st.success(f"Export ready: `{path}`")
-            download(path)
-        else:
-            st.warning(f"The export at {path} is gone.")
+        summary = ops.last_export
+        st.session_state["export_result"] = (wanted, response.url, summary_lines(summary))
+        left_out = len(summary.skipped) + len(summary.dead_letters)
+        st.toast(f"Exported {summary.episodes} episode(s)" + (f", {left_out} left out" if left_out else ""),
+                 icon=":material/archive:")  # fmt: skip
+    result = st.session_state.get("export_result")
+    if result is None:
+        return
+    made_from, url, lines = result
+    if made_from != wanted:
+        st.caption("The selection or options changed since the last export: export again to download.")
+        return
+    path = result_path(url)
+    if not path.exists():
+        st.warning(f"The export at {path} is gone.")
+        return
+    st.success(f"Export ready: `{path}`")
+    for line, is_problem in lines:
+        (st.warning if is_problem else st.caption)(line)
+    download(path)
+
+
+def summary_lines(summary) -> list[tuple[str, bool]]:
+    """What the export wrote, and every selected episode it left out or could not write, with the reason
+    (an episode is never dropped without saying so). (text, is_problem) pairs."""
+    lines = [(f"{summary.episodes} episode(s), {summary.steps} step(s), {summary.bytes:,} bytes "
+              f"as {summary.format}", False)]  # fmt: skip
+    if len(summary.datasets) > 1:
+        for d in summary.datasets:
+            lines.append((f"{d.path}: {d.episodes} episode(s) of {d.environment_id or d.kind}", False))
+    for skipped in summary.skipped:
+        lines.append((f"Left out {skipped['episode']}: {skipped['reason']}", True))
+    for dead in summary.dead_letters:
+        lines.append((f"Could not export {dead.episode}: {dead.reason}: {dead.error}", True))
+    return lines
 
 
 if __name__ == "__main__":  # run as a Streamlit page (importing it, e.g. in tests, renders nothing)
