@@ -386,6 +386,14 @@ class Operations:
         self.last_saved_study = saved
         return client_pb2.SaveStudyResponse()
 
+    def check_environment(self, spec: study_pb2.EnvironmentSpec) -> str | None:
+        """Build the environment a spec describes once and close it, so the study editor refuses a bad game,
+        robot or setting when it is added rather than when someone first records. Raises StepmarkError; returns
+        a note when nothing can be built here (no environment type, DMLab)."""
+        from annotator.envs import registry
+
+        return registry.check(spec)
+
     def enable_study(self, request: client_pb2.EnableStudyRequest) -> client_pb2.EnableStudyResponse:
         spec = self.repo.enable_study(request.study_id, request.enable, self.user)
         return client_pb2.EnableStudyResponse(

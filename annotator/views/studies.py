@@ -148,6 +148,31 @@ def env_form(prefix: str) -> study_pb2.EnvironmentSpec | None:
     return None
 
 
+def clear_env_form(prefix: str) -> None:
+    """Empty the form once its environment is added (the family stays), so the next one starts afresh instead
+    of repeating the last id."""
+    for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(prefix)]:
+        if key != f"{prefix}family":
+            del st.session_state[key]
+
+
+def add_environment(ops, draft_key: str, form_prefix: str, spec: study_pb2.EnvironmentSpec) -> None:
+    """Build the environment once before adding it to the draft: a bad game, robot or setting is refused here,
+    not when someone first records in the study."""
+    try:
+        with st.spinner(f"Checking {spec.id} (starting the environment once)…"):
+            note = ops.check_environment(spec)
+    except StepmarkError as exc:
+        st.error(f"Environment {spec.id!r} cannot be used: {exc}")
+        return
+    if note:
+        session.confirm(f"{spec.id}: {note}", ":material/info:")
+    st.session_state[draft_key].append(spec.SerializeToString())
+    clear_env_form(form_prefix)
+    session.confirm(f"Environment {spec.id} added: save the study to keep it", ":material/add:")
+    st.rerun()
+
+
 def study_editor(ops, study: study_pb2.StudySpec | None) -> None:
     study_id = study.id if study else ""
     draft_key = _draft_key(study_id)
@@ -176,9 +201,7 @@ def study_editor(ops, study: study_pb2.StudySpec | None) -> None:
             if any(e.id == added.id for e in envs):
                 st.error(f"Environment id {added.id!r} is already used in this study.")
             else:
-                st.session_state[draft_key].append(added.SerializeToString())
-                session.confirm(f"Environment {added.id} added: save the study to keep it", ":material/add:")
-                st.rerun()
+                add_environment(ops, draft_key, f"{prefix}env_", added)
 
     if st.button("Save study", type="primary", key=f"{prefix}save"):
         spec = study_pb2.StudySpec(name=name, description=description, instructions=instructions)

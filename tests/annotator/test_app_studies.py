@@ -127,3 +127,33 @@ def test_oidc_login_names_the_annotator_when_configured(data_dir, monkeypatch):
     at.run()
     assert any("Signed in as **dana@example.com**" in c.value for c in at.sidebar.caption)
     assert at.title[0].value == "Episodes"
+
+
+def test_added_environment_is_checked_and_the_form_starts_afresh(data_dir, monkeypatch):
+    """Found in the browser: after 'Add environment' the form kept the last id and name (the next Add was
+    refused as a duplicate), and a spec that cannot be built (unknown robot) was accepted, failing only at the
+    first recording."""
+    at = studies_page(ALICE, monkeypatch)
+    at.text_input(key="s_new_name").set_value("Two envs")
+    at.text_input(key="s_new_env_id").set_value("maze")
+    at.text_input(key="s_new_env_name").set_value("Maze")
+    at.selectbox(key="s_new_env_procgen_id").set_value("maze")
+    at.button(key="s_new_env_add").click().run()
+    assert not at.exception and not at.error
+    assert at.text_input(key="s_new_env_id").value == ""
+    assert at.text_input(key="s_new_env_name").value == ""
+    assert at.selectbox(key="s_new_env_family").value == "procgen", "the family is kept"
+
+    at.selectbox(key="s_new_env_family").set_value("robosuite").run()
+    at.text_input(key="s_new_env_id").set_value("arm")
+    at.text_input(key="s_new_env_rs_robots").set_value("NoSuchRobot")
+    at.button(key="s_new_env_add").click().run()
+    assert "Environment 'arm' cannot be used" in at.error[0].value and "NoSuchRobot" in at.error[0].value
+    assert at.text_input(key="s_new_env_id").value == "arm", "a refused form keeps what was typed"
+    assert [m.value for m in at.markdown if m.value.startswith("`")] == [
+        "`maze · Procgen maze · sync · max 1000`"
+    ]
+
+    at.button(key="s_new_save").click().run()
+    (study,) = open_store(None, data_dir).list_studies()
+    assert [e.id for e in study.environment_specs] == ["maze"]
