@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 
 import apache_beam as beam
 from apache_beam import pvalue
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
@@ -51,6 +52,7 @@ REPORT = "report"
 SHARD_NAME = "episodes-{shard:05d}-of-{count:05d}.tfrecord"
 TMP_PREFIX = ".stepmark-tmp-"
 PROGRESS_SECONDS = 5.0
+COPY_CHUNK = 1 << 20
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -85,6 +87,7 @@ class DeadLettersWritten:
     temp_path: str
     count: int
     reasons: tuple[tuple[str, int], ...]
+    key: int = 0  # which part of the dead letters (they are written in `num_shards` parts, then joined)
 
 
 @dataclass
@@ -251,7 +254,7 @@ class WriteDeadLetters(beam.DoFn):
             for dead in element[1]:
                 out.write(dead.to_json().encode("utf-8") + b"\n")
                 reasons[dead.reason] += 1
-        yield DeadLettersWritten(path, sum(reasons.values()), tuple(sorted(reasons.items())))
+        yield DeadLettersWritten(path, sum(reasons.values()), tuple(sorted(reasons.items())), element[0])
 
 
 def delete_tree(path: str) -> None:
@@ -281,12 +284,12 @@ class CommitOutput(beam.DoFn):
     def process(self, element: tuple[int, Iterable]) -> Iterator[Summary]:
         summary = Summary(**asdict(self.summary))
         shards: dict[int, ShardWritten] = {}
-        dead_files: list[DeadLettersWritten] = []
+        dead_parts: dict[int, DeadLettersWritten] = {}
         for item in element[1]:
             if isinstance(item, ShardWritten):
                 shards.setdefault(item.shard, item)
             elif isinstance(item, DeadLettersWritten):
-                dead_files.append(item)
+                dead_parts.setdefault(item.key, item)  # one file per part, as for shards
             elif isinstance(item, DiscoveryReport):
                 summary.discovered_episodes += item.episodes
                 summary.ignored_files += item.ignored_files
@@ -316,13 +319,18 @@ class CommitOutput(beam.DoFn):
 
         dead_final = files.join(self.output, DEAD_LETTERS)
         reasons: Counter[str] = Counter()
+        dead_files = [dead_parts[key] for key in sorted(dead_parts)]
         if len(dead_files) == 1:
             FileSystems.rename([dead_files[0].temp_path], [dead_final])
-        else:  # none (write an empty file) or, after a retried bundle, several: concatenate
+        else:  # none (write an empty file) or several parts: concatenate them in part order
             merged = files.join(self.temp_dir, "dead-letters-merged.jsonl")
             with FileSystems.create(merged) as out:
                 for d in dead_files:
-                    out.write(files.read_bytes(d.temp_path))
+                    with FileSystems.open(
+                        d.temp_path, compression_type=CompressionTypes.UNCOMPRESSED
+                    ) as part:
+                        while chunk := part.read(COPY_CHUNK):  # streamed: a part may be large
+                            out.write(chunk)
             FileSystems.rename([merged], [dead_final])
         for d in dead_files:
             reasons.update(dict(d.reasons))
@@ -385,7 +393,14 @@ class WriteOutput(beam.PTransform):
     def expand(self, results):
         dead_file = (
             results["dead_letters"]
-            | "KeyDeadLetters" >> beam.Map(lambda d: (0, d))
+            # In num_shards parts, so no single worker holds every dead letter of a badly damaged input.
+            | "KeyDeadLetters"
+            >> beam.Map(
+                lambda d, n=self.num_shards: (
+                    zlib.crc32(d.episode_id.encode("utf-8", "surrogatepass")) % n,
+                    d,
+                )
+            )
             | "GroupDeadLetters" >> beam.GroupByKey()
             | "WriteDeadLetters" >> beam.ParDo(WriteDeadLetters(self.temp_dir))
         )
