@@ -151,10 +151,16 @@ def render() -> None:
             st.rerun()
 
     st.subheader("Audit log")
+    labels = {
+        row["episode"]: f"{row['study']} · {row['environment'] or row['kind']} · {row['steps']} steps · "
+        f"{row['user']} · {row['episode'].rsplit('/', 1)[-1]}"
+        for _, row in table.iterrows()
+    }
     audit_key = st.selectbox(
         "Episode",
         list(table["episode"]),
         index=table["episode"].tolist().index(selected[0]) if selected else 0,
+        format_func=lambda key: labels.get(key, key),
         key="audit_episode",
     )
     entries = ops.audit_log(parse_ref_key(audit_key))

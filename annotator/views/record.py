@@ -129,8 +129,12 @@ def frame_panel(ops) -> None:
             width=384,
             caption=f"episode {step.episode_index} · step {step.episode_steps}",
         )
-    c2.metric("Reward (last step)", f"{step.reward:g}")
-    c2.metric("Steps so far", step.episode_steps)
+    if ops.pending_save is None:
+        c2.metric("Reward (last step)", f"{step.reward:g}")
+        c2.metric("Steps so far", step.episode_steps)
+    else:  # the ending step's reward is not reported before the save: show no stale figure
+        c2.metric("Steps", step.episode_steps)
+        c2.caption("The return and success are shown once the episode is saved.")
     cameras = ops.cameras()
     if len(cameras) > 1:
         index = c2.selectbox(

@@ -75,6 +75,12 @@ def test_select_to_replay_export_and_see_the_audit_log(data, monkeypatch):
     at.session_state[TABLE] = {"selection": {"rows": [first], "columns": []}}
     at.run()
     audit = at.dataframe[-1].value  # the audit log of the selected episode
+    chooser = at.selectbox(key="audit_episode")  # named readably, not by its raw STUDY/SESSION/EPISODE key
+    assert chooser.value == keys[first]
+    assert chooser.options[first] == (
+        f"{env.study.name} · {env.episodes[0].environment_id} · {env.episodes[0].num_steps} steps · "
+        f"{ALICE} · {env.episodes[0].id}"
+    )
     assert audit["action"].tolist()[:2] == ["episode.notes", "step.tag.add"]
     assert audit["who"].tolist()[0] == ALICE
     assert audit["step"].tolist()[1] == 3

@@ -44,6 +44,8 @@ def test_play_and_save_completed_then_reject_the_next(tmp_path, monkeypatch):
         assert at.metric[1].value == str(n)
     key_button(at, "d").click().run()  # the 4th step ends the episode (max_episode_steps)
     assert "The episode has ended" in at.warning[0].value
+    # the dialog shows the step count, not the reward of the step before the last (it looked like the final one)
+    assert [(m.label, m.value) for m in at.metric] == [("Steps", "4")]
     assert at.checkbox(key="rec_completed").value is True
     at.button(key="rec_accept").click().run()
     (saved,) = repo.list_episodes(study_id=study.id)
