@@ -135,7 +135,9 @@ class DiscoverEpisodes(beam.DoFn):
     def __init__(self, exclude: tuple[str, ...] = ()) -> None:
         self.exclude = exclude
 
-    def process(self, root: str) -> Iterator:
+    def process(self, root: str | bytes) -> Iterator:
+        if isinstance(root, bytes):  # see ConvertUiTraces.expand
+            root = root.decode("utf-8", "surrogateescape")
         found = ignored = 0
         examples: list[str] = []
         for item in discover(root, self.exclude):
@@ -358,7 +360,8 @@ class ConvertUiTraces(beam.PTransform):
         num_shards = self.num_shards
         found = (
             pbegin
-            | "Input" >> beam.Create([self.input_path])
+            # As bytes: Beam's str coder refuses the surrogate escapes of a local path that is not UTF-8.
+            | "Input" >> beam.Create([self.input_path.encode("utf-8", "surrogateescape")])
             | "Discover"
             >> beam.ParDo(DiscoverEpisodes(self.exclude)).with_outputs(DEAD, REPORT, main="sources")
         )
@@ -510,12 +513,12 @@ def format_report(summary: dict, metric_counts: dict[str, int]) -> str:
     reasons = ", ".join(f"{k} {v}" for k, v in summary["dead_letters_by_reason"].items()) or "none"
     lines = [
         f"converted {summary['episodes']} of {summary['discovered_episodes']} episodes "
-        f"({summary['steps']} steps, {summary['objects']} objects) from {summary['input']}",
+        f"({summary['steps']} steps, {summary['objects']} objects) from {files.display(summary['input'])}",
         f"  by layout: {layouts}",
         f"  dead letters: {summary['dead_letters']} ({reasons})",
         f"  screenshot/hierarchy mismatches: {summary['screenshot_mismatch_steps']} steps; "
         f"ignored files: {summary['ignored_files']}",
-        f"  wrote {len(summary['shards'])} shard(s), {DEAD_LETTERS} and {SUMMARY} to {summary['output']}",
+        f"  wrote {len(summary['shards'])} shard(s), {DEAD_LETTERS} and {SUMMARY} to {files.display(summary['output'])}",
     ]
     if metric_counts:
         lines.append("  counters: " + ", ".join(f"{k}={v}" for k, v in metric_counts.items()))

@@ -11,6 +11,7 @@ from google.protobuf import json_format
 
 from pipelines import convert, ui_records
 from pipelines.errors import StepmarkError
+from pipelines.traces.files import display
 from protos.stepmark import ui_episode_pb2
 
 
@@ -99,7 +100,7 @@ def format_summary(s: dict) -> str:
         return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
 
     lines = [
-        f"{s['path']}: {s['episodes']} episodes in {s['shards']} shard(s)",
+        f"{display(s['path'])}: {s['episodes']} episodes in {s['shards']} shard(s)",
         f"  steps: {s['steps']} ({s['steps_with_screenshot']} with a screenshot), objects: {s['objects']}",
         f"  layouts: {counts(s['episodes_by_layout'])}",
         f"  actions: {counts(s['actions'])} ({s['actions_with_target']} resolved to an object)",

@@ -459,3 +459,18 @@ def test_beam_flags_still_pass_through():
     check_misspelled(
         ["--runner=FnApiRunner", "--direct_num_workers=2", "--dask_client_address=x:1", "--job_name=q"]
     )
+
+
+def test_input_and_output_folders_that_are_not_utf8(tmp_path: Path, capsys):
+    """Beam's str coder refused such an INPUT, and printing the report or inspect summary could fail."""
+    from stepmark.cli import main
+
+    bad = b"caf\xe9".decode("utf-8", "surrogateescape")
+    _write(tmp_path / bad / "screen.xml", XML[0].read_bytes())
+    out = tmp_path / f"out-{bad}"
+    assert run([str(tmp_path / bad), str(out), "--quiet"]) == 0
+    assert f"from {tmp_path}/caf\\xe9" in capsys.readouterr().out
+    ((episode),) = list(ui_records.iter_episodes(str(out)))
+    assert episode.source_path == f"{tmp_path}/caf\\xe9/screen.xml"
+    assert main(["inspect", str(out)]) == 0
+    assert f"{tmp_path}/out-caf\\xe9: 1 episodes" in capsys.readouterr().out
