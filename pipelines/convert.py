@@ -487,7 +487,16 @@ def prepare_output(output: str, overwrite: bool) -> None:
     for folder in stale:
         delete_tree(folder)
     if not FileSystems.exists(output):
-        FileSystems.mkdirs(output)
+        make_folder(output)
+
+
+def make_folder(path: str) -> None:
+    """mkdirs with the reason as a one-line StepmarkError (a file in the way, no permission, ...)."""
+    try:
+        FileSystems.mkdirs(path)
+    except Exception as exc:  # BeamIOError / OSError
+        cause = getattr(exc, "exception_details", None) or exc
+        raise StepmarkError(f"{path}: cannot create the output folder ({cause})") from exc
 
 
 def check_input(input_path: str) -> None:
@@ -570,7 +579,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     prepare_output(output, args.overwrite)
     options = pipeline_options(beam_args)
     temp_dir = files.join(output, f"{TMP_PREFIX}{uuid.uuid4().hex}")
-    FileSystems.mkdirs(temp_dir)
+    make_folder(temp_dir)
     summary = Summary(
         input=input_path, output=output, runner=runner_name(options), drop_invisible=args.drop_invisible
     )

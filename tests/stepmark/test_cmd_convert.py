@@ -41,6 +41,14 @@ def test_convert_ui_errors_are_one_line(tmp_path: Path, capsys, sample_output: P
     assert err.startswith("stepmark convert-ui: error:") and "--overwrite" in err and "\n" not in err
 
 
+def test_output_that_cannot_be_a_folder_is_a_one_line_error(tmp_path: Path, capsys) -> None:
+    (tmp_path / "a-file").write_text("in the way")
+    for output in (tmp_path / "a-file", tmp_path / "a-file" / "below"):
+        assert main(["convert-ui", str(SAMPLES), str(output), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "cannot create the output folder" in err and "Not a directory" in err and "\n" not in err
+
+
 def test_inspect_folder(sample_output: Path, capsys) -> None:
     assert main(["inspect", str(sample_output)]) == 0
     text = capsys.readouterr().out
