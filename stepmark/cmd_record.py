@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from pipelines.errors import StepmarkError
@@ -37,6 +41,24 @@ def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse
     p.set_defaults(func=record)
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """`kill` (SIGTERM) stops a batch like Ctrl-C: the recorder then registers the saved episodes and the
+    unfinished one as ABANDONED instead of dying with temporary folders left for the next run to clean."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def record(args: argparse.Namespace) -> int:
     from annotator.recorder import record_batch
     from pipelines.episodes.stats import stats_of_episode
@@ -53,7 +75,7 @@ def record(args: argparse.Namespace) -> int:
         raise StepmarkError(f"--data {args.data}: cannot create the data directory ({exc.strerror})") from exc
     if not os.access(data_dir, os.W_OK | os.X_OK):
         raise StepmarkError(f"--data {args.data}: the data directory is not writable")
-    with open_store(args.store, data_dir) as repo:
+    with open_store(args.store, data_dir) as repo, _sigterm_as_interrupt():
         episodes = record_batch(
             repo,
             data_dir,

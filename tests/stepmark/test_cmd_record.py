@@ -96,3 +96,47 @@ def test_record_an_environment_that_cannot_run_here_is_one_line(tmp_path, capsys
     assert main(["record", "--data", str(tmp_path), "--study", study.id, "--env", "lab"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("stepmark record: error: DMLab environments are not available")
+
+
+def test_sigterm_stops_a_batch_like_ctrl_c(tmp_path):
+    """A killed batch keeps what it saved, registers the unfinished episode as ABANDONED (or drops it when
+    empty) and leaves no temporary folder behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from pipelines.episodes import layout
+    from tests.conftest import REPO_ROOT
+
+    with new_store(tmp_path) as repo:
+        study = make_study(repo, procgen_spec(max_steps=400, rand_seed=3))
+    argv = ["record", "--data", str(tmp_path), "--study", study.id, "--env", "maze", "--episodes", "100000"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stepmark", *argv, "--no-progress"],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    try:
+        for _ in range(1200):  # wait (bounded) until a first episode is registered
+            with new_store(tmp_path) as repo:
+                if repo.list_episodes(study_id=study.id):
+                    break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted"
+    assert layout.temp_folders(tmp_path) == [] and layout.pending_folders(tmp_path) == []
+    with new_store(tmp_path) as repo:
+        states = [e.state for e in repo.list_episodes(study_id=study.id)]
+    assert study_pb2.Episode.STATE_COMPLETED in states
+    assert states.count(study_pb2.Episode.STATE_ABANDONED) <= 1
+    assert set(states) <= {study_pb2.Episode.STATE_COMPLETED, study_pb2.Episode.STATE_ABANDONED}
