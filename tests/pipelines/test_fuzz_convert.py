@@ -282,6 +282,34 @@ def test_droidbot_events_with_missing_or_broken_fields(tmp_path: Path):
     assert 0 < len(result.episode.episode.time_steps) < len(events)
 
 
+def test_truncated_layout_files(tmp_path: Path):
+    """Every DroidBot event and state file, gestures.json and episode.json cut at a seeded point: each becomes
+    its dead letter and the rest of the episode converts."""
+    rng = random.Random(11)
+    run_dir = tmp_path / "run"
+    shutil.copytree(YELP / "states", run_dir / "states")
+    shutil.copytree(YELP / "events", run_dir / "events")
+    events = sorted((run_dir / "events").glob("event_*.json"))
+    cut_events = events[::3]
+    for path in cut_events:
+        data = path.read_bytes()
+        path.write_bytes(data[: rng.randrange(1, len(data) - 1)])
+    trace = tmp_path / "trace"
+    _write(trace / "view_hierarchies" / "1.json", SCREEN_JSON)
+    gestures = b'{"1": [[0.25, 0.5]]}'
+    _write(trace / "gestures.json", gestures[: rng.randrange(1, len(gestures) - 1)])
+    manifest = b'{"app_package": "com.example", "goal": "find pizza"}'
+    _write(trace / "episode.json", manifest[: rng.randrange(1, len(manifest) - 1)])
+    results = dict((s.episode_id, r) for s, r in convert_all(tmp_path))
+    found = reasons_for(list(results.items()))
+    for path in cut_events:
+        assert found[str(path)] == {"bad_event"}, path
+    assert found[str(trace / "gestures.json")] == {"bad_gestures"}
+    assert found[str(trace / "episode.json")] == {"bad_manifest"}
+    assert len(results["trace"].episode.episode.time_steps) == 1
+    assert results["run"].episode is not None
+
+
 def test_file_names_that_are_not_utf8(tmp_path: Path):
     name = b"caf\xe9-\xff".decode("utf-8", "surrogateescape")
     _write(tmp_path / f"{name}.xml", XML[0].read_bytes())
