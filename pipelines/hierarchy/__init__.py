@@ -14,11 +14,21 @@ from .bounds import Box, parse_bounds
 from .encoding import bom_encoding
 from .errors import REASONS, HierarchyError
 from .jsonio import with_json_document
-from .objects import MAX_DEPTH, RawNode, Screen, build_screen, grid_location, object_at, rescale
+from .objects import (
+    MAX_BYTES,
+    MAX_DEPTH,
+    MAX_OBJECTS,
+    RawNode,
+    Screen,
+    build_screen,
+    grid_location,
+    object_at,
+    rescale,
+)
 from .screenshot import ImageInfo, image_info
 
 __all__ = [
-    "FORMATS", "MAX_DEPTH", "REASONS", "Box", "HierarchyError", "ImageInfo", "RawNode", "Screen",
+    "FORMATS", "MAX_BYTES", "MAX_DEPTH", "MAX_OBJECTS", "REASONS", "Box", "HierarchyError", "ImageInfo", "RawNode", "Screen",
     "build_screen", "detect_format", "grid_location", "image_info", "object_at", "parse", "parse_bounds",
     "rescale",
 ]  # fmt: skip
