@@ -310,13 +310,16 @@ def tagging(ops, index: int) -> None:
     notes_editor(ops, episode)
     labels = [STATE_LABELS[s] for s in sorted(STATE_LABELS)]
     current = STATE_LABELS.get(episode.state, "Unspecified")
-    state_key = f"state_{ref_key(ops.replay.ref)}"
-    if st.session_state.get(f"{state_key}_stored") != episode.state:
-        # The stored state changed (set here, undone, or set by another annotator): show it, not the old choice.
-        st.session_state[state_key] = current
-        st.session_state[f"{state_key}_stored"] = episode.state
     c1, c2 = st.columns([3, 2])
-    chosen = c1.selectbox("State", labels, key=state_key)
+    # When the stored state changes (set here, undone, or set by another annotator) the box starts afresh from
+    # the store under a key never used before: writing the value into the old box's state, or going back to an
+    # earlier key, leaves the browser showing the choice it last made in that box.
+    base = f"state_{ref_key(ops.replay.ref)}"
+    seen, generation = st.session_state.get(f"_{base}", (episode.state, 0))
+    if seen != episode.state:
+        generation += 1
+    st.session_state[f"_{base}"] = (episode.state, generation)
+    chosen = c1.selectbox("State", labels, index=labels.index(current), key=f"{base}_{generation}")
     if c2.button("Set state", disabled=chosen == current, key="set_state"):
         _do(lambda: ops.set_episode_state(STATE_BY_LABEL[chosen]) is not None, f"State set to {chosen}", "")
 
