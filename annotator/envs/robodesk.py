@@ -18,6 +18,7 @@ import functools
 import importlib.util
 import io
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,10 @@ class RoboDeskEnvironment(Environment):
         self._gripper = 0.0
         self._gripper_held = False
         self._observation: dict[str, np.ndarray] = {}
-        space = self._env.observation_space
+        # gym warns "Box bound precision lowered" for RoboDesk's float64 joint bounds, on every run
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*Box bound precision lowered", category=UserWarning)
+            space = self._env.observation_space
         self._obs_spec: dict[str, specs.Array] = {"image": image_spec((self.image_size, self.image_size, 3))}
         for key, box in space.spaces.items():
             if key != "image":

@@ -15,6 +15,7 @@ Images are turned right way up (robosuite renders in OpenGL's bottom-up conventi
 from __future__ import annotations
 
 import copy
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -77,7 +78,16 @@ GRIPPER_KEY = " "
 GRIPPER_BUTTON = keymaps.BUTTON_A
 
 
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
+
+
 def _robosuite() -> Any:
+    # robosuite logs half a dozen setup warnings (private macro file, optional robot models, IK) and an
+    # INFO line per controller load, each twice (its handler and the root's): keep its errors only.
+    logger = logging.getLogger("robosuite_logs")
+    if _errors_only not in logger.filters:
+        logger.addFilter(_errors_only)
     import robosuite
 
     return robosuite
