@@ -22,8 +22,13 @@ class _BeamFlagsParser(argparse.ArgumentParser):
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         ns, extras = super().parse_known_args(args, namespace)
-        stray = [a for a in extras if not a.startswith("-")]
-        if stray and stray == extras:
+        # A word is a Beam flag's value only right after a `--flag` without `=`; anything else is stray.
+        stray = [
+            a
+            for i, a in enumerate(extras)
+            if not a.startswith("-") and (i == 0 or not extras[i - 1].startswith("-") or "=" in extras[i - 1])
+        ]
+        if stray:
             self.error(f"unrecognized arguments: {' '.join(stray)}")
         ns.beam_args = [*getattr(ns, "beam_args", []), *extras]
         return ns, []

@@ -77,10 +77,25 @@ def test_bad_selections_are_one_line_errors(data: ExportData, tmp_path: Path, ca
     assert message in err and len(err.splitlines()) == 1
 
 
-def test_stray_positional_arguments_are_refused(data: ExportData, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "extra", [["stray"], ["--runner", "FnApiRunner", "stray"], ["--direct_num_workers=1", "stray"]]
+)
+def test_stray_positional_arguments_are_refused(data: ExportData, tmp_path: Path, capsys, extra) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["export", "--data", str(data.data_dir), "--out", str(tmp_path / "o"), "stray"])
-    assert exc.value.code == 2
+        main(
+            [
+                "export",
+                "--data",
+                str(data.data_dir),
+                "--study",
+                data.study_id,
+                "--out",
+                str(tmp_path / "o"),
+                *extra,
+            ]
+        )
+    assert exc.value.code == 2 and "unrecognized arguments: stray" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_run_entry_point_takes_the_same_flags(data: ExportData, tmp_path: Path, capsys) -> None:
