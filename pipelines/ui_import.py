@@ -101,6 +101,11 @@ def import_records(repo: Repository, output_path: str | Path, study_name: str, u
     """Import every record under `output_path` (a convert-ui output folder or one shard)."""
     from pipelines.ui_records import index_records  # the CONVERT helper's reader
 
+    local = Path(output_path) if "://" not in str(output_path) else None
+    if local is not None and local.is_dir() and not any(local.iterdir()):
+        raise StoreError(
+            f"{output_path}: empty folder, not a convert-ui output (run stepmark convert-ui first)"
+        )
     records = index_records(str(output_path))  # StepmarkError naming the path if it is not an output
     study = find_or_create_study(repo, study_name, user)
     known = repo.source_keys(study.id)

@@ -96,7 +96,7 @@ def test_disabled_study_and_bad_paths(repo: Repository, ui_output: Path, tmp_pat
     with pytest.raises(StepmarkError, match="no such file or folder"):
         import_ui(repo, tmp_path / "missing", "ui", "ann")
     (tmp_path / "folder").mkdir()  # neither shards nor summary.json
-    with pytest.raises(StepmarkError, match="folder: cannot open"):
+    with pytest.raises(StepmarkError, match="folder: empty folder, not a convert-ui output"):
         import_ui(repo, tmp_path / "folder", "ui", "ann")
     assert len(repo.list_episodes(study_id=study.id)) == len(
         ui_records.index_records(ui_records.shard_paths(str(ui_output))[0])
