@@ -61,12 +61,23 @@ def open_episode(ops, key: str) -> client_pb2.ReplayEpisodeResponse:
     """Open (or reuse) the episode in this session; the reader itself is shared and cached per process."""
     cached = st.session_state.get("_replay")
     if cached is not None and cached[0] == key and ops.replay is not None and ref_key(ops.replay.ref) == key:
+        if (
+            STEP not in st.session_state
+        ):  # the slider's state is dropped when the page is left: the URL has it
+            _step_from_url(len(cached[1].step_rewards))
         return cached[1]
     response = ops.replay_episode(client_pb2.ReplayEpisodeRequest(ref=parse_ref_key(key)))
     st.session_state["_replay"] = (key, response)
-    start = int(st.query_params.get("step", 0) or 0)
-    st.session_state[STEP] = max(0, min(start, max(0, len(response.step_rewards) - 1)))
+    _step_from_url(len(response.step_rewards))
     return response
+
+
+def _step_from_url(num_steps: int) -> None:
+    try:
+        start = int(st.query_params.get("step", 0) or 0)
+    except ValueError:  # a hand-edited URL
+        start = 0
+    st.session_state[STEP] = max(0, min(start, max(0, num_steps - 1)))
 
 
 def _move(delta: int, last: int) -> None:
@@ -344,8 +355,12 @@ def notes_editor(ops, episode) -> None:
     key = f"notes_{ref_key(ops.replay.ref)}"
     seen_key, conflict_key = f"{key}_seen", f"{key}_conflict"
     seen = st.session_state.get(seen_key)
-    if seen != episode.notes:
-        if key not in st.session_state or st.session_state[key] == (seen or ""):  # not edited here: follow
+    if key not in st.session_state:  # first shown, or its state was dropped when the annotator left the page
+        st.session_state[key] = episode.notes
+        st.session_state[seen_key] = episode.notes
+        st.session_state.pop(conflict_key, None)
+    elif seen != episode.notes:
+        if st.session_state[key] == (seen or ""):  # not edited here: follow the store
             st.session_state[key] = episode.notes
             st.session_state[seen_key] = episode.notes
         else:

@@ -301,3 +301,26 @@ def test_autoplay_turns_itself_off_at_the_end_and_the_final_step_says_it_has_no_
     assert "none: the final observation has no action" in [c.value for c in at.caption]
     at.button(key="replay_prev").click().run()  # stepping back does not start playing again
     assert at.session_state["replay_step"] == episode.num_steps - 1
+
+
+def test_notes_box_after_leaving_the_page_and_coming_back_shows_the_stored_notes(env_data, monkeypatch):
+    """Found in chromium: after visiting another page and coming back, the notes box was empty (Streamlit drops
+    a widget's state when its page is left) while the page still believed it showed the stored notes, so
+    'Save notes' would have erased them."""
+    episode = env_data.episodes[0]
+    ref = ref_of(episode)
+    env_data.repo.set_notes(ref, "kept across pages", ALICE)
+    notes_key = f"notes_{ref_key(ref)}"
+    at = open_replay(env_data, ALICE, episode, monkeypatch, step=3)
+    assert at.text_area(key=notes_key).value == "kept across pages"
+    at.switch_page("views/episodes.py").run()
+    at.switch_page(
+        "views/replay.py"
+    )  # back, as the browser's Back button does: the URL names episode and step
+    at.query_params["episode"] = ref_key(ref)
+    at.query_params["step"] = "3"
+    at.run()
+    assert at.text_area(key=notes_key).value == "kept across pages"
+    assert at.session_state["replay_step"] == 3, "the step comes back from the URL too (the slider was reset)"
+    at.button(key="save_notes").click().run()
+    assert env_data.repo.get_episode(ref).notes == "kept across pages"
