@@ -48,6 +48,30 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+MAX_VALUES = 100_000  # a real spec holds a few hundred; YAML aliases can make a tiny file expand to billions
+MAX_DEPTH = 64  # the deepest StudySpec path is about 6 levels
+MAX_BYTES = 1 << 20
+
+
+def _check_size(data: Any, source: str) -> None:
+    """Refuse documents too large or deep to be a study spec before anything walks them recursively."""
+    stack = [(data, 0)]
+    count = 0
+    while stack:
+        value, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise InvalidSpec(
+                f"{source}: more than {MAX_VALUES} values (YAML aliases expanding?): not a study spec"
+            )
+        if depth > MAX_DEPTH:
+            raise InvalidSpec(f"{source}: nested more than {MAX_DEPTH} levels deep: not a study spec")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+
+
 def _location(path: Any) -> str:
     out = ""
     for part in path:
@@ -84,6 +108,7 @@ def parse_study_spec(data: Any, source: str) -> study_pb2.StudySpec:
         raise InvalidSpec(
             f"{source}: a study spec must be a mapping at the top level, not {type(data).__name__}"
         )
+    _check_size(data, source)
     data = _jsonable(data)
     validator = jsonschema.Draft202012Validator(study_spec_schema())
     error = jsonschema.exceptions.best_match(validator.iter_errors(data))
@@ -104,6 +129,8 @@ def load_study_spec(path: str | Path) -> study_pb2.StudySpec:
     if path.suffix.lower() not in SUFFIXES:
         raise InvalidSpec(f"{path}: a study spec file must end in .json, .yaml or .yml")
     try:
+        if path.stat().st_size > MAX_BYTES:
+            raise InvalidSpec(f"{path}: larger than {MAX_BYTES >> 20} MiB: not a study spec")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise InvalidSpec(f"{path}: no such file") from exc
@@ -116,6 +143,8 @@ def load_study_spec(path: str | Path) -> study_pb2.StudySpec:
             raise InvalidSpec(
                 f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
             ) from exc
+        except RecursionError as exc:
+            raise InvalidSpec(f"{path}: nested too deeply: not a study spec") from exc
     else:
         try:
             data = yaml.safe_load(text)
@@ -124,4 +153,6 @@ def load_study_spec(path: str | Path) -> study_pb2.StudySpec:
             where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
             problem = getattr(exc, "problem", None) or str(exc)
             raise InvalidSpec(f"{path}: invalid YAML{where}: {problem}") from exc
+        except RecursionError as exc:
+            raise InvalidSpec(f"{path}: nested too deeply: not a study spec") from exc
     return parse_study_spec(data, str(path))

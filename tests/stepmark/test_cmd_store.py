@@ -124,6 +124,18 @@ BAD_SPECS = [
         "is greater than",
     ),
     ("spec.txt", "name: x\n", "must end in .json, .yaml or .yml"),
+    (  # "billion laughs": nine levels of nine aliases, a few hundred bytes that expand to 387M values
+        "aliases.yaml",
+        "name: x\na: &a [l, l, l, l, l, l, l, l, l]\n"
+        + "".join(
+            f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+        ),
+        "more than 100000 values",
+    ),
+    ("deep.yaml", "name: x\ndescription: " + "[" * 50_000 + "]" * 50_000 + "\n", "nested too deeply"),
+    ("deep.json", '{"name": "x", "description": ' + "[" * 50_000 + "]" * 50_000 + "}", "nested too deeply"),
+    ("nested.json", '{"name": "x", "description": ' + "[" * 100 + "]" * 100 + "}", "nested more than 64"),
+    ("huge.yaml", "name: x\n" + "# padding\n" * 120_000, "larger than 1 MiB"),
 ]
 
 
