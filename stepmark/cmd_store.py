@@ -9,7 +9,7 @@ import sys
 from google.protobuf import json_format
 
 from pipelines.errors import StepmarkError
-from pipelines.store import Repository, open_store
+from pipelines.store import AlreadyExists, Repository, open_store
 from pipelines.store.spec_file import load_study_spec
 from protos.rlds_creator import study_pb2
 
@@ -47,7 +47,10 @@ def study_create(args: argparse.Namespace) -> int:
     if not args.no_check:
         check_environments(spec, args.spec)
     with _open(args) as repo:
-        study = repo.create_study(spec, args.user)
+        try:
+            study = repo.create_study(spec, args.user)
+        except AlreadyExists as exc:
+            raise AlreadyExists(f"{args.spec}: field id: {exc} (remove the id for a new one)") from exc
     envs = ", ".join(env.id for env in study.environment_specs) or "none"
     print(f"created study {study.name!r} (environments: {envs}) by {args.user}")
     print(study.id)

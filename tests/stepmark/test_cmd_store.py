@@ -236,3 +236,15 @@ def test_create_no_check_keeps_the_spec_and_notes_what_cannot_run(capsys, tmp_pa
     assert notes[1].startswith("note: environment 'ui': no environment type")
     with open_store(None, data) as repo:
         assert len(repo.list_studies()) == 2
+
+
+def test_create_with_a_taken_id_names_the_file_and_field(capsys, tmp_path: Path, data: str) -> None:
+    path = tmp_path / "fixed.yaml"
+    path.write_text("id: fixed\nname: x\n")
+    assert run(capsys, "study", "create", str(path), "--data", data)[0] == 0
+    code, out, err = run(capsys, "study", "create", str(path), "--data", data)
+    assert code == 2 and out == ""
+    assert (
+        err.strip()
+        == f"stepmark study: error: {path}: field id: study 'fixed' already exists (remove the id for a new one)"
+    )
