@@ -99,7 +99,7 @@ def record(args: argparse.Namespace) -> int:
             else storage.pickle.path
         )
         figures = stats_of_episode(e)
-        print(f"{e.id:<34} {figures.l:>6} {figures.r:>9.3g} {str(figures.s).lower():>7}  {rel}")
+        print(f"{e.id:<34} {figures.l:>6} {figures.r:>9.7g} {str(figures.s).lower():>7}  {rel}")
     total_steps = sum(e.num_steps for e in episodes)
     print(f"{total_steps} steps; files under {data_dir}")
     return 0
