@@ -74,3 +74,24 @@ def test_to_jsonable_handles_numpy_and_enums():
     assert out == {"a": 1.5, "b": 3, "c": [1, 2], "d": [True, 0, "RED"], "e": "nan", "f": {"base64": "b2s="}}
     assert type(out["d"][1]) is int
     json.dumps(out)
+
+
+def test_check_builds_and_closes_or_notes_what_cannot_run():
+    maze = study_pb2.EnvironmentSpec(id="m", procgen=study_pb2.EnvironmentSpec.Procgen(id="maze"))
+    assert registry.check(maze) is None
+    pong = study_pb2.EnvironmentSpec(
+        id="p", atari=study_pb2.EnvironmentSpec.Atari(id="Pong", sticky_actions=True)
+    )
+    assert registry.check(pong) is None
+    lab = study_pb2.EnvironmentSpec(id="l", dmlab=study_pb2.EnvironmentSpec.DMLab(id="seekavoid_arena_01"))
+    assert registry.check(lab).startswith("kept but cannot be recorded here: DMLab")
+    assert registry.check(study_pb2.EnvironmentSpec(id="ui")).startswith("no environment type")
+    with pytest.raises(StepmarkError, match="unknown Procgen game 'mazee'"):
+        registry.check(
+            study_pb2.EnvironmentSpec(id="m", procgen=study_pb2.EnvironmentSpec.Procgen(id="mazee"))
+        )
+    no_memory_mode = study_pb2.EnvironmentSpec.Procgen(
+        id="coinrun", distribution_mode=study_pb2.EnvironmentSpec.Procgen.DISTRIBUTION_MEMORY
+    )
+    with pytest.raises(StepmarkError, match="has no 'memory' distribution mode"):
+        registry.check(study_pb2.EnvironmentSpec(id="c", procgen=no_memory_mode))
