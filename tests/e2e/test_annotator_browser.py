@@ -96,6 +96,11 @@ def shot(page, name: str) -> None:
     folder = os.environ.get("STEPMARK_SCREENSHOTS")
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
+        wait_idle(page)
+        page.wait_for_function(  # widgets still loading show as grey skeletons
+            '() => !document.querySelector(\'[data-testid="stSkeleton"], [data-stale="true"]\')',
+            timeout=30_000,
+        )
         page.wait_for_timeout(800)  # let images and charts paint
         page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
 
@@ -161,6 +166,47 @@ def test_tag_a_ui_step_from_the_keyboard_and_find_it_after_reload(server, browse
         2,
         {"label": TAG},
     )
+    page.close()
+
+
+def test_state_box_shows_the_stored_state_after_an_undo(server, browser):
+    """A browser-only bug: the State box kept showing the annotator's last choice after an undo put the stored
+    state back (the server's widget value was right, the page was not)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    url, data_dir, study = server
+    repo = open_store(None, data_dir)
+    episode = repo.list_episodes(study_id=study.id)[-1]
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    page.goto(f"{url}replay?episode={ref_key(ref_of(episode))}&step=0")
+    page.get_by_text("Tags on this step").wait_for(timeout=60_000)
+    wait_idle(page)
+    box = page.locator('[data-testid="stSelectbox"]').filter(has=page.get_by_text("State", exact=True))
+    assert box.locator("input").input_value() == "Completed"
+    option = page.get_by_role("option", name="Rejected", exact=True)
+    for _ in range(3):  # a click that lands while the page is still settling may not open the list
+        box.locator("input").click()
+        try:
+            option.wait_for(timeout=5_000)
+            break
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+    option.click()
+    wait_idle(page)
+    page.get_by_role("button", name="Set state").click()
+    page.get_by_text("State set to Rejected").wait_for(timeout=30_000)
+    wait_idle(page)
+    assert repo.get_episode(ref_of(episode)).state == 4  # STATE_REJECTED
+    page.get_by_role("button", name="Undo my last change").click()
+    page.get_by_text("Undid your last change").wait_for(timeout=30_000)
+    wait_idle(page)
+    assert repo.get_episode(ref_of(episode)).state == 1  # STATE_COMPLETED again
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('[data-testid=\"stSelectbox\"] input')]"
+        ".some(i => i.getAttribute('aria-label') === 'State' && i.value === 'Completed')",
+        timeout=10_000,
+    )
+    assert page.get_by_role("button", name="Set state").is_disabled()
     page.close()
 
 
