@@ -550,10 +550,13 @@ def record_batch(
     max_steps: int | None = None,
     quality: int = QUALITY_MEDIUM,
     background_writer: bool | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> list[study_pb2.Episode]:
     """Records `n` COMPLETED episodes with a policy (`random` or `noop`); a tqdm bar shows progress.
 
-    Interrupted runs keep what was saved; the unfinished episode is registered as ABANDONED.
+    Interrupted runs keep what was saved; the unfinished episode is registered as ABANDONED. `stop` is
+    polled before every step: when it returns True the batch ends there, the same way but at a clean point
+    (a KeyboardInterrupt can land between creating an episode's folder and tracking it).
     `background_writer` (default: when this process may use more than one CPU) writes the envlogger files
     in a child process that finishes each episode's files while the next one is recorded. It costs more
     CPU in all (pipe copy, one more parse) and pays off only with a core to spare: see
@@ -582,7 +585,7 @@ def record_batch(
     )
     with recorder:
         recorder.prepare()  # a disabled study or unusable environment fails before the progress bar shows
-        _record_loop(recorder, n, choose, rng, progress, episodes)
+        _record_loop(recorder, n, choose, rng, progress, episodes, stop or (lambda: False))
     return episodes
 
 
@@ -593,16 +596,26 @@ def _record_loop(
     rng: np.random.Generator,
     progress: bool,
     episodes: list[study_pb2.Episode],
+    stop: Callable[[], bool],
 ) -> None:
-    """`n` policy-driven episodes, each saved as COMPLETED and appended to `episodes` once registered."""
+    """`n` policy-driven episodes, each saved as COMPLETED and appended to `episodes` once registered.
+
+    When `stop()` turns True the unfinished episode is left to `Recorder.close()` (ABANDONED).
+    """
     with tqdm(total=n, unit="episode", disable=not progress, desc=f"record {recorder.env_id}") as bar:
         for _ in range(n):
+            if stop():
+                break
             recorder.start()
             assert recorder.env is not None
-            while not isinstance(
-                recorder.step_action(choose(recorder.env, rng)), client_pb2.ConfirmSaveResponse
-            ):
-                pass
+            ended = False
+            while not stop():
+                response = recorder.step_action(choose(recorder.env, rng))
+                if isinstance(response, client_pb2.ConfirmSaveResponse):
+                    ended = True
+                    break
+            if not ended:
+                break
             request = client_pb2.SaveEpisodeRequest(accept=True, mark_as_completed=True)
             recorder.save_episode(request, wait=False)  # the writer closes it while we record the next
             done = recorder.publish_closed(wait=False)

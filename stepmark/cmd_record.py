@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,22 +42,33 @@ def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse
     p.set_defaults(func=record)
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """`kill` (SIGTERM) stops a batch like Ctrl-C: the recorder then registers the saved episodes and the
-    unfinished one as ABANDONED instead of dying with temporary folders left for the next run to clean."""
+class _StopRequest:
+    """Ctrl-C or SIGTERM asks the batch to stop at its next step (the recorder then registers what was
+    saved and the unfinished episode as ABANDONED, leaving no temporary folder); a second one interrupts
+    at once."""
 
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+    def __init__(self) -> None:
+        self.requested = False
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def __call__(self) -> bool:
+        return self.requested
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[_StopRequest]:
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def record(args: argparse.Namespace) -> int:
@@ -75,7 +87,7 @@ def record(args: argparse.Namespace) -> int:
         raise StepmarkError(f"--data {args.data}: cannot create the data directory ({exc.strerror})") from exc
     if not os.access(data_dir, os.W_OK | os.X_OK):
         raise StepmarkError(f"--data {args.data}: the data directory is not writable")
-    with open_store(args.store, data_dir) as repo, _sigterm_as_interrupt():
+    with open_store(args.store, data_dir) as repo, _StopRequest().installed() as stop:
         episodes = record_batch(
             repo,
             data_dir,
@@ -88,6 +100,7 @@ def record(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             storage=args.storage,
             max_steps=args.max_steps,
+            stop=stop,
         )
     print(f"recorded {len(episodes)} episode(s) of {args.env_id!r} in study {args.study!r} as {args.user}")
     print(f"{'episode':<34} {'steps':>6} {'return':>9} {'success':>7}  files")
@@ -102,4 +115,7 @@ def record(args: argparse.Namespace) -> int:
         print(f"{e.id:<34} {figures.l:>6} {figures.r:>9.7g} {str(figures.s).lower():>7}  {rel}")
     total_steps = sum(e.num_steps for e in episodes)
     print(f"{total_steps} steps; files under {data_dir}")
+    if stop.requested:
+        print("interrupted: the unfinished episode (if it had steps) was saved as ABANDONED", file=sys.stderr)
+        return 130
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import sys
 from typing import Any, BinaryIO
@@ -125,4 +126,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
 
 
 if __name__ == "__main__":
+    # Ctrl-C in a terminal (and `kill` of a process group, or a service manager's stop) signals the child
+    # too: the parent decides how to stop (it finishes or abandons its episodes, then closes our stdin, and
+    # we exit on that EOF even if the parent died), so the child must not die first and lose closes in flight.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     sys.exit(serve(open(0, "rb", buffering=1 << 20, closefd=False), sys.stdout.buffer))  # noqa: SIM115

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 
-from pipelines.episodes import open_episode, stats
+import pytest
+
+from pipelines.episodes import layout, open_episode, stats
 from protos.rlds_creator import study_pb2
 from stepmark.cli import main
+from tests.conftest import REPO_ROOT
 from tests.pipelines.episodes.helpers import make_study, new_store, procgen_spec
 
 
@@ -98,18 +106,11 @@ def test_record_an_environment_that_cannot_run_here_is_one_line(tmp_path, capsys
     assert line.startswith("stepmark record: error: DMLab environments are not available")
 
 
-def test_sigterm_stops_a_batch_like_ctrl_c(tmp_path):
-    """A killed batch keeps what it saved, registers the unfinished episode as ABANDONED (or drops it when
-    empty) and leaves no temporary folder behind."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from pipelines.episodes import layout
-    from tests.conftest import REPO_ROOT
-
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_a_batch_at_a_clean_point(tmp_path, signum):
+    """Ctrl-C (to the whole process group, as a terminal sends it: the writer child too) or SIGTERM: the
+    batch stops at its next step, keeps what it saved, registers the unfinished episode as ABANDONED (or
+    drops it when empty), prints its summary and leaves no temporary folder behind."""
     with new_store(tmp_path) as repo:
         study = make_study(repo, procgen_spec(max_steps=400, rand_seed=3))
     argv = ["record", "--data", str(tmp_path), "--study", study.id, "--env", "maze", "--episodes", "100000"]
@@ -119,7 +120,7 @@ def test_sigterm_stops_a_batch_like_ctrl_c(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ),
+        start_new_session=True,  # its own process group, signalled as a terminal would
     )
     try:
         for _ in range(1200):  # wait (bounded) until a first episode is registered
@@ -128,15 +129,18 @@ def test_sigterm_stops_a_batch_like_ctrl_c(tmp_path):
                     break
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
+        os.killpg(proc.pid, signum)
+        out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted"
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("interrupted: the unfinished episode")
     assert layout.temp_folders(tmp_path) == [] and layout.pending_folders(tmp_path) == []
     with new_store(tmp_path) as repo:
-        states = [e.state for e in repo.list_episodes(study_id=study.id)]
-    assert study_pb2.Episode.STATE_COMPLETED in states
-    assert states.count(study_pb2.Episode.STATE_ABANDONED) <= 1
+        episodes = repo.list_episodes(study_id=study.id)
+    states = [e.state for e in episodes]
+    completed = [e for e in episodes if e.state == study_pb2.Episode.STATE_COMPLETED]
+    assert completed and states.count(study_pb2.Episode.STATE_ABANDONED) <= 1
     assert set(states) <= {study_pb2.Episode.STATE_COMPLETED, study_pb2.Episode.STATE_ABANDONED}
+    assert f"recorded {len(completed)} episode(s)" in out  # the summary lists what the batch saved
