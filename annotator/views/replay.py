@@ -435,9 +435,13 @@ def render() -> None:
     meta = opened.episode
     num_steps = len(opened.step_rewards)
     kind = episode_kind(meta.episode)
+    # The Episodes table counts transitions (num_steps); an environment episode also has the final observation
+    # as a last RLDS step. Say so rather than show "11 steps" here for the "10 steps" of the table.
+    extra = num_steps - meta.episode.num_steps
+    length = f"{meta.episode.num_steps} steps + final observation" if extra == 1 else f"{num_steps} steps"
     st.caption(
         f"`{key}` · {meta.study.name} · {meta.episode.environment_id or kind} · {meta.status} · "
-        f"{num_steps} steps · return {meta.episode.total_reward:g} · by {meta.episode.user.email}"
+        f"{length} · return {meta.episode.total_reward:g} · by {meta.episode.user.email}"
     )
     if num_steps == 0:
         st.warning("This episode has no steps.")

@@ -50,7 +50,8 @@ def test_scrub_and_show_an_environment_step(env_data, monkeypatch):
     at = open_replay(env_data, ALICE, episode, monkeypatch, step=3)
     assert not at.exception
     assert at.session_state["replay_step"] == 3
-    assert any(f"{episode.num_steps + 1} steps" in c.value for c in at.caption)
+    # the table's step count, and the final observation the scrubber also shows
+    assert any(f"· {episode.num_steps} steps + final observation ·" in c.value for c in at.caption)
     assert at.get("image")[0].captions == ["step 3"], "the frame is shown"
     assert at.metric[0].label == "Reward"
     assert at.get("vega_lite_chart"), "reward-per-step chart"
