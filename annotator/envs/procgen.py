@@ -5,6 +5,8 @@ up with pixelated rendering). Procgen resets itself when a level ends, so "level
 after `level_repeats` finished levels, or when an episode is cut short (truncation, user restart), the
 next `reset()` re-creates the game, which restarts its level sequence from `start_level` with the same
 `rand_seed`. Hence with a fixed `rand_seed` and `level_repeats=1` every episode replays the same level.
+The observation of a transition that ends a level is the next level's first frame (gym3 has already reset);
+its info carries `final_observation_is_next_level: True`.
 """
 
 from __future__ import annotations
@@ -173,6 +175,11 @@ class ProcgenEnvironment(Environment):
             level_complete=bool(first and info.get("prev_level_complete")),
             levels_played=self._levels_done,
         )
+        if first:
+            # gym3 resets inside the step that ends a level: the observation returned with it is already the
+            # next level's first frame, and the true terminal frame is never exposed. Say so where consumers
+            # look (schemas/episode_storage.md, "Procgen's last observation").
+            info["final_observation_is_next_level"] = True
         return {"image": self._frame.copy()}, reward, first, False, info
 
     def close(self) -> None:

@@ -144,6 +144,8 @@ def test_level_repeats_restarts_the_level_sequence(repeats: int):
         seeds.append(level_seed(env.reset()))
         end = play_level(env, rng)
         assert end.terminated and not end.truncated
+        # gym3 already reset: the terminal observation is the next level's first frame, and info says so
+        assert end.info["final_observation_is_next_level"] is True
     env.close()
     if repeats == 1:  # re-created after every level: the same first level each time
         assert seeds[0] == seeds[1] == seeds[2]
@@ -158,6 +160,7 @@ def test_max_episode_steps_truncates_and_success_follows_level_completion():
     t = run_to_truncation(env, 5, env.noop_action())
     assert t.truncated and not t.terminated
     assert env.success(t.info) is False
+    assert "final_observation_is_next_level" not in t.info  # a truncated level was not reset
     with pytest.raises(StepmarkError, match="episode is over"):
         env.step(env.noop_action())
     assert env.reset().reward == 0.0 and env.steps == 0
