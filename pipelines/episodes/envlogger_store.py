@@ -32,6 +32,15 @@ def _never_flush(_data: Any) -> bool:
     return False
 
 
+
+def envlogger_storage(relative: object) -> study_pb2.Episode.Storage:
+    """The store's record of an envlogger episode: its tag directory (relative to the data directory); one
+    episode per tag directory, so always index 0."""
+    storage = study_pb2.Episode.Storage()
+    storage.environment_logger.tag_directory = str(relative)
+    storage.environment_logger.index = 0
+    return storage
+
 class _RiegeliWriter(riegeli_backend_writer.RiegeliBackendWriter):
     """envlogger's Riegeli backend with our encoder: the same records, serialized straight to wire bytes
     (`fast_codec.serialize`) and parsed once, ~1.5x cheaper than building the message field by field."""
@@ -76,10 +85,7 @@ class EnvloggerEpisodeWriter(EpisodeWriter):
                 self._backend.set_episode_metadata(metadata.to_dict())
             self._backend.close()
             self.closed = True
-        storage = study_pb2.Episode.Storage()
-        storage.environment_logger.tag_directory = str(self.relative)
-        storage.environment_logger.index = 0
-        return storage
+        return envlogger_storage(self.relative)
 
     def abort(self) -> None:
         if not self.closed:

@@ -191,10 +191,9 @@ class BackgroundEnvloggerWriter(EpisodeWriter):
         if self._awaiting:
             self._awaiting = False
             self._process.read_reply()
-        storage = study_pb2.Episode.Storage()
-        storage.environment_logger.tag_directory = str(self.relative)
-        storage.environment_logger.index = 0
-        return storage
+        from pipelines.episodes.envlogger_store import envlogger_storage
+
+        return envlogger_storage(self.relative)
 
     def abort(self) -> None:
         if not self.closed:
