@@ -352,6 +352,7 @@ class Operations:
         self.storage = "envlogger"
         self.last_saved_study: study_pb2.StudySpec | None = None
         self._tap = False  # async env: keys pressed once, to be released after the next tick
+        self.last_abandoned: study_pb2.Episode | None = None  # set when idleness ended an episode
 
     # -- studies ------------------------------------------------------------------------------------------------
 
@@ -652,6 +653,8 @@ class Operations:
         recorder = self._recording()
         if self.pending_save is not None:
             return self.pending_save
+        if self._restart_if_abandoned(recorder):
+            return self.last_step  # the input that woke an abandoned episode is not applied to the new one
         gamepad = request.gamepad_input if request.HasField("gamepad_input") else None
         result = recorder.act(list(request.keys), gamepad)
         self._tap = not self.is_sync() and bool(request.keys or gamepad)
@@ -663,6 +666,18 @@ class Operations:
         else:
             self.last_step = result
         return result
+
+    def _restart_if_abandoned(self, recorder: Any) -> bool:
+        """An episode left without input for the recorder's idle_timeout is ABANDONED (the reference's state
+        for a user who stopped responding); the next one starts at once. The abandoned episode (None when it
+        had no steps and was dropped) is kept in `last_abandoned` for the page to report."""
+        was_running = recorder.in_episode
+        abandoned = recorder.abandon_if_idle()
+        if not was_running or recorder.in_episode:
+            return False
+        self.last_abandoned = abandoned if abandoned is not None else study_pb2.Episode()
+        self.last_step = recorder.start()
+        return True
 
     def tick(self) -> client_pb2.StepResponse | client_pb2.ConfirmSaveResponse | None:
         """Advance an asynchronous environment by its clock (no-op for sync ones)."""

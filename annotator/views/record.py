@@ -153,6 +153,12 @@ def render() -> None:
     st.caption(f"Recording `{ops.env.id}` of study **{ops.study.name}** as {ops.user}")
     if error := st.session_state.pop("record_error", None):
         st.error(error)
+    if (abandoned := ops.last_abandoned) is not None:
+        ops.last_abandoned = None
+        kept = f"episode {abandoned.id} ({abandoned.num_steps} steps) saved as abandoned" if abandoned.id else (
+            "the empty episode was dropped"
+        )
+        st.warning(f"No input for a while: {kept}; a new episode has started.", icon=":material/timer_off:")
     if ops.pending_save is not None or st.session_state.get("record_ended"):
         frame_panel(ops)
         save_dialog(ops)

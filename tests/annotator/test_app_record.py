@@ -125,3 +125,17 @@ def test_async_environment_steps_on_its_clock_and_a_press_is_a_tap(tmp_path, mon
     keys = [reader.step(i).keys for i in range(before + 3)]
     assert keys == [[]] * before + [["ArrowRight"], [], []]
     reader.close()
+
+
+def test_an_idle_episode_is_reported_as_abandoned(tmp_path, monkeypatch):
+    repo, study, at = record_page(tmp_path, monkeypatch, max_steps=20)
+    at.button(key="rec_start").click().run()
+    for _ in range(2):
+        key_button(at, "ArrowRight").click().run()
+    at.session_state["_ops"].recorder.idle_timeout = -1.0  # every moment now counts as idle
+    key_button(at, "ArrowRight").click().run()
+    assert not at.exception
+    (abandoned,) = repo.list_episodes(study_id=study.id, states=[State.STATE_ABANDONED])
+    assert abandoned.num_steps == 2
+    assert f"episode {abandoned.id} (2 steps) saved as abandoned" in at.warning[0].value
+    assert at.get("image")[0].captions == ["episode 1 · step 0"]

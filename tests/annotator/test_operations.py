@@ -251,6 +251,26 @@ def test_record_an_episode_through_the_protocol(tmp_path):
     assert op(ops, set_fps=client_pb2.SetFpsRequest(fps=-1)).WhichOneof("type") == "error"
 
 
+def test_an_idle_episode_is_abandoned_and_the_next_one_starts(tmp_path):
+    repo = open_store(None, tmp_path)
+    study = repo.create_study(procgen_study_spec(max_steps=50), ALICE)
+    ops = Operations(repo, tmp_path, ALICE)
+    op(ops, select_study=client_pb2.SelectStudyRequest(study_id=study.id))
+    op(ops, select_environment=client_pb2.SelectEnvironmentRequest(env_id=ENV_ID))
+    for _ in range(3):
+        assert op(ops, action=client_pb2.ActionRequest(keys=["ArrowRight"])).WhichOneof("type") == "step"
+    assert ops.last_abandoned is None
+    ops.recorder.idle_timeout = -1.0  # from here on every moment counts as "no input for too long"
+    woke = op(ops, action=client_pb2.ActionRequest(keys=["ArrowRight"]))
+    assert woke.WhichOneof("type") == "step" and woke.step.episode_steps == 0  # a fresh episode, input not applied
+    abandoned = ops.last_abandoned
+    assert abandoned.state == study_pb2.Episode.STATE_ABANDONED and abandoned.num_steps == 3
+    assert repo.get_episode(ref_of(abandoned)).state == study_pb2.Episode.STATE_ABANDONED
+    ops.recorder.idle_timeout = 300.0
+    assert op(ops, action=client_pb2.ActionRequest(keys=["ArrowRight"])).step.episode_steps == 1
+    ops.close_recorder()
+
+
 # -- concurrency: two annotators on one episode, in two processes ------------------------------------------
 
 
