@@ -25,6 +25,7 @@ from pipelines.errors import StepmarkError
 from pipelines.traces import DeadLetter, EpisodeSource, discover, files, plan, read_episode
 from pipelines.ui_episode import EpisodeResult, convert_episode
 from tests.conftest import FIXTURES
+from tests.pipelines.images import png_header
 
 RICO = FIXTURES / "rico"
 YELP = FIXTURES / "droidbot" / "yelp"
@@ -38,21 +39,6 @@ KNOWN_REASONS = {
     "orphan_screenshot", "bad_action", "bad_gestures", "bad_manifest", "bad_event", "missing_state", "no_steps",
     "unreadable",
 }  # fmt: skip
-
-
-def lying_png(width: int, height: int) -> bytes:
-    """A PNG signature and IHDR chunk claiming width x height, then nothing."""
-    import struct
-    import zlib
-
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + struct.pack(">I", 13)
-        + b"IHDR"
-        + ihdr
-        + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
-    )
 
 
 # Damaged hierarchies that can never parse, with the reason each must give.
@@ -74,8 +60,8 @@ BAD_SCREENSHOTS: dict[str, bytes] = {
     "zero_bytes": b"",
     "one_byte": b"\xff",
     "png_magic_only": b"\x89PNG\r\n\x1a\n",
-    "lying_png": lying_png(1080, 1920),
-    "png_bomb": lying_png(2**31 - 1, 2**31 - 1),
+    "lying_png": png_header(1080, 1920),
+    "png_bomb": png_header(2**31 - 1, 2**31 - 1),
     "truncated_jpeg": JPEG[: len(JPEG) // 3],
     "text": b"not an image at all",
 }

@@ -18,6 +18,7 @@ import pytest
 from pipelines.hierarchy import REASONS, HierarchyError, Screen, image_info, parse, rescale
 from pipelines.hierarchy.objects import INT32_MAX, MAX_BYTES, MAX_OBJECTS
 from tests.conftest import FIXTURES
+from tests.pipelines.images import png_header
 
 UIAUTOMATOR = sorted((FIXTURES / "uiautomator").glob("*.xml"))
 RICO = sorted((FIXTURES / "rico").glob("*.json"))
@@ -361,20 +362,6 @@ def test_non_utf8_bytes_are_replaced_not_fatal():
 # --- screenshots ---------------------------------------------------------------------------------------------
 
 
-def _png_header(width: int, height: int) -> bytes:
-    import struct
-    import zlib
-
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + struct.pack(">I", 13)
-        + b"IHDR"
-        + ihdr
-        + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
-    )
-
-
 def _bad_screenshot(data: bytes) -> None:
     with pytest.raises(HierarchyError) as info:
         image_info(data)
@@ -390,9 +377,9 @@ def _bad_screenshot(data: bytes) -> None:
         b"\xff",
         b"\x89PNG\r\n\x1a\n",
         b"\xff\xd8\xff",
-        _png_header(0, 0),
-        _png_header(2**31 - 1, 2**31 - 1),
-        _png_header(100_000, 100_000),
+        png_header(0, 0),
+        png_header(2**31 - 1, 2**31 - 1),
+        png_header(100_000, 100_000),
         b"\x89PNG\r\n\x1a\n" + b"\x00" * 40,
         b"GIF89a",
         b"RIFF\x00\x00\x00\x00WEBP",
