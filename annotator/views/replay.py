@@ -255,6 +255,20 @@ def tagging(ops, index: int) -> None:
     recent = ops.recent_tags(episode.study_id)
     step_now = [t.label for t in episode.step_metadata[index].tags] if index in episode.step_metadata else []
     st.subheader(f"Step {index} tags")
+    def add_step_tag(label: str) -> None:  # the form and the recent-tag chips alike
+        _do(
+            lambda: ops.add_step_tag(client_pb2.AddStepTagRequest(index=index, tag=label)).success,
+            f"Tagged step {index} {label!r}",
+            f"Step {index} already had {label!r}",
+        )
+
+    def add_episode_tag(label: str) -> None:
+        _do(
+            lambda: ops.add_episode_tag(client_pb2.AddEpisodeTagRequest(tag=label)).success,
+            f"Tagged the episode {label!r}",
+            f"The episode already had {label!r}",
+        )
+
     _chips(
         step_now,
         "rm_step",
@@ -269,21 +283,8 @@ def tagging(ops, index: int) -> None:
         label = c1.text_input("New step tag", key="step_tag_text", label_visibility="collapsed",
                               placeholder="tag this step")  # fmt: skip
         if c2.form_submit_button("Tag step") and label.strip():
-            _do(
-                lambda: ops.add_step_tag(client_pb2.AddStepTagRequest(index=index, tag=label)).success,
-                f"Tagged step {index} {label.strip()!r}",
-                f"Step {index} already had {label.strip()!r}",
-            )
-    _quick(
-        recent,
-        step_now,
-        "quick_step",
-        lambda label: _do(
-            lambda: ops.add_step_tag(client_pb2.AddStepTagRequest(index=index, tag=label)).success,
-            f"Tagged step {index} {label!r}",
-            f"Step {index} already had {label!r}",
-        ),
-    )
+            add_step_tag(label.strip())
+    _quick(recent, step_now, "quick_step", add_step_tag)
 
     st.subheader("Episode tags")
     episode_now = [t.label for t in episode.tags]
@@ -301,21 +302,8 @@ def tagging(ops, index: int) -> None:
         label = c1.text_input("New episode tag", key="episode_tag_text", label_visibility="collapsed",
                               placeholder="tag the episode")  # fmt: skip
         if c2.form_submit_button("Tag episode") and label.strip():
-            _do(
-                lambda: ops.add_episode_tag(client_pb2.AddEpisodeTagRequest(tag=label)).success,
-                f"Tagged the episode {label.strip()!r}",
-                f"The episode already had {label.strip()!r}",
-            )
-    _quick(
-        recent,
-        episode_now,
-        "quick_ep",
-        lambda label: _do(
-            lambda: ops.add_episode_tag(client_pb2.AddEpisodeTagRequest(tag=label)).success,
-            f"Tagged the episode {label!r}",
-            f"The episode already had {label!r}",
-        ),
-    )
+            add_episode_tag(label.strip())
+    _quick(recent, episode_now, "quick_ep", add_episode_tag)
 
     st.subheader("Notes and state")
     notes_editor(ops, episode)
