@@ -27,13 +27,17 @@ class _QuietBeamImport(logging.Filter):
 
 logging.getLogger().addFilter(_QuietBeamImport())
 
-COMMAND_MODULES = (
-    "stepmark.cmd_convert",  # convert-ui, inspect
-    "stepmark.cmd_store",  # study ..., import-ui
-    "stepmark.cmd_record",  # record
-    "stepmark.cmd_export",  # export
-    "stepmark.cmd_annotate",  # annotate
-)
+# Command -> the module that registers it. Only the chosen command's module is imported, so a store command
+# does not pay for importing Apache Beam (about 1 s); `stepmark --help` imports them all to list them.
+COMMAND_MODULES = {
+    "convert-ui": "stepmark.cmd_convert",
+    "inspect": "stepmark.cmd_convert",
+    "study": "stepmark.cmd_store",
+    "import-ui": "stepmark.cmd_store",
+    "record": "stepmark.cmd_record",
+    "export": "stepmark.cmd_export",
+    "annotate": "stepmark.cmd_annotate",
+}
 
 
 def default_user() -> str:
@@ -57,26 +61,23 @@ def store_parent() -> argparse.ArgumentParser:
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser for `command` alone when it is a known command, else for every command."""
     parser = argparse.ArgumentParser(
         prog="stepmark", description="Turn recorded agent episodes into training data."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parents = {"store": store_parent()}
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # command module not written yet
-                continue
-            raise
-        module.register(sub, parents)
+    wanted = [COMMAND_MODULES[command]] if command in COMMAND_MODULES else COMMAND_MODULES.values()
+    for name in dict.fromkeys(wanted):
+        importlib.import_module(name).register(sub, parents)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv else None)
+    args = parser.parse_args(argv)
     if getattr(args, "user", "absent") is None:
         args.user = default_user()
     try:
