@@ -51,9 +51,16 @@ from pipelines.store import errors as store_errors
 from protos.rlds_creator import client_pb2, study_pb2
 
 QUALITY_MEDIUM = client_pb2.SetQualityRequest.QUALITY_MEDIUM
+QUALITY_HIGH = client_pb2.SetQualityRequest.QUALITY_HIGH
+SMALL_FRAME = 128  # pixels a side: frames this small get QUALITY_HIGH by default
 DEFAULT_IDLE_TIMEOUT = 300.0  # seconds without user input before an episode counts as abandoned
 State = study_pb2.Episode.State
 Clock = Callable[[], float]
+
+
+def default_quality(shape: Sequence[int]) -> int:
+    """HIGH for frames up to SMALL_FRAME pixels a side (Procgen's 64x64 is unreadable at MEDIUM), else MEDIUM."""
+    return QUALITY_HIGH if max(int(shape[0]), int(shape[1])) <= SMALL_FRAME else QUALITY_MEDIUM
 
 
 @dataclass
@@ -106,13 +113,14 @@ class Recorder:
         user: str,
         *,
         storage: str = "envlogger",
-        quality: int = QUALITY_MEDIUM,
+        quality: int | None = QUALITY_MEDIUM,
         seed: int | None = None,
         session_id: str | None = None,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         max_steps: int | None = None,
         clock: Clock = time.monotonic,
         background_writer: bool = False,
+        flush_steps: bool = False,
     ) -> None:
         if storage not in STORAGE_KINDS:
             raise StepmarkError(
@@ -126,7 +134,11 @@ class Recorder:
         self.env_id = env_id
         self.user = user
         self.storage = storage
-        self.quality = int(quality)
+        # None: chosen from the first frame's size (`default_quality`), so small frames stay readable.
+        self.quality: int | None = None if quality is None else int(quality)
+        # Live recording: every step reaches the writer process at once, so a killed server loses at most the
+        # step held back for the save flow (see `pipelines/episodes/publish.py`).
+        self.flush_steps = bool(flush_steps)
         self.seed = seed
         self.idle_timeout = float(idle_timeout)
         self.max_steps = max_steps if max_steps and max_steps > 0 else None
@@ -225,6 +237,7 @@ class Recorder:
         )
         self._current = _Episode(proto, paths, writer)
         try:
+            publish.write_started(paths.temp, self._started_marker(proto, paths))
             first = self.env.reset()
             self._image = self._render()
             writer.write_first(first.observation, image=self._image, info=first.info)
@@ -235,6 +248,18 @@ class Recorder:
         self._last_tick = self._clock()
         self._keys, self._gamepad = [], None
         return self._step_response(0.0)
+
+    def _started_marker(self, proto: study_pb2.Episode, paths: layout.EpisodePaths) -> study_pb2.Episode:
+        """What recovery needs to register this episode if the process dies while recording it."""
+        marker = study_pb2.Episode()
+        marker.CopyFrom(proto)
+        if self.storage == "envlogger":
+            marker.storage.environment_logger.tag_directory = str(paths.relative)
+        else:
+            marker.storage.pickle.path = str(paths.relative / layout.PICKLE_NAME)
+        marker.metadata.update({"kind": "env", "env_family": registry.family(self.env_spec),
+                                "storage_format": self.storage, "agent_id": self.user})  # fmt: skip
+        return marker
 
     def close(self) -> None:
         """Ends the session's recording: an unfinished episode with steps is registered as ABANDONED."""
@@ -281,6 +306,18 @@ class Recorder:
             return self._step_response(0.0)
         return self.step_action(self.env.action_from_input(self._keys, gamepad), self._keys)
 
+    def step_held(
+        self, keys: Sequence[str] | None = None, gamepad: client_pb2.GamepadInput | None = None
+    ) -> client_pb2.StepResponse | client_pb2.ConfirmSaveResponse:
+        """Async: one frame now, with `keys`/`gamepad` (default: those last given to `act`). The caller owns
+        the clock (`tick()` here, the live session's frame clock in the browser recorder); this is no input,
+        so it does not reset the idle timer."""
+        if keys is None:
+            keys, gamepad = self._keys, self._gamepad
+        assert self.env is not None
+        keys = [str(k) for k in keys]
+        return self.step_action(self.env.action_from_input(keys, gamepad), keys)
+
     def tick(
         self, now: float | None = None
     ) -> client_pb2.StepResponse | client_pb2.ConfirmSaveResponse | None:
@@ -299,7 +336,7 @@ class Recorder:
         if now - self._last_tick < 1.0 / self.env.fps - 1e-6:  # timers jitter; float sums too
             return None
         self._last_tick = now
-        return self.step_action(self.env.action_from_input(self._keys, self._gamepad), self._keys)
+        return self.step_held()
 
     def step_action(
         self, action: Any, keys: Sequence[str] = ()
@@ -338,6 +375,8 @@ class Recorder:
                 keys=p.keys,
                 info=t.info if info is None else info,
             )
+            if self.flush_steps and self._writer_process is not None:
+                self._writer_process.flush()
         except StepmarkError:  # the writer lost the episode (e.g. its process died): it cannot be saved
             self._drop_current()
             raise
@@ -513,7 +552,10 @@ class Recorder:
     # ----- helpers ----------------------------------------------------------------------------------
     def _render(self) -> bytes:
         assert self.env is not None
-        return encode_jpeg(self.env.render(), self.quality)
+        frame = self.env.render()
+        if self.quality is None:
+            self.quality = default_quality(frame.shape)
+        return encode_jpeg(frame, self.quality)
 
     def _step_response(self, reward: float) -> client_pb2.StepResponse:
         steps = self._current.stats.num_steps if self._current is not None else 0

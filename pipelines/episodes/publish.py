@@ -7,10 +7,18 @@ Order of a save (each step survives a kill at any point):
 4. `repo.add_episode(...)` registers it;
 5. the marker is renamed to `episode.json` (the folder now describes itself and is known registered).
 
-So a killed recording leaves either a temp folder without a marker (broken: deleted by recovery), a temp
-folder or final folder with a pending marker (complete but unconfirmed: recovery registers it as
-ABANDONED, keeping the state the recorder meant in `metadata["intended_state"]`), or a registered
-episode. The database never names files that are not complete.
+Before any step, the recorder writes `episode.started.json` (the Episode proto as far as known, and its pid)
+into the temp folder, so a recording cut by a crash still says whose episode it is.
+
+So a killed recording leaves either
+- a temp folder without a pending marker (killed mid-episode): recovery registers the steps its files hold
+  as an ABANDONED episode (`metadata["interrupted"]`, figures counted from the files). The background
+  writer closes the files of a killed recorder itself (`writer_child.py`), so they are readable; a folder
+  whose files cannot be read, or without a started marker, is left where it is and reported, never deleted;
+- a temp folder or final folder with a pending marker (complete but unconfirmed): recovery registers it as
+  ABANDONED, keeping the state the recorder meant in `metadata["intended_state"]`;
+- or a registered episode. The database never names files that are not complete, and recovery never deletes
+  an episode's files that were not registered.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import json_format
 
-from pipelines.episodes import layout
+from pipelines.episodes import layout, stats
 from pipelines.errors import StepmarkError
 from pipelines.store import errors as store_errors
 from protos.rlds_creator import client_pb2, study_pb2
@@ -33,6 +41,7 @@ if TYPE_CHECKING:
     from pipelines.store import Repository
 
 State = study_pb2.Episode.State
+STARTED_FILE = "episode.started.json"
 
 
 def pid_alive(pid: int) -> bool:
@@ -48,9 +57,9 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def write_pending(folder: Path, episode: study_pb2.Episode) -> Path:
+def write_pending(folder: Path, episode: study_pb2.Episode, name: str = layout.PENDING_FILE) -> Path:
     """Writes the registration marker (durably: the rename that follows must not outrun it)."""
-    path = folder / layout.PENDING_FILE
+    path = folder / name
     body = {"pid": os.getpid(), "episode": json_format.MessageToDict(episode)}
     tmp = path.with_suffix(".json.partial")
     with tmp.open("w", encoding="utf-8") as f:
@@ -61,8 +70,13 @@ def write_pending(folder: Path, episode: study_pb2.Episode) -> Path:
     return path
 
 
-def read_pending(folder: Path) -> tuple[int, study_pb2.Episode]:
-    path = folder / layout.PENDING_FILE
+def write_started(folder: Path, episode: study_pb2.Episode) -> Path:
+    """The marker of an episode being recorded (see the module docstring): who, where, which files."""
+    return write_pending(folder, episode, name=STARTED_FILE)
+
+
+def read_pending(folder: Path, name: str = layout.PENDING_FILE) -> tuple[int, study_pb2.Episode]:
+    path = folder / name
     try:
         body = json.loads(path.read_text(encoding="utf-8"))
         episode = json_format.ParseDict(body["episode"], study_pb2.Episode())
@@ -76,6 +90,7 @@ def confirm(folder: Path) -> None:
     pending = folder / layout.PENDING_FILE
     if pending.exists():
         os.replace(pending, folder / layout.EPISODE_FILE)
+    (folder / STARTED_FILE).unlink(missing_ok=True)
 
 
 def publish(repo: Repository, paths: layout.EpisodePaths, episode: study_pb2.Episode) -> study_pb2.Episode:
@@ -132,10 +147,50 @@ def _files_readable(episode: study_pb2.Episode, data_dir: Path) -> bool:
         return False
 
 
+def _interrupted(temp: Path, data_dir: Path) -> str | None:
+    """A temp folder killed mid-episode: writes its pending marker (ABANDONED, figures counted from the files)
+    so the registration below takes it; returns why it cannot be, or None."""
+    if not (temp / STARTED_FILE).exists():
+        return "no episode marker (episode.started.json): files kept for inspection"
+    try:
+        _, episode = read_pending(temp, STARTED_FILE)
+    except StepmarkError as exc:
+        return str(exc)
+    probe = study_pb2.Episode()
+    probe.CopyFrom(episode)
+    if probe.storage.WhichOneof("type") == "environment_logger":
+        probe.storage.environment_logger.tag_directory = str(temp)
+    elif probe.storage.WhichOneof("type") == "pickle":
+        probe.storage.pickle.path = str(temp / Path(probe.storage.pickle.path).name)
+    try:
+        figures = _count(probe, data_dir)
+    except StepmarkError as exc:
+        return f"files cannot be read ({exc}): kept for inspection"
+    if figures is None:
+        return "no step was written: files kept for inspection"
+    stats.apply_to_episode(episode, figures)
+    episode.metadata.update({"interrupted": True})
+    episode.end_time.FromSeconds(int(max(p.stat().st_mtime for p in temp.rglob("*"))))
+    write_pending(temp, episode)
+    return None
+
+
+def _count(episode: study_pb2.Episode, data_dir: Path) -> stats.EpisodeStats | None:
+    """Return and length of the steps an episode's files hold (None when there is no transition)."""
+    from pipelines.episodes import open_episode
+
+    with open_episode(episode, data_dir) as reader:
+        if len(reader) < 2:
+            return None
+        rewards = [reader.step(i).reward for i in range(len(reader) - 1)]
+    return stats.EpisodeStats(r=float(sum(rewards)), l=len(rewards), s=False)
+
+
 def recover_abandoned(repo: Repository, data_dir: str | Path) -> RecoveryReport:
-    """Cleans up after recorders that died: see the module docstring for what each leftover becomes.
+    """Registers what recorders that died left behind: see the module docstring for what each leftover becomes.
 
     Folders of live processes (by pid) are left alone, so this is safe while other recorders run.
+    Nothing is deleted: what cannot be registered is reported in `skipped` and stays on disk.
     """
     data = Path(data_dir)
     report = RecoveryReport()
@@ -148,9 +203,10 @@ def recover_abandoned(repo: Repository, data_dir: str | Path) -> RecoveryReport:
             report.skipped.append((temp, f"recorder process {pid} is still running"))
             continue
         if not (temp / layout.PENDING_FILE).exists():
-            discard(temp)  # killed before its files were closed: nothing readable to keep
-            report.deleted.append(temp)
-            continue
+            why = _interrupted(temp, data)  # killed mid-episode: keep the steps its files hold
+            if why is not None:
+                report.skipped.append((temp, why))
+                continue
         final = temp.with_name(layout.final_name(temp))
         if final.exists():
             report.skipped.append((temp, f"{final.name} already exists"))
@@ -170,8 +226,7 @@ def recover_abandoned(repo: Repository, data_dir: str | Path) -> RecoveryReport:
             report.confirmed.append(folder)
             continue
         if not _files_readable(episode, data):
-            discard(folder)
-            report.deleted.append(folder)
+            report.skipped.append((folder, "files cannot be read: kept for inspection"))
             continue
         intended = State.Name(episode.state) if episode.state else "STATE_UNSPECIFIED"
         episode.state = State.STATE_ABANDONED

@@ -5,7 +5,8 @@ Frames on stdin: `kind (1 byte) + length (uint32 LE) + payload`; kinds O (open: 
 {"folder", "options"}, NUL, serialized metadata Data), F/S (first/next step: serialized `storage_pb2.Data`),
 M (episode metadata Data), C (close), A (abort), Q (quit). C and A are answered on stdout with K (done)
 or E + the error text (the first failure of that episode: a refused open or step).
-End of file on stdin means the recording process died: exit at once, leaving the files unclosed.
+End of file on stdin means the recording process died (or was killed): the episode being written is closed
+as it stands, so its files hold every step received and recovery registers it as ABANDONED; then exit.
 """
 
 from __future__ import annotations
@@ -62,6 +63,17 @@ def _load_envlogger() -> tuple[Any, Any]:
     return riegeli_dataset_writer, storage_pb2
 
 
+def _orphaned(writer: Any) -> None:
+    """The recording process is gone (end of file): close the open episode's files so the steps received are
+    readable (recovery registers them as ABANDONED), then exit at once."""
+    if writer is not None:
+        try:
+            writer.close()
+        except Exception:  # noqa: BLE001 - nothing to report to: the parent is gone
+            pass
+    os._exit(3)
+
+
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     """The child's loop: one envlogger dataset writer at a time, driven by the frames on stdin."""
     os.environ.setdefault("GLOG_minloglevel", "1")
@@ -73,13 +85,12 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     while True:
         header = stdin.read(HEADER.size)
         if len(header) < HEADER.size:
-            # The recording process is gone (end of file): leave the files unclosed, recovery deletes them.
-            os._exit(3)
+            _orphaned(writer)
         kind, size = HEADER.unpack(header)
         try:
             payload = read_exactly(stdin, size)
         except EOFError:
-            os._exit(3)
+            _orphaned(writer)
         if kind in (b"F", b"S"):
             if writer is not None and not error:
                 try:

@@ -10,8 +10,9 @@ Correctness rules (the same guarantees as writing in-process):
   child died, a write failed) raises `StepmarkError` and the episode is not published.
 - a dead child is never silent: the next send fails (broken pipe) or the close gets no acknowledgement,
   and the error names its exit code.
-- if the recording process dies (SIGKILL), the child reads end-of-file and exits at once without closing
-  the files: the temp folder is incomplete and recovery deletes it, as for an in-process writer.
+- if the recording process dies (SIGKILL), the child reads end-of-file, closes the episode's files with the
+  steps it received and exits: recovery (`publish.recover_abandoned`) registers them as ABANDONED. A
+  recorder that must lose no step on a crash flushes after each step (`flush()`).
 
 The child and the frames it reads are in `writer_child.py` (run by path: it imports only envlogger, so it
 starts in a quarter of a second, while the recorder creates its environment).

@@ -447,7 +447,8 @@ CHILD = textwrap.dedent(
 
     data, study, mode, background = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "background"
     repo = open_store(None, data)
-    rec = Recorder(repo, data, study, "maze", "killed@example.com", seed=0, background_writer=background)
+    rec = Recorder(repo, data, study, "maze", "killed@example.com", seed=0, background_writer=background,
+                   flush_steps=True)
     rec.start()
     for _ in range(20):
         rec.act(["ArrowRight"])
@@ -505,22 +506,42 @@ def writer_exits(pid: int) -> bool:
 WRITERS = ["in-process", "background"]
 
 
-@pytest.mark.parametrize("writer", WRITERS)
-def test_sigkill_mid_episode_leaves_nothing_registered_and_is_cleaned(store, writer):
+def test_sigkill_mid_episode_with_the_writer_process_is_registered_as_abandoned(store):
+    """The writer child closes the files of a killed recorder; the next start registers the steps it holds."""
     repo, data = store
     study = make_study(repo, procgen_spec(max_steps=0))
-    writer_pid = run_child(data, study.id, "mid-episode", writer)
-    if writer == "background":
-        assert writer_pid > 0 and writer_exits(writer_pid)  # end of its input: it stops by itself
+    writer_pid = run_child(data, study.id, "mid-episode", "background")
+    assert writer_pid > 0 and writer_exits(writer_pid)  # end of its input: it closes the files and stops
     assert repo.list_episodes(study_id=study.id) == []
     [temp] = layout.temp_folders(data)
-    assert not (temp / layout.PENDING_FILE).exists()
-    # The next recorder start for this data dir deletes the broken temp folder.
+    assert (temp / publish.STARTED_FILE).is_file() and not (temp / layout.PENDING_FILE).exists()
     with Recorder(repo, data, study.id, "maze", USER) as rec:
         rec.start()
-        assert rec.recovery.deleted == [temp] and rec.recovery.registered == []
+        [episode] = rec.recovery.registered
+        assert rec.recovery.deleted == [] and rec.recovery.skipped == []
         rec.cancel()
-    assert not temp.exists() and repo.list_episodes(study_id=study.id) == []
+    assert not temp.exists()
+    assert episode.state == State.STATE_ABANDONED and episode.user.email == "killed@example.com"
+    # 20 presses: the last transition is held back for the save flow, so 19 reached the files.
+    assert episode.num_steps == 19 and episode.metadata["interrupted"] is True
+    with open_episode(episode, data) as reader:
+        assert len(reader) == 20
+        assert [reader.step(i).keys for i in range(3)] == [["ArrowRight"]] * 3
+    [stored] = repo.list_episodes(study_id=study.id)
+    assert stored.id == episode.id and stored.state == State.STATE_ABANDONED
+
+
+def test_sigkill_mid_episode_in_process_keeps_the_unreadable_folder(store):
+    """Files never closed cannot be read: recovery reports the folder and leaves it, it never deletes it."""
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=0))
+    run_child(data, study.id, "mid-episode", "in-process")
+    [temp] = layout.temp_folders(data)
+    report = publish.recover_abandoned(repo, data)
+    assert report.registered == [] and report.deleted == []
+    [(folder, why)] = report.skipped
+    assert folder == temp and "kept for inspection" in why and temp.is_dir()
+    assert repo.list_episodes(study_id=study.id) == []
 
 
 @pytest.mark.parametrize("writer", WRITERS)
