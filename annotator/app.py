@@ -18,17 +18,19 @@ from annotator.views import session
 VIEWS = Path(__file__).resolve().parent / "views"
 
 started = time.perf_counter()
-st.set_page_config(page_title="stepmark annotator", page_icon=":material/label:", layout="wide")
+# No page or navigation icons: Streamlit fetches a `:material/...:` favicon from an outside server, which the
+# annotator's Content-Security-Policy refuses (the browser fetches nothing from outside the annotator).
+st.set_page_config(page_title="stepmark annotator", layout="wide")
 
 config = session.settings()
 user = session.sidebar_identity(config)
 navigation = st.navigation(
     [
-        st.Page(VIEWS / "episodes.py", title="Episodes", icon=":material/table_rows:", default=True),
-        st.Page(VIEWS / "replay.py", title="Replay", icon=":material/play_circle:"),
-        st.Page(VIEWS / "record.py", title="Record", icon=":material/sports_esports:"),
-        st.Page(VIEWS / "studies.py", title="Studies", icon=":material/library_books:"),
-        st.Page(VIEWS / "export.py", title="Export", icon=":material/download:"),
+        st.Page(VIEWS / "episodes.py", title="Episodes", default=True),
+        st.Page(VIEWS / "replay.py", title="Replay"),
+        st.Page(VIEWS / "record.py", title="Record"),
+        st.Page(VIEWS / "studies.py", title="Studies"),
+        st.Page(VIEWS / "export.py", title="Export"),
     ]
 )
 if not user:

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-APP = Path(__file__).resolve().parent / "app.py"
+APP = Path(__file__).resolve().parent / "server.py"  # st.App: the pages + the annotator's own routes
 HOST = "127.0.0.1"
 
 

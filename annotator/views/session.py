@@ -1,59 +1,34 @@
 """What every page shares: the settings, the store, who is annotating, and this browser session's Operations.
 
-The repository and episode readers are process-wide (`st.cache_resource`): opening an episode once serves every
+The repository and episode readers are process-wide (`annotator.web.context`, shared with the routes): opening an episode once serves every
 annotator and every rerun. The `Operations` object is per browser session; it holds only what the protocol keeps
 per connection (selected study, replayed episode, running environment). Tags, notes and states go to the store.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
 
-from annotator.operations import Operations, SharedReader, open_shared_reader, ref_key, ref_of
+from annotator.operations import Operations, SharedReader
+from annotator.web import context
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import study_pb2
 
-
-@dataclass(frozen=True)
-class Settings:
-    data_dir: Path
-    store: str | None
-    user: str | None
+Settings = context.Settings
+settings = context.settings
 
 
-def settings() -> Settings:
-    """From the arguments after `--` of `streamlit run`, else the STEPMARK_* environment variables."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--data", default=os.environ.get("STEPMARK_DATA", "./stepmark-data"))
-    parser.add_argument("--store", default=os.environ.get("STEPMARK_STORE"))
-    parser.add_argument("--user", default=os.environ.get("STEPMARK_USER"))
-    args, _ = parser.parse_known_args(sys.argv[1:])
-    return Settings(data_dir=Path(args.data).expanduser().resolve(), store=args.store, user=args.user or None)
-
-
-@st.cache_resource(show_spinner=False)
 def repository(store: str | None, data_dir: str):
-    from pipelines.store import open_store
-
-    Path(data_dir).mkdir(parents=True, exist_ok=True)
-    return open_store(store, data_dir)
-
-
-@st.cache_resource(max_entries=16, show_spinner=False)
-def _cached_reader(data_dir: str, key: str, _episode: bytes) -> SharedReader:
-    episode = study_pb2.Episode.FromString(_episode)
-    return open_shared_reader(episode, data_dir)
+    return context.repository(store, data_dir)
 
 
 def _reader_for(data_dir: Path):
+    shared = context.readers(str(data_dir))
+
     def open_reader(episode: study_pb2.Episode) -> SharedReader:
-        return _cached_reader(str(data_dir), ref_key(ref_of(episode)), episode.SerializeToString())
+        return shared(episode)
 
     return open_reader
 

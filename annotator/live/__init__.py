@@ -1,0 +1,1 @@
+"""Live recording in the browser: a WebSocket route of the annotator's server steps the environment."""

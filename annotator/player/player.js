@@ -1,0 +1,860 @@
+// The stepmark step player: owns the step index in the browser, prefetches frames and step data from the
+// annotator's own routes, handles keys, and sends every tag with the index of the step whose frame is on screen.
+// Everything that came from a trace or a user is put into the page with textContent, never as markup.
+
+const AHEAD = 48; // frames prefetched ahead of the step on screen (in the playing direction)
+const BEHIND = 12;
+const MAX_FRAMES = 800; // decoded frames kept at most (least recently used dropped)
+const STEP_CHUNK = 100; // steps of per-step data fetched per request
+const POLL_MS = 1000; // how often the tags are re-read (changes by other annotators)
+const STATE_DEBOUNCE_MS = 600; // the step is reported to Python once it has been still this long
+const PARALLEL = 6;
+
+const players = (window.__stepmarkPlayers = window.__stepmarkPlayers || new Map());
+
+function el(root, sel) {
+  return root.querySelector(sel);
+}
+
+function clamp(v, lo, hi) {
+  return Math.max(lo, Math.min(hi, v));
+}
+
+function typing(event) {
+  const path = event.composedPath ? event.composedPath() : [event.target];
+  for (const node of path) {
+    if (!node || !node.tagName) continue;
+    const tag = node.tagName.toUpperCase();
+    if (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || node.isContentEditable) return true;
+    if (node.getAttribute && node.getAttribute("role") === "textbox") return true;
+  }
+  return false;
+}
+
+class Player {
+  constructor(root, data, setStateValue, setTriggerValue) {
+    this.root = root;
+    this.data = data;
+    this.setStateValue = setStateValue;
+    this.setTriggerValue = setTriggerValue;
+    this.base = `/api/replay/${data.ref}`;
+    this.headers = { "X-Stepmark-Token": data.token, "Content-Type": "application/json" };
+    this.n = 0;
+    this.cur = 0;
+    this.kind = "env";
+    this.rewards = [];
+    this.tags = { episode_tags: [], step_tags: {}, state: "", version: "" };
+    this.palette = [];
+    this.frames = new Map(); // step -> HTMLImageElement (decoded)
+    this.loading = new Map(); // step -> Promise
+    this.failed = new Set();
+    this.steps = new Map(); // step -> per-step data
+    this.stepChunks = new Map(); // chunk start -> Promise
+    this.playing = false;
+    this.fps = 5;
+    this.dir = 1;
+    this.segStart = null;
+    this.selected = null; // UI object selected (click / row)
+    this.hovered = null;
+    this.queue = Promise.resolve(); // changes are sent one after another, in the order made
+    this.pending = 0;
+    this.timers = [];
+    this.listeners = [];
+    this.reported = null;
+    this.disposed = false;
+  }
+
+  // ---- set-up -----------------------------------------------------------------------------------------------
+
+  async start() {
+    const meta = await this.getJSON(`${this.base}/meta`);
+    if (this.disposed) return;
+    this.n = meta.num_steps;
+    this.kind = meta.kind;
+    this.rewards = meta.rewards || [];
+    this.palette = meta.palette || [];
+    this.applyTags(meta);
+    this.cur = clamp(this.data.start || 0, 0, Math.max(0, this.n - 1));
+    el(this.root, ".sm-frame").classList.toggle("sm-pixelated", this.kind !== "ui");
+    el(this.root, ".sm-ui-controls").hidden = this.kind !== "ui";
+    el(this.root, ".sm-objects").hidden = this.kind !== "ui";
+    this.buildPalette();
+    this.bind();
+    this.show(this.cur);
+    this.timers.push(setInterval(() => this.poll(), POLL_MS));
+  }
+
+  dispose() {
+    this.disposed = true;
+    this.playing = false;
+    for (const t of this.timers) clearInterval(t);
+    for (const [target, type, fn, opts] of this.listeners) target.removeEventListener(type, fn, opts);
+    this.listeners = [];
+  }
+
+  on(target, type, fn, opts) {
+    target.addEventListener(type, fn, opts);
+    this.listeners.push([target, type, fn, opts]);
+  }
+
+  bind() {
+    const r = this.root;
+    this.on(document, "keydown", (e) => this.onKey(e), true);
+    this.on(r.querySelector(".sm-player"), "click", (e) => this.onClick(e));
+    this.on(el(r, ".sm-fps-input"), "change", (e) => {
+      this.fps = clamp(parseInt(e.target.value, 10) || 5, 1, 30);
+      e.target.value = String(this.fps);
+    });
+    this.fps = clamp(parseInt(el(r, ".sm-fps-input").value, 10) || 5, 1, 30);
+    this.on(el(r, ".sm-timeline"), "click", (e) => {
+      const c = e.currentTarget;
+      const rect = c.getBoundingClientRect();
+      const x = (e.clientX - rect.left) / rect.width;
+      this.go(Math.round(x * Math.max(0, this.n - 1)));
+    });
+    this.on(el(r, ".sm-step-input"), "keydown", (e) => {
+      if (e.key === "Enter") this.tagFromInput("step");
+    });
+    this.on(el(r, ".sm-ep-input"), "keydown", (e) => {
+      if (e.key === "Enter") this.tagFromInput("episode");
+    });
+    for (const sel of [".sm-boxes", ".sm-grid", ".sm-touch"]) {
+      this.on(el(r, sel), "change", () => this.drawOverlay());
+    }
+    const overlay = el(r, ".sm-overlay");
+    this.on(overlay, "mousemove", (e) => {
+      const hit = this.objectAt(e);
+      if (hit !== this.hovered) {
+        this.hovered = hit;
+        this.drawOverlay();
+        this.markRows();
+      }
+    });
+    this.on(overlay, "mouseleave", () => {
+      this.hovered = null;
+      this.drawOverlay();
+      this.markRows();
+    });
+    this.on(overlay, "click", (e) => {
+      this.selected = this.objectAt(e);
+      this.drawOverlay();
+      this.markRows(true);
+    });
+    this.on(overlay, "dblclick", () => el(r, ".sm-frame").classList.toggle("sm-zoomed"));
+    this.on(window, "resize", () => this.drawTimeline());
+  }
+
+  // ---- data ---------------------------------------------------------------------------------------------------
+
+  async getJSON(url) {
+    const response = await fetch(url, { headers: this.headers, credentials: "same-origin" });
+    const body = await response.json().catch(() => ({}));
+    if (!response.ok) throw new Error(body.error || `${response.status} ${response.statusText}`);
+    return body;
+  }
+
+  frameUrl(step) {
+    return `${this.base}/frames/${step}?t=${encodeURIComponent(this.data.token)}`;
+  }
+
+  loadFrame(step) {
+    if (this.frames.has(step)) return Promise.resolve(this.frames.get(step));
+    if (this.loading.has(step)) return this.loading.get(step);
+    if (this.failed.has(step)) return Promise.resolve(null);
+    const img = new Image();
+    img.decoding = "async";
+    const p = new Promise((resolve) => {
+      img.onload = () => {
+        const done = img.decode ? img.decode().catch(() => undefined) : Promise.resolve();
+        done.then(() => {
+          this.loading.delete(step);
+          this.frames.set(step, img);
+          this.trimFrames();
+          resolve(img);
+        });
+      };
+      img.onerror = () => {
+        this.loading.delete(step);
+        this.failed.add(step);
+        resolve(null);
+      };
+    });
+    this.loading.set(step, p);
+    img.src = this.frameUrl(step);
+    return p;
+  }
+
+  trimFrames() {
+    if (this.frames.size <= MAX_FRAMES) return;
+    const keep = (s) => Math.abs(s - this.cur) <= AHEAD + BEHIND;
+    for (const step of this.frames.keys()) {
+      if (this.frames.size <= MAX_FRAMES) break;
+      if (!keep(step)) this.frames.delete(step);
+    }
+  }
+
+  prefetch() {
+    const order = [];
+    for (let i = 1; i <= AHEAD; i++) order.push(this.cur + this.dir * i);
+    for (let i = 1; i <= BEHIND; i++) order.push(this.cur - this.dir * i);
+    let inflight = this.loading.size;
+    for (const s of order) {
+      if (inflight >= PARALLEL) break;
+      if (s < 0 || s >= this.n || this.frames.has(s) || this.loading.has(s) || this.failed.has(s)) continue;
+      this.loadFrame(s).then(() => this.prefetch());
+      inflight++;
+    }
+    this.loadSteps(this.cur);
+    this.loadSteps(clamp(this.cur + this.dir * STEP_CHUNK, 0, Math.max(0, this.n - 1)));
+  }
+
+  loadSteps(step) {
+    const start = Math.floor(step / STEP_CHUNK) * STEP_CHUNK;
+    if (this.stepChunks.has(start)) return this.stepChunks.get(start);
+    const p = this.getJSON(`${this.base}/steps?start=${start}&end=${start + STEP_CHUNK}`)
+      .then((body) => {
+        for (const s of body.steps) this.steps.set(s.index, s);
+        if (step <= this.cur + STEP_CHUNK && !this.disposed) this.renderStepInfo();
+      })
+      .catch((err) => {
+        this.stepChunks.delete(start);
+        this.say(`Could not load step data: ${err.message}`, true);
+      });
+    this.stepChunks.set(start, p);
+    return p;
+  }
+
+  // ---- showing a step ---------------------------------------------------------------------------------------
+
+  go(step) {
+    if (this.n === 0) return;
+    const target = clamp(step, 0, this.n - 1);
+    this.dir = target >= this.cur ? 1 : -1;
+    this.show(target);
+  }
+
+  show(step) {
+    this.cur = step;
+    const frame = this.frames.get(step);
+    if (frame) {
+      this.draw(step, frame);
+    } else {
+      this.drawPending(step);
+      this.loadFrame(step).then((img) => {
+        if (this.cur !== step || this.disposed) return;
+        if (img) this.draw(step, img);
+        else this.drawMissing(step);
+      });
+    }
+    this.renderHeader();
+    this.renderStepTags();
+    this.renderStepInfo();
+    this.drawTimeline();
+    this.prefetch();
+    this.scheduleReport();
+  }
+
+  markFrame(step, note) {
+    const box = el(this.root, ".sm-frame");
+    box.dataset.step = String(step);
+    el(this.root, ".sm-frame-note").textContent = note || "";
+  }
+
+  draw(step, img) {
+    const canvas = el(this.root, ".sm-canvas");
+    if (canvas.width !== img.naturalWidth || canvas.height !== img.naturalHeight) {
+      canvas.width = img.naturalWidth;
+      canvas.height = img.naturalHeight;
+    }
+    const ctx = canvas.getContext("2d");
+    ctx.imageSmoothingEnabled = this.kind === "ui";
+    ctx.drawImage(img, 0, 0);
+    if (this.kind !== "ui") {
+      // Small frames (Procgen 64x64) are shown large with crisp pixels.
+      const scale = Math.max(1, Math.floor(384 / Math.max(1, Math.min(img.naturalWidth, img.naturalHeight))));
+      canvas.style.width = `${img.naturalWidth * scale}px`;
+    } else {
+      canvas.style.width = "";
+    }
+    this.markFrame(step, "");
+    this.drawOverlay();
+  }
+
+  drawPending(step) {
+    this.markFrame(step, `step ${step}: loading…`);
+  }
+
+  drawMissing(step) {
+    const canvas = el(this.root, ".sm-canvas");
+    canvas.getContext("2d").clearRect(0, 0, canvas.width, canvas.height);
+    el(this.root, ".sm-overlay").getContext("2d").clearRect(0, 0, canvas.width, canvas.height);
+    this.markFrame(step, `step ${step}: no frame stored`);
+  }
+
+  renderHeader() {
+    el(this.root, ".sm-stepno").textContent = this.n ? `step ${this.cur} of ${this.n - 1}` : "no steps";
+    el(this.root, ".sm-cur").textContent = String(this.cur);
+    const play = el(this.root, ".sm-play");
+    play.textContent = this.playing ? "❚❚ Pause" : "▶ Play";
+    play.classList.toggle("sm-on", this.playing);
+    const seg = el(this.root, ".sm-seg-state");
+    seg.textContent = this.segStart === null ? "" : `from step ${this.segStart} to ${this.cur}`;
+    el(this.root, '[data-act="seg-tag"]').disabled = this.segStart === null;
+  }
+
+  stepTags(step) {
+    return this.tags.step_tags[String(step)] || [];
+  }
+
+  chips(container, labels, onRemove) {
+    container.replaceChildren();
+    if (!labels.length) {
+      const none = document.createElement("span");
+      none.className = "sm-none";
+      none.textContent = "none yet";
+      container.appendChild(none);
+      return;
+    }
+    for (const label of labels) {
+      const chip = document.createElement("span");
+      chip.className = "sm-chip";
+      const text = document.createElement("span");
+      text.textContent = label;
+      const x = document.createElement("button");
+      x.textContent = "✕";
+      x.title = "Remove this tag";
+      x.addEventListener("click", (e) => {
+        e.stopPropagation();
+        onRemove(label);
+      });
+      chip.append(text, x);
+      container.appendChild(chip);
+    }
+  }
+
+  renderStepTags() {
+    const step = this.cur;
+    this.chips(el(this.root, ".sm-step-chips"), this.stepTags(step), (label) =>
+      this.change({ op: "remove", scope: "step", step, label }),
+    );
+    this.chips(el(this.root, ".sm-ep-chips"), this.tags.episode_tags, (label) =>
+      this.change({ op: "remove", scope: "episode", label }),
+    );
+  }
+
+  buildPalette() {
+    const box = el(this.root, ".sm-palette");
+    box.replaceChildren();
+    this.palette.slice(0, 9).forEach((label, i) => {
+      const b = document.createElement("button");
+      b.className = "sm-btn";
+      b.textContent = `${i + 1} ${label}`;
+      b.title = `Tag the step on screen (${i + 1}); Shift+${i + 1} tags the episode`;
+      b.addEventListener("click", (e) => {
+        e.stopPropagation();
+        this.change({ op: "add", scope: "step", step: this.cur, label });
+      });
+      box.appendChild(b);
+    });
+  }
+
+  renderStepInfo() {
+    const info = el(this.root, ".sm-stepinfo");
+    const s = this.steps.get(this.cur);
+    info.replaceChildren();
+    const line = (label, value) => {
+      const div = document.createElement("div");
+      const b = document.createElement("b");
+      b.textContent = `${label}: `;
+      const span = document.createElement("span");
+      span.textContent = value;
+      div.append(b, span);
+      info.appendChild(div);
+    };
+    const pre = (label, value) => {
+      const d = document.createElement("details");
+      const sum = document.createElement("summary");
+      sum.textContent = label;
+      const p = document.createElement("pre");
+      p.textContent = value;
+      d.append(sum, p);
+      info.appendChild(d);
+    };
+    if (!s) {
+      line("Step", `${this.cur} (loading data…)`);
+      if (this.kind === "ui") this.renderObjects(null);
+      return;
+    }
+    if (this.kind === "ui") {
+      line("Action", s.action_text || "none");
+      for (const w of s.warnings || []) line("Warning", w);
+      this.renderObjects(s);
+    } else {
+      line("Reward", String(s.reward));
+      line("Keys", (s.keys || []).join(", ") || "—");
+      if (s.observation) pre("Observation", s.observation);
+      pre("Action", s.action || (s.last ? "none: the final observation has no action" : "none"));
+    }
+    this.drawOverlay();
+  }
+
+  // ---- UI objects -------------------------------------------------------------------------------------------
+
+  renderObjects(s) {
+    const body = el(this.root, ".sm-table tbody");
+    const title = el(this.root, ".sm-objects-title");
+    body.replaceChildren();
+    if (!s) {
+      title.textContent = "Objects (loading…)";
+      return;
+    }
+    if (this.objectsFor !== s.index) {
+      this.selected = null;
+      this.hovered = null;
+      this.objectsFor = s.index;
+    }
+    const objs = s.objects || [];
+    const more = s.objects_total > objs.length ? ` (first ${objs.length} of ${s.objects_total} shown)` : "";
+    title.textContent = `${s.objects_total} objects${more}: hover or click the screenshot, or click a row`;
+    for (const o of objs) {
+      const tr = document.createElement("tr");
+      tr.dataset.i = String(o.i);
+      const cells = [o.i, o.type, o.text, o.desc, o.rid, o.actionable, o.leaf, o.visible, o.grid,
+        o.box ? `[${o.box[0]},${o.box[1]}][${o.box[2]},${o.box[3]}]` : "no box", o.cls];
+      for (const c of cells) {
+        const td = document.createElement("td");
+        td.textContent = String(c);
+        tr.appendChild(td);
+      }
+      if (o.i === s.target) tr.classList.add("sm-target");
+      tr.addEventListener("click", () => {
+        this.selected = o.i;
+        this.drawOverlay();
+        this.markRows();
+        if (!o.box) this.say(`Object #${o.i} has no box on the screen`);
+      });
+      body.appendChild(tr);
+    }
+    this.markRows();
+  }
+
+  markRows(scroll) {
+    const active = this.selected ?? this.hovered;
+    for (const tr of el(this.root, ".sm-table tbody").children) {
+      const on = Number(tr.dataset.i) === active;
+      tr.classList.toggle("sm-sel", on);
+      if (on && scroll) tr.scrollIntoView({ block: "nearest" });
+    }
+  }
+
+  objectAt(event) {
+    const s = this.steps.get(this.cur);
+    if (!s || !s.size) return null;
+    const rect = event.currentTarget.getBoundingClientRect();
+    const x = ((event.clientX - rect.left) / rect.width) * s.size[0];
+    const y = ((event.clientY - rect.top) / rect.height) * s.size[1];
+    let best = null;
+    let bestArea = Infinity;
+    for (const o of s.objects || []) {
+      if (!o.box || !o.visible) continue;
+      const [l, t, r, b] = o.box;
+      if (x < l || x > r || y < t || y > b) continue;
+      const area = (r - l) * (b - t);
+      if (area < bestArea) {
+        best = o.i;
+        bestArea = area;
+      }
+    }
+    return best;
+  }
+
+  drawOverlay() {
+    const overlay = el(this.root, ".sm-overlay");
+    const canvas = el(this.root, ".sm-canvas");
+    overlay.width = canvas.width;
+    overlay.height = canvas.height;
+    const ctx = overlay.getContext("2d");
+    ctx.clearRect(0, 0, overlay.width, overlay.height);
+    if (this.kind !== "ui") return;
+    const s = this.steps.get(this.cur);
+    if (!s || !s.size || Number(el(this.root, ".sm-frame").dataset.step) !== this.cur) return;
+    const k = overlay.width / s.size[0];
+    const line = Math.max(2, Math.round(overlay.width / 300));
+    const mode = el(this.root, ".sm-boxes").value;
+    const rect = (o) => [o.box[0] * k, o.box[1] * k, (o.box[2] - o.box[0]) * k, (o.box[3] - o.box[1]) * k];
+    ctx.lineWidth = line;
+    for (const o of s.objects || []) {
+      if (!o.box || !o.visible || mode === "none") continue;
+      if (mode === "actionable" && !o.actionable) continue;
+      if (mode === "leaves" && !o.leaf) continue;
+      ctx.strokeStyle = o.actionable ? "rgb(255,140,0)" : "rgb(0,160,255)";
+      ctx.strokeRect(...rect(o));
+    }
+    const active = this.selected ?? this.hovered ?? s.target;
+    const obj = (s.objects || []).find((o) => o.i === active);
+    if (obj && obj.box) {
+      ctx.fillStyle = "rgba(255,0,80,0.22)";
+      ctx.strokeStyle = "rgb(255,0,80)";
+      ctx.lineWidth = line * 2;
+      ctx.fillRect(...rect(obj));
+      ctx.strokeRect(...rect(obj));
+    }
+    if (el(this.root, ".sm-grid").checked) {
+      ctx.strokeStyle = "rgba(255,255,255,0.8)";
+      ctx.lineWidth = line;
+      for (const t of [1, 2]) {
+        ctx.beginPath();
+        ctx.moveTo((overlay.width * t) / 3, 0);
+        ctx.lineTo((overlay.width * t) / 3, overlay.height);
+        ctx.moveTo(0, (overlay.height * t) / 3);
+        ctx.lineTo(overlay.width, (overlay.height * t) / 3);
+        ctx.stroke();
+      }
+    }
+    if (s.touch && el(this.root, ".sm-touch").checked) {
+      const [x, y, ex, ey] = s.touch;
+      const radius = Math.max(8, overlay.width / 40);
+      ctx.strokeStyle = "red";
+      ctx.fillStyle = "red";
+      ctx.lineWidth = line * 2;
+      if (ex !== null && ey !== null) {
+        ctx.beginPath();
+        ctx.moveTo(x * k, y * k);
+        ctx.lineTo(ex * k, ey * k);
+        ctx.stroke();
+      }
+      ctx.beginPath();
+      ctx.arc(x * k, y * k, radius, 0, 2 * Math.PI);
+      ctx.stroke();
+      ctx.beginPath();
+      ctx.arc(x * k, y * k, Math.max(2, radius / 4), 0, 2 * Math.PI);
+      ctx.fill();
+    }
+  }
+
+  // ---- timeline ---------------------------------------------------------------------------------------------
+
+  segments() {
+    // Runs of consecutive steps carrying the same label: shown as one bar.
+    const byLabel = new Map();
+    for (const [step, labels] of Object.entries(this.tags.step_tags)) {
+      for (const label of labels) {
+        if (!byLabel.has(label)) byLabel.set(label, []);
+        byLabel.get(label).push(Number(step));
+      }
+    }
+    const runs = [];
+    for (const [label, steps] of byLabel) {
+      steps.sort((a, b) => a - b);
+      let start = steps[0];
+      let prev = steps[0];
+      for (const s of steps.slice(1).concat([Infinity])) {
+        if (s !== prev + 1) {
+          runs.push({ label, start, end: prev });
+          start = s;
+        }
+        prev = s;
+      }
+    }
+    return runs;
+  }
+
+  drawTimeline() {
+    const c = el(this.root, ".sm-timeline");
+    const width = Math.max(100, Math.round(c.getBoundingClientRect().width || 600));
+    if (c.width !== width) c.width = width;
+    const h = c.height;
+    const ctx = c.getContext("2d");
+    ctx.clearRect(0, 0, width, h);
+    if (this.n === 0) return;
+    const xOf = (i) => (this.n <= 1 ? 0 : (i / (this.n - 1)) * (width - 1));
+    const r = this.rewards;
+    if (r.length) {
+      let lo = Math.min(...r);
+      let hi = Math.max(...r);
+      if (hi === lo) {
+        hi += 1;
+        lo -= 1;
+      }
+      ctx.strokeStyle = "rgba(60,110,200,0.9)";
+      ctx.lineWidth = 1;
+      ctx.beginPath();
+      r.forEach((v, i) => {
+        const x = xOf(i);
+        const y = 4 + (1 - (v - lo) / (hi - lo)) * (h - 24);
+        if (i === 0) ctx.moveTo(x, y);
+        else ctx.lineTo(x, y);
+      });
+      ctx.stroke();
+    }
+    const runs = this.segments();
+    const lanes = [...new Set(runs.map((s) => s.label))];
+    for (const run of runs) {
+      const lane = lanes.indexOf(run.label) % 3;
+      ctx.fillStyle = ["rgba(255,140,0,0.85)", "rgba(30,160,90,0.85)", "rgba(150,60,200,0.85)"][lane];
+      const x0 = xOf(run.start);
+      const x1 = Math.max(x0 + 2, xOf(run.end));
+      ctx.fillRect(x0 - 1, h - 16 + lane * 5, x1 - x0 + 2, 4);
+    }
+    ctx.fillStyle = "rgba(255,140,0,0.9)";
+    for (const step of Object.keys(this.tags.step_tags)) ctx.fillRect(xOf(Number(step)) - 1, 0, 2, 6);
+    ctx.strokeStyle = "rgb(220,0,60)";
+    ctx.lineWidth = 2;
+    ctx.beginPath();
+    ctx.moveTo(xOf(this.cur), 0);
+    ctx.lineTo(xOf(this.cur), h);
+    ctx.stroke();
+    if (this.segStart !== null) {
+      ctx.fillStyle = "rgba(220,0,60,0.15)";
+      const a = xOf(Math.min(this.segStart, this.cur));
+      const b = xOf(Math.max(this.segStart, this.cur));
+      ctx.fillRect(a, 0, Math.max(2, b - a), h);
+    }
+  }
+
+  // ---- input --------------------------------------------------------------------------------------------------
+
+  onKey(e) {
+    if (this.disposed || !this.root.isConnected || typing(e) || this.n === 0) return;
+    if (e.altKey || e.metaKey) return;
+    const digit = /^(Digit|Numpad)([1-9])$/.exec(e.code || "");
+    let handled = true;
+    if (e.ctrlKey) {
+      if (e.code === "KeyZ" && e.shiftKey) this.undoRedo(true);
+      else if (e.code === "KeyZ") this.undoRedo(false);
+      else if (e.code === "KeyY") this.undoRedo(true);
+      else handled = false;
+    } else if (e.key === "ArrowRight") this.go(this.cur + (e.shiftKey ? 10 : 1));
+    else if (e.key === "ArrowLeft") this.go(this.cur - (e.shiftKey ? 10 : 1));
+    else if (e.key === "Home") this.go(0);
+    else if (e.key === "End") this.go(this.n - 1);
+    else if (e.key === " " || e.code === "Space") this.togglePlay();
+    else if (e.key === "]" || e.key === "[") this.jumpTagged(e.key === "]" ? 1 : -1);
+    else if (digit) {
+      const label = this.palette[Number(digit[2]) - 1];
+      if (label === undefined) this.say(`No palette tag ${digit[2]} in this study (Studies page)`, true);
+      else if (e.shiftKey) this.change({ op: "add", scope: "episode", label });
+      else this.change({ op: "add", scope: "step", step: this.cur, label });
+    } else handled = false;
+    if (handled) {
+      e.preventDefault();
+      e.stopPropagation();
+    }
+  }
+
+  onClick(e) {
+    const b = e.target.closest ? e.target.closest("[data-act]") : null;
+    if (!b) return;
+    const act = b.dataset.act;
+    if (act === "first") this.go(0);
+    else if (act === "prev") this.go(this.cur - 1);
+    else if (act === "next") this.go(this.cur + 1);
+    else if (act === "last") this.go(this.n - 1);
+    else if (act === "play") this.togglePlay();
+    else if (act === "tag-step") this.tagFromInput("step");
+    else if (act === "tag-ep") this.tagFromInput("episode");
+    else if (act === "undo") this.undoRedo(false);
+    else if (act === "redo") this.undoRedo(true);
+    else if (act === "seg-start") {
+      this.segStart = this.cur;
+      this.renderHeader();
+      this.drawTimeline();
+    } else if (act === "seg-tag") this.tagSegment();
+  }
+
+  tagFromInput(scope) {
+    const input = el(this.root, scope === "step" ? ".sm-step-input" : ".sm-ep-input");
+    const label = input.value.trim();
+    if (!label) return;
+    input.value = "";
+    if (scope === "step") this.change({ op: "add", scope: "step", step: this.cur, label });
+    else this.change({ op: "add", scope: "episode", label });
+  }
+
+  tagSegment() {
+    const input = el(this.root, ".sm-step-input");
+    const label = input.value.trim();
+    if (!label || this.segStart === null) {
+      this.say("Type the segment's tag in the step tag box first", true);
+      return;
+    }
+    input.value = "";
+    const [a, b] = [Math.min(this.segStart, this.cur), Math.max(this.segStart, this.cur)];
+    this.segStart = null;
+    this.change({ op: "add", scope: "segment", step: a, end: b, label });
+    this.renderHeader();
+  }
+
+  jumpTagged(dir) {
+    const tagged = Object.keys(this.tags.step_tags).map(Number).sort((a, b) => a - b);
+    const next = dir > 0 ? tagged.find((s) => s > this.cur) : tagged.reverse().find((s) => s < this.cur);
+    if (next === undefined) this.say(dir > 0 ? "No tagged step after this one" : "No tagged step before this one");
+    else this.go(next);
+  }
+
+  togglePlay() {
+    this.playing = !this.playing;
+    if (this.playing) {
+      if (this.cur >= this.n - 1) this.show(0);
+      this.dir = 1;
+      this.playFrom = performance.now();
+      this.playBase = this.cur;
+      requestAnimationFrame((t) => this.tick(t));
+    } else {
+      this.scheduleReport();
+    }
+    this.renderHeader();
+  }
+
+  tick(now) {
+    if (!this.playing || this.disposed) return;
+    const interval = 1000 / this.fps;
+    // Advance on the clock: step k is due at playFrom + k/fps. A step whose frame is not loaded yet is waited
+    // for (never skipped), and the clock restarts from it so the rate does not jump to catch up.
+    const due = this.playBase + Math.floor((now - this.playFrom) / interval);
+    if (due > this.cur) {
+      const next = this.cur + 1;
+      if (next >= this.n) {
+        this.playing = false;
+        this.renderHeader();
+        this.scheduleReport();
+        return;
+      }
+      if (this.frames.has(next) || this.failed.has(next)) {
+        this.show(next);
+        if (due > next + 1) {
+          this.playFrom = now;
+          this.playBase = next;
+        }
+      } else {
+        this.loadFrame(next);
+        this.playFrom = now - interval;
+        this.playBase = this.cur;
+      }
+    }
+    requestAnimationFrame((t) => this.tick(t));
+  }
+
+  // ---- changes ------------------------------------------------------------------------------------------------
+
+  say(message, error) {
+    const box = el(this.root, ".sm-message");
+    box.textContent = message;
+    box.classList.toggle("sm-err", !!error);
+  }
+
+  applyTags(body) {
+    const before = this.tags.state;
+    this.tags = {
+      episode_tags: body.episode_tags || [],
+      step_tags: body.step_tags || {},
+      state: body.state || "",
+      version: body.version || "",
+    };
+    this.renderStepTags();
+    this.drawTimeline();
+    if (before && before !== this.tags.state) this.setTriggerValue("changed", this.tags.version);
+  }
+
+  change(request) {
+    // Optimistic: shown at once, then replaced by what the store says.
+    if (request.scope === "step") {
+      const key = String(request.step);
+      const now = this.tags.step_tags[key] || [];
+      if (request.op === "add" && !now.includes(request.label)) this.tags.step_tags[key] = now.concat([request.label]);
+      if (request.op === "remove") this.tags.step_tags[key] = now.filter((l) => l !== request.label);
+      if (!this.tags.step_tags[key].length) delete this.tags.step_tags[key];
+      this.renderStepTags();
+      this.drawTimeline();
+    }
+    this.send("tags", request);
+  }
+
+  undoRedo(redo) {
+    this.send(redo ? "redo" : "undo", {});
+  }
+
+  send(path, body) {
+    this.pending++;
+    this.queue = this.queue
+      .then(async () => {
+        const response = await fetch(`${this.base}/${path}`, {
+          method: "POST",
+          headers: this.headers,
+          body: JSON.stringify(body),
+          credentials: "same-origin",
+        });
+        const reply = await response.json().catch(() => ({}));
+        if (!response.ok) throw new Error(reply.error || `${response.status} ${response.statusText}`);
+        this.applyTags(reply);
+        this.say(reply.message || "");
+        if (path !== "tags") this.setTriggerValue("changed", reply.version || "");
+      })
+      .catch((err) => {
+        this.say(`Not saved: ${err.message}`, true);
+        return this.refresh();
+      })
+      .finally(() => {
+        this.pending--;
+      });
+  }
+
+  async refresh() {
+    try {
+      this.applyTags(await this.getJSON(`${this.base}/tags`));
+    } catch (err) {
+      this.say(`Could not read the tags: ${err.message}`, true);
+    }
+  }
+
+  async poll() {
+    if (this.pending || this.disposed || document.hidden) return;
+    try {
+      const body = await this.getJSON(`${this.base}/tags`);
+      if (!this.pending && body.version !== this.tags.version) this.applyTags(body);
+    } catch (err) {
+      // The server may be restarting: say nothing until it answers again.
+    }
+  }
+
+  scheduleReport() {
+    clearTimeout(this.reportTimer);
+    if (this.playing) return;
+    this.reportTimer = setTimeout(() => {
+      if (this.playing || this.disposed || this.reported === this.cur) return;
+      this.reported = this.cur;
+      this.setStateValue("step", this.cur);
+    }, STATE_DEBOUNCE_MS);
+  }
+}
+
+export default function (component) {
+  const { data, parentElement, setStateValue, setTriggerValue } = component;
+  const root = parentElement;
+  const id = `${data.ref}|${data.token}|${JSON.stringify(data.palette || [])}`;
+  const previous = players.get(root);
+  let player;
+  if (previous && previous.id === id && !previous.player.disposed) {
+    // The same episode again after a Streamlit rerun: keep the player (and its step, its playback) as it is.
+    clearTimeout(previous.disposeTimer);
+    player = previous.player;
+    player.setStateValue = setStateValue;
+    player.setTriggerValue = setTriggerValue;
+  } else {
+    if (previous) previous.player.dispose();
+    player = new Player(root, data, setStateValue, setTriggerValue);
+    if (previous && previous.player.data.ref === data.ref) player.data = { ...data, start: previous.player.cur };
+    players.set(root, { id, player });
+    player.start().catch((err) => player.say(`Cannot open the episode: ${err.message}`, true));
+  }
+  return () => {
+    // Streamlit calls this before calling us again with new data, and when the player leaves the page: dispose
+    // only if no new call for the same episode follows at once.
+    const entry = players.get(root);
+    if (!entry || entry.player !== player) return;
+    entry.disposeTimer = setTimeout(() => {
+      if (players.get(root) === entry) players.delete(root);
+      player.dispose();
+    }, 0);
+  };
+}

@@ -1,0 +1,41 @@
+"""The annotator's server: the Streamlit pages (`app.py`) and the annotator's own routes in one `st.App`.
+
+`stepmark annotate` runs `streamlit run annotator/server.py -- --data D ...`; Streamlit finds `app` below and serves
+it with its own Starlette/Uvicorn server, so pages, frames, step data and the recorder's WebSocket share one origin,
+one process and one store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+from starlette.middleware import Middleware
+
+from annotator.live.routes import routes as live_routes
+from annotator.web import context, guard
+from annotator.web.replay_routes import routes as replay_routes
+
+APP_SCRIPT = Path(__file__).resolve().parent / "app.py"
+
+
+@asynccontextmanager
+async def _lifespan(_app: Any) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        context.run_shutdown_hooks()
+
+
+_settings = context.settings()
+
+# Written as a plain `st.App(...)` assignment: `streamlit run` finds the app by reading this file's syntax tree.
+app = st.App(
+    str(APP_SCRIPT),
+    routes=[*replay_routes(), *live_routes()],
+    middleware=[Middleware(guard.OriginGuard, allowed_hosts={*guard.LOOPBACK_NAMES, _settings.host})],
+    lifespan=_lifespan,
+)

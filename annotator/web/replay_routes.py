@@ -1,0 +1,222 @@
+"""HTTP routes of the step player: episode data, frames, tags and undo for the browser, on the annotator's origin.
+
+Every request carries a token minted by the Replay page for its annotator (`X-Stepmark-Token` header, or `t=` for
+an `<img>`), so only pages this server showed can read or change anything, as that annotator. Changes take the
+step index the browser sends: the step whose frame was on screen when the key was pressed.
+
+    GET  /api/replay/{study}/{session}/{episode}/meta            kind, length, rewards, tags, palette
+    GET  /api/replay/{study}/{session}/{episode}/steps?start=&end= per-step data (objects, action, keys, ...)
+    GET  /api/replay/{study}/{session}/{episode}/frames/{step}   the step's frame (cacheable)
+    GET  /api/replay/{study}/{session}/{episode}/tags            tags and state now (polled for live updates)
+    POST /api/replay/{study}/{session}/{episode}/tags            add/remove a step, segment or episode tag
+    POST /api/replay/{study}/{session}/{episode}/undo | /redo    this annotator's last change on this episode
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from annotator.operations import episode_kind
+from annotator.web import context, player_data
+from pipelines.errors import StepmarkError
+from pipelines.store.audit import describe
+from protos.rlds_creator import client_pb2
+
+PREFIX = "/api/replay/{study}/{session}/{episode}"
+MAX_BODY = 16 * 1024
+MAX_LABEL = 256
+
+
+class RequestError(StepmarkError):
+    """A request the player should not have sent (bad step, bad body): 400 with the reason."""
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"ok": False, "error": message}, status_code=status, headers={"cache-control": "no-store"})
+
+
+def _claims(request: Request) -> context.Claims:
+    return context.verify(request.headers.get("x-stepmark-token") or request.query_params.get("t"))
+
+
+def _ref(request: Request) -> client_pb2.EpisodeRef:
+    p = request.path_params
+    return client_pb2.EpisodeRef(study_id=p["study"], session_id=p["session"], episode_id=p["episode"])
+
+
+def _repo():
+    s = context.settings()
+    return context.repository(s.store, str(s.data_dir))
+
+
+def _open(ref: client_pb2.EpisodeRef):
+    s = context.settings()
+    episode = _repo().get_episode(ref)
+    return episode, context.readers(str(s.data_dir))(episode)
+
+
+def _int(value: Any, name: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise RequestError(f"{name} must be a whole number, got {value!r}") from None
+
+
+def _guarded(handler):
+    """Token check, then the handler in a worker thread (readers and the store block); errors become JSON."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            claims = _claims(request)
+        except context.TokenError as exc:
+            return _error(401, str(exc))
+        try:
+            return await run_in_threadpool(handler, request, claims)
+        except (RequestError, player_data.FrameError) as exc:
+            return _error(400 if isinstance(exc, RequestError) else 404, str(exc))
+        except StepmarkError as exc:
+            name = type(exc).__name__
+            status = 404 if "NotFound" in name else 403 if "Permission" in name else 409
+            return _error(status, str(exc))
+
+    return endpoint
+
+
+def _meta(request: Request, claims: context.Claims) -> Response:
+    ref = _ref(request)
+    episode, reader = _open(ref)
+    repo = _repo()
+    palette = list(repo.get_palette(ref.study_id)) if hasattr(repo, "get_palette") else []
+    body = {
+        "kind": episode_kind(episode),
+        "num_steps": len(reader),
+        "rewards": reader.rewards(),
+        "palette": palette,
+        "user": claims.user,
+        **player_data.tags_payload(episode),
+    }
+    return JSONResponse(body, headers={"cache-control": "no-store"})
+
+
+def _steps(request: Request, claims: context.Claims) -> Response:
+    ref = _ref(request)
+    episode, reader = _open(ref)
+    kind = episode_kind(episode)
+    start = max(0, _int(request.query_params.get("start", 0), "start"))
+    end = min(len(reader), _int(request.query_params.get("end", start + 50), "end"))
+    end = min(end, start + player_data.STEPS_PER_REQUEST)
+    steps = [player_data.step_payload(reader.step(i), kind) for i in range(start, end)]
+    return JSONResponse({"start": start, "steps": steps}, headers={"cache-control": "private, max-age=3600"})
+
+
+def _frame(request: Request, claims: context.Claims) -> Response:
+    ref = _ref(request)
+    episode, reader = _open(ref)
+    index = _int(request.path_params["step"], "step")
+    if not 0 <= index < len(reader):
+        raise RequestError(f"step {index} is out of range: the episode has {len(reader)} steps")
+    picture = player_data.frame(reader.step(index), episode_kind(episode))
+    return Response(
+        picture.data, media_type=picture.content_type, headers={"cache-control": "private, max-age=86400, immutable"}
+    )
+
+
+def _tags_now(request: Request, claims: context.Claims) -> Response:
+    episode = _repo().get_episode(_ref(request))
+    return JSONResponse(player_data.tags_payload(episode), headers={"cache-control": "no-store"})
+
+
+def _label(body: dict[str, Any]) -> str:
+    label = body.get("label")
+    if not isinstance(label, str) or not label.strip():
+        raise RequestError("a tag needs a non-empty label")
+    if len(label) > MAX_LABEL:
+        raise RequestError(f"a tag label is at most {MAX_LABEL} characters")
+    return label.strip()
+
+
+def _body(request: Request) -> dict[str, Any]:
+    raw = request.state.body
+    if len(raw) > MAX_BODY:
+        raise RequestError("request body too large")
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        raise RequestError("request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise RequestError("request body must be a JSON object")
+    return body
+
+
+def _change_tags(request: Request, claims: context.Claims) -> Response:
+    ref = _ref(request)
+    body = _body(request)
+    repo = _repo()
+    op, scope, label = body.get("op"), body.get("scope"), _label(body)
+    if op not in ("add", "remove") or scope not in ("step", "segment", "episode"):
+        raise RequestError("op must be add/remove and scope step/segment/episode")
+    user = claims.user
+    if scope == "episode":
+        ok = (repo.add_episode_tag if op == "add" else repo.remove_episode_tag)(ref, label, user)
+        message = f"{'Tagged' if op == 'add' else 'Removed from'} the episode: {label}"
+    elif scope == "step":
+        step = _int(body.get("step"), "step")
+        ok = (repo.add_step_tag if op == "add" else repo.remove_step_tag)(ref, step, label, user)
+        message = f"{'Tagged' if op == 'add' else 'Removed from'} step {step}: {label}"
+    else:
+        start, end = sorted((_int(body.get("step"), "step"), _int(body.get("end"), "end")))
+        changer = repo.add_segment_tag if op == "add" else repo.remove_segment_tag
+        count = changer(ref, start, end, label, user)
+        ok = bool(count)
+        message = f"{'Tagged' if op == 'add' else 'Removed from'} steps {start}–{end} ({count} changed): {label}"
+    if not ok:
+        message = f"Nothing changed ({label} was {'already there' if op == 'add' else 'not there'})"
+    episode = repo.get_episode(ref)
+    return JSONResponse({"ok": bool(ok), "message": message, **player_data.tags_payload(episode)})
+
+
+def _undo_or_redo(redo: bool):
+    def handler(request: Request, claims: context.Claims) -> Response:
+        ref = _ref(request)
+        repo = _repo()
+        entry = (repo.redo_last if redo else repo.undo_last)(claims.user, ref=ref)
+        if entry is None:
+            message = f"Nothing of yours to {'redo' if redo else 'undo'} on this episode"
+        else:
+            message = describe(entry)
+        episode = repo.get_episode(ref)
+        return JSONResponse(
+            {"ok": entry is not None, "message": message, "step": getattr(entry, "step_index", None),
+             **player_data.tags_payload(episode)}  # fmt: skip
+        )
+
+    return handler
+
+
+def _with_body(handler):
+    """Read the body on the event loop (Starlette's stream), then hand over to the threaded handler."""
+    guarded = _guarded(handler)
+
+    async def endpoint(request: Request) -> Response:
+        request.state.body = await request.body()
+        return await guarded(request)
+
+    return endpoint
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route(PREFIX + "/meta", _guarded(_meta), methods=["GET"]),
+        Route(PREFIX + "/steps", _guarded(_steps), methods=["GET"]),
+        Route(PREFIX + "/frames/{step}", _guarded(_frame), methods=["GET"]),
+        Route(PREFIX + "/tags", _guarded(_tags_now), methods=["GET"]),
+        Route(PREFIX + "/tags", _with_body(_change_tags), methods=["POST"]),
+        Route(PREFIX + "/undo", _with_body(_undo_or_redo(redo=False)), methods=["POST"]),
+        Route(PREFIX + "/redo", _with_body(_undo_or_redo(redo=True)), methods=["POST"]),
+    ]
