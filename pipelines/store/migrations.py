@@ -22,7 +22,9 @@ from sqlalchemy.engine import Connection
 from pipelines.store.errors import SchemaVersionError
 
 # Tables stepmark owns; a database holding some of them but no version table is not ours to touch.
-_TABLES = ("studies", "environments", "sessions", "episodes", "episode_tags", "step_tags", "audit_log")
+_TABLES = (
+    "studies", "environments", "sessions", "episodes", "episode_tags", "step_tags", "audit_log", "study_reviewers",
+)  # fmt: skip
 # Arbitrary constant for pg_advisory_xact_lock ("stepmark" in ASCII, truncated to fit a bigint).
 _PG_LOCK_KEY = 0x737465706D61726B
 
@@ -207,12 +209,90 @@ def _v3_append_only_audit_log(conn: Connection) -> None:
         )
 
 
+def _renamed(name: str, taken: set[str]) -> str:
+    """`name (2)`, `name (3)`, ...: the first that is not taken."""
+    n = 2
+    while f"{name} ({n})" in taken:
+        n += 1
+    return f"{name} ({n})"
+
+
+def _v4_palettes_reviewers_unique_names_reverts(conn: Connection) -> None:
+    """Version 4: tag palettes, reviewers, unique study names per creator, one undo/redo per audit entry.
+
+    - `studies.palette` (JSON list of labels, NULL = none);
+    - `study_reviewers` (study, user, added_by, added_time);
+    - UNIQUE (`creator`, `name`) on `studies`. Older versions allowed one creator two studies of one name (a
+      race in `import-ui --study NAME`): the oldest (creation time, then id) keeps the name, each later one is
+      renamed `NAME (2)`, `NAME (3)`, ... (the first such name that creator does not use), and the rename is
+      written to the audit log as a `study.update` by `stepmark-migration`;
+    - `audit_log.reverts` under a unique index (set by undo/redo from now on; older entries keep NULL) and an
+      index on `undo_of`.
+    """
+    json_type = sa.JSON().compile(dialect=conn.dialect)
+    conn.execute(sa.text(f"ALTER TABLE studies ADD COLUMN palette {json_type}"))
+    md = sa.MetaData()
+    sa.Table("studies", md, sa.Column("id", sa.String(64), primary_key=True))  # only for the foreign key
+    reviewers = sa.Table(
+        "study_reviewers",
+        md,
+        sa.Column(
+            "study_id", sa.String(64), sa.ForeignKey("studies.id", ondelete="CASCADE"), primary_key=True
+        ),
+        sa.Column("user", sa.String(320), primary_key=True),
+        sa.Column("added_by", sa.String(320), nullable=False),
+        sa.Column("added_time", sa.DateTime(timezone=True), nullable=False),
+    )
+    reviewers.create(conn)
+
+    studies = sa.table(
+        "studies", sa.column("id"), sa.column("name"), sa.column("creator"), sa.column("creation_time")
+    )
+    audit = sa.table(
+        "audit_log", sa.column("time"), sa.column("user"), sa.column("action"), sa.column("study_id"),
+        sa.column("before", sa.JSON(none_as_null=True)), sa.column("after", sa.JSON(none_as_null=True)),
+    )  # fmt: skip
+    rows = conn.execute(
+        sa.select(studies.c.id, studies.c.name, studies.c.creator).order_by(
+            studies.c.creator, studies.c.creation_time, studies.c.id
+        )
+    ).all()
+    taken: dict[str, set[str]] = {}
+    for _, name, creator in rows:
+        taken.setdefault(creator, set()).add(name)
+    seen: set[tuple[str, str]] = set()
+    now = datetime.now(UTC)
+    for study_id, name, creator in rows:
+        if (creator, name) not in seen:
+            seen.add((creator, name))
+            continue
+        new_name = _renamed(name, taken[creator])
+        taken[creator].add(new_name)
+        conn.execute(sa.update(studies).where(studies.c.id == study_id).values(name=new_name))
+        conn.execute(
+            sa.insert(audit).values(
+                time=now, user="stepmark-migration", action="study.update", study_id=study_id,
+                before={"name": name}, after={"name": new_name},
+            )
+        )  # fmt: skip
+    conn.execute(sa.text("CREATE UNIQUE INDEX ux_studies_creator_name ON studies (creator, name)"))
+
+    conn.execute(sa.text("ALTER TABLE audit_log ADD COLUMN reverts INTEGER"))
+    conn.execute(sa.text("CREATE UNIQUE INDEX ux_audit_log_reverts ON audit_log (reverts)"))
+    conn.execute(sa.text("CREATE INDEX ix_audit_log_undo_of ON audit_log (undo_of)"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _v1_initial),
     Migration(
         2, "episodes.source_key for idempotent imports; audit log indexes", _v2_sources_and_audit_indexes
     ),
     Migration(3, "audit_log append-only (triggers)", _v3_append_only_audit_log),
+    Migration(
+        4,
+        "tag palettes, study reviewers, unique study names per creator, one undo/redo per audit entry",
+        _v4_palettes_reviewers_unique_names_reverts,
+    ),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

@@ -54,6 +54,8 @@ class SchemaVersion(Base):
 
 class StudyRow(Base):
     __tablename__ = "studies"
+    # v4: a creator's study names are unique (import-ui finds or creates a study by name, race-free).
+    __table_args__ = (Index("ux_studies_creator_name", "creator", "name", unique=True),)
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     name: Mapped[str] = mapped_column(Text)
@@ -63,6 +65,8 @@ class StudyRow(Base):
     creation_time: Mapped[datetime] = mapped_column(TIME)
     state: Mapped[int] = mapped_column(Integer)  # StudySpec.State
     updated_time: Mapped[datetime] = mapped_column(TIME)
+    # v4: the tag palette (labels for the digit keys 1-9, in order); NULL = no palette.
+    palette: Mapped[list[str] | None] = mapped_column(JSON(none_as_null=True))
 
     environments: Mapped[list[EnvironmentRow]] = relationship(
         back_populates="study", order_by="EnvironmentRow.position", cascade="all, delete-orphan"
@@ -82,6 +86,17 @@ class EnvironmentRow(Base):
     spec: Mapped[bytes] = mapped_column(LargeBinary)
 
     study: Mapped[StudyRow] = relationship(back_populates="environments")
+
+
+class StudyReviewerRow(Base):
+    """v4: a user with the reviewer role in a study (may change others' episode states and remove their tags)."""
+
+    __tablename__ = "study_reviewers"
+
+    study_id: Mapped[str] = mapped_column(ID, ForeignKey("studies.id", ondelete="CASCADE"), primary_key=True)
+    user: Mapped[str] = mapped_column(EMAIL, primary_key=True)
+    added_by: Mapped[str] = mapped_column(EMAIL)
+    added_time: Mapped[datetime] = mapped_column(TIME)
 
 
 class SessionRow(Base):
@@ -170,6 +185,9 @@ class AuditRow(Base):
         # v2: the Episodes page reads one episode's history; undo reads one user's latest changes.
         Index("ix_audit_log_episode", "episode_id", "id"),
         Index("ix_audit_log_user", "user", "id"),
+        # v4: "is this entry undone/redone already?" and at most one undo/redo per entry, kept by the database.
+        Index("ix_audit_log_undo_of", "undo_of"),
+        Index("ux_audit_log_reverts", "reverts", unique=True),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -182,5 +200,8 @@ class AuditRow(Base):
     step_index: Mapped[int | None] = mapped_column(Integer)
     before: Mapped[Any | None] = mapped_column(JSON(none_as_null=True))
     after: Mapped[Any | None] = mapped_column(JSON(none_as_null=True))
-    # For an "undo" entry: the id of the entry it reverted.
+    # For an "undo" entry: the id of the entry it reverted; for a "redo" entry: the id of the undo it reverted.
     undo_of: Mapped[int | None] = mapped_column(Integer)
+    # v4: the same id as `undo_of` on undo/redo entries written since version 4, under a unique index: two
+    # concurrent undos can never both revert one entry. NULL on older entries and on every other action.
+    reverts: Mapped[int | None] = mapped_column(Integer)

@@ -6,7 +6,10 @@ leave this module. Rules of the reference implemented here:
 - only the creator updates, enables or disables a study;
 - a disabled study takes no new sessions and no new episodes;
 - episodes of an INVALID session are left out of listings (unless asked for);
-- an episode may be deleted by its own user or by the study's creator.
+- an episode may be deleted by its own user or by the study's creator;
+- anyone may add tags; another user's episode state, and a tag someone else added, may be changed only by the
+  episode's user, the study's creator or a reviewer of the study (`PermissionDenied` otherwise);
+- a creator's study names are unique (a unique index: concurrent creations cannot both succeed).
 Tags are rows under unique constraints, added with INSERT ... ON CONFLICT DO NOTHING, and notes/state changes
 lock the episode row, so concurrent writers (two annotators, two processes) never lose each other's changes.
 """
@@ -26,8 +29,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from pipelines.store import mapping
-from pipelines.store.audit import UNDOABLE, AuditAction, AuditEntry
+from pipelines.store import mapping, revert, tags
+from pipelines.store.audit import AuditAction, AuditEntry
 from pipelines.store.database import WRITE
 from pipelines.store.errors import (
     AlreadyExists,
@@ -46,6 +49,7 @@ from pipelines.store.models import (
     EpisodeTagRow,
     SessionRow,
     StepTagRow,
+    StudyReviewerRow,
     StudyRow,
 )
 from protos.rlds_creator import client_pb2, study_pb2
@@ -58,6 +62,9 @@ EpisodeRef = client_pb2.EpisodeRef
 _ENABLED = StudySpec.STATE_ENABLED
 _DISABLED = StudySpec.STATE_DISABLED
 _INVALID = SessionProto.STATE_INVALID
+PALETTE_SIZE = 9  # labels for the digit keys 1-9
+MAX_SEGMENT_STEPS = 100_000
+MAX_STUDY_NAME = 500
 
 
 def new_id() -> str:
@@ -89,6 +96,10 @@ def validate_spec(spec: StudySpec, source: str = "study spec") -> None:
     """Rules a stored study must meet; messages name the source and the field."""
     if not spec.name.strip():
         raise InvalidSpec(f"{source}: field 'name' is required")
+    if len(spec.name) > MAX_STUDY_NAME:
+        raise InvalidSpec(
+            f"{source}: field 'name' is {len(spec.name)} characters long; the limit is {MAX_STUDY_NAME}"
+        )
     if len(spec.id) > 64:
         raise InvalidSpec(f"{source}: field id is longer than 64 characters")
     seen: set[str] = set()
@@ -226,6 +237,7 @@ class Repository:
         with self._write() as s:
             if s.get(StudyRow, study_id) is not None:
                 raise AlreadyExists(f"study {study_id!r} already exists")
+            self._check_name_free(s, creator, spec.name, None)
             row = StudyRow(
                 id=study_id,
                 name=spec.name,
@@ -240,7 +252,7 @@ class Repository:
                 mapping.environment_row(env, i) for i, env in enumerate(spec.environment_specs)
             ]
             s.add(row)
-            s.flush()
+            self._flush_study(s, creator, spec.name)
             result = mapping.study_spec(row)
             self._audit(
                 s, creator, AuditAction.STUDY_CREATE, study_id=study_id, after=mapping.message_json(result)
@@ -292,7 +304,9 @@ class Repository:
                     )
                     envs.append(env)
             row.environments = envs
-            s.flush()
+            if spec.name != before.name:
+                self._check_name_free(s, row.creator, spec.name, row.id)
+            self._flush_study(s, row.creator, spec.name)
             result = mapping.study_spec(row)
             self._audit(
                 s,
@@ -303,6 +317,31 @@ class Repository:
                 after=mapping.message_json(result),
             )
             return result
+
+    @staticmethod
+    def _check_name_free(s: Session, creator: str, name: str, study_id: str | None) -> None:
+        taken = s.scalar(sa.select(StudyRow.id).where(StudyRow.creator == creator, StudyRow.name == name))
+        if taken is not None and taken != study_id:
+            raise AlreadyExists(f"{creator} already has a study named {name!r} ({taken})")
+
+    @staticmethod
+    def _flush_study(s: Session, creator: str, name: str) -> None:
+        """Flush a new or renamed study; the unique index decides a race between two creators of one name."""
+        try:
+            s.flush()
+        except IntegrityError as exc:
+            raise AlreadyExists(
+                f"{creator} already has a study named {name!r} (created concurrently)"
+            ) from exc
+
+    def find_study_by_name(self, name: str, creator: str | None = None) -> list[StudySpec]:
+        """Studies called `name` (of one creator when given), oldest first."""
+        with self._read() as s:
+            query = sa.select(StudyRow).where(StudyRow.name == name)
+            if creator is not None:
+                query = query.where(StudyRow.creator == creator)
+            rows = s.scalars(query.order_by(StudyRow.creation_time, StudyRow.id)).all()
+            return [mapping.study_spec(row) for row in rows]
 
     def get_study(self, study_id: str) -> StudySpec:
         with self._read() as s:
@@ -337,6 +376,87 @@ class Repository:
             )
             s.flush()
             return mapping.study_spec(row)
+
+    # -- tag palettes and reviewers ---------------------------------------------------------------------------
+
+    def get_palette(self, study_id: str) -> list[str]:
+        """The study's tag palette: labels for the digit keys 1..9, in order (empty when none is set)."""
+        with self._read() as s:
+            return list(self._study_row(s, study_id).palette or [])
+
+    def set_palette(self, study_id: str, labels: Sequence[str], user: str) -> list[str]:
+        """Replace the palette (at most 9 unique labels, tag label rules; empty clears it). The study's creator
+        or a reviewer may; audited as `study.palette`."""
+        cleaned = [_label(label) for label in labels]
+        if len(cleaned) > PALETTE_SIZE:
+            raise StoreError(
+                f"a tag palette holds at most {PALETTE_SIZE} labels (keys 1-9), not {len(cleaned)}"
+            )
+        duplicates = sorted({label for label in cleaned if cleaned.count(label) > 1})
+        if duplicates:
+            raise StoreError(
+                f"a tag palette lists each label once: {', '.join(map(repr, duplicates))} repeated"
+            )
+        with self._write() as s:
+            row = self._study_row(s, study_id, lock=True)
+            is_reviewer = s.get(StudyReviewerRow, (study_id, user)) is not None
+            if user != row.creator and not is_reviewer:
+                raise PermissionDenied(
+                    f"only the creator ({row.creator}) or a reviewer may edit the tag palette of study {study_id!r}"
+                )
+            before = list(row.palette or [])
+            if before != cleaned:
+                row.palette = cleaned or None
+                row.updated_time = _now()
+                self._audit(
+                    s, user, AuditAction.STUDY_PALETTE, study_id=study_id,
+                    before={"labels": before}, after={"labels": cleaned},
+                )  # fmt: skip
+            return cleaned
+
+    def list_reviewers(self, study_id: str) -> list[str]:
+        """Users with the reviewer role in a study, sorted."""
+        with self._read() as s:
+            self._study_row(s, study_id)
+            return list(
+                s.scalars(
+                    sa.select(StudyReviewerRow.user)
+                    .where(StudyReviewerRow.study_id == study_id)
+                    .order_by(StudyReviewerRow.user)
+                ).all()
+            )
+
+    def set_reviewers(self, study_id: str, reviewers: Iterable[str], user: str) -> list[str]:
+        """Replace a study's reviewers (only its creator may); audited as `study.reviewers`."""
+        wanted = sorted({r.strip() for r in reviewers if r and r.strip()})
+        for reviewer in wanted:
+            if len(reviewer) > 320:
+                raise StoreError(f"reviewer {reviewer[:40]!r}... is longer than 320 characters")
+        with self._write() as s:
+            row = self._study_row(s, study_id, lock=True)
+            if row.creator != user:
+                raise PermissionDenied(
+                    f"only the creator ({row.creator}) may choose the reviewers of {study_id!r}"
+                )
+            current = {
+                r.user: r
+                for r in s.scalars(sa.select(StudyReviewerRow).where(StudyReviewerRow.study_id == study_id))
+            }
+            if sorted(current) == wanted:
+                return wanted
+            for name, reviewer in current.items():
+                if name not in wanted:
+                    s.delete(reviewer)
+            now = _now()
+            for name in wanted:
+                if name not in current:
+                    s.add(StudyReviewerRow(study_id=study_id, user=name, added_by=user, added_time=now))
+            s.flush()
+            self._audit(
+                s, user, AuditAction.STUDY_REVIEWERS, study_id=study_id,
+                before={"reviewers": sorted(current)}, after={"reviewers": wanted},
+            )  # fmt: skip
+            return wanted
 
     def get_environment(self, study_id: str, env_id: str) -> study_pb2.EnvironmentSpec:
         with self._read() as s:
@@ -592,12 +712,42 @@ class Repository:
             rows = s.scalars(query.order_by(EpisodeRow.registered_time, EpisodeRow.id)).all()
             return [mapping.episode_proto(row) for row in rows]
 
+    # -- permissions ------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _may_review(s: Session, row: EpisodeRow, user: str) -> bool:
+        if user == row.user:
+            return True
+        creator = s.scalar(sa.select(StudyRow.creator).where(StudyRow.id == row.study_id))
+        if user == creator:
+            return True
+        return s.get(StudyReviewerRow, (row.study_id, user)) is not None
+
+    def _require_review(self, s: Session, row: EpisodeRow, user: str, what: str) -> None:
+        """PermissionDenied unless `user` may change others' work on this episode."""
+        if not self._may_review(s, row, user):
+            creator = s.scalar(sa.select(StudyRow.creator).where(StudyRow.id == row.study_id))
+            raise PermissionDenied(
+                f"{user} may not {what} on episode {row.id!r} of {row.user}: only the episode's user, the "
+                f"study's creator ({creator}) or a reviewer of study {row.study_id!r} may"
+            )
+
+    def can_review(self, ref: EpisodeRef, user: str) -> bool:
+        """May `user` change the state of this episode and remove tags others added to it?"""
+        with self._read() as s:
+            return self._may_review(s, self._episode_row(s, ref), user)
+
+    # -- tags, notes and state --------------------------------------------------------------------------------
+
     def set_episode_state(self, ref: EpisodeRef, state: int, user: str) -> Episode:
+        """Set the state; someone else's episode only as study creator or reviewer (PermissionDenied)."""
         if state not in Episode.State.values():
             raise StoreError(f"unknown episode state {state}")
         with self._write() as s:
             row = self._episode_row(s, ref, lock=True)
             if row.state != state:
+                if row.user != user:
+                    self._require_review(s, row, user, "change the state")
                 before = row.state
                 row.state = state
                 self._audit(
@@ -608,65 +758,31 @@ class Repository:
             s.flush()
             return mapping.episode_proto(row)
 
-    def _set_episode_tag(self, s: Session, row: EpisodeRow, label: str, user: str, present: bool) -> bool:
-        if present:
-            changed = self._insert_ignore(
-                s,
-                EpisodeTagRow.__table__,  # type: ignore[arg-type]
-                {"episode_id": row.id, "label": label, "user": user, "created_time": _now()},
-            )
-        else:
-            result = s.execute(
-                sa.delete(EpisodeTagRow).where(
-                    EpisodeTagRow.episode_id == row.id, EpisodeTagRow.label == label
-                )
-            )
-            changed = result.rowcount > 0  # type: ignore[attr-defined]
-        return changed
-
-    def _set_step_tag(
-        self, s: Session, row: EpisodeRow, index: int, label: str, user: str, present: bool
-    ) -> bool:
-        if present:
-            return self._insert_ignore(
-                s,
-                StepTagRow.__table__,  # type: ignore[arg-type]
-                {
-                    "episode_id": row.id,
-                    "step_index": index,
-                    "label": label,
-                    "user": user,
-                    "created_time": _now(),
-                },
-            )
-        result = s.execute(
-            sa.delete(StepTagRow).where(
-                StepTagRow.episode_id == row.id, StepTagRow.step_index == index, StepTagRow.label == label
-            )
-        )
-        return result.rowcount > 0  # type: ignore[attr-defined]
+    def _remove_tag(self, s: Session, row: EpisodeRow, step: int | None, label: str, user: str) -> bool:
+        """Remove a tag (refused for someone else's tag without the right); audited with its author and time."""
+        taken = tags.take(s, row.id, step, label)
+        if taken is None:
+            return False
+        if taken.get("user") != user:
+            self._require_review(s, row, user, f"remove {taken.get('user')}'s tag {label!r}")
+        action = AuditAction.EPISODE_TAG_REMOVE if step is None else AuditAction.STEP_TAG_REMOVE
+        self._audit(s, user, action, **self._where(row), step_index=step, before=taken)
+        return True
 
     def add_episode_tag(self, ref: EpisodeRef, label: str, user: str) -> bool:
         """Tag an episode; False if it already has the tag."""
         label = _label(label)
         with self._write() as s:
             row = self._episode_row(s, ref)
-            changed = self._set_episode_tag(s, row, label, user, True)
+            changed = tags.put(s, row.id, None, {"label": label}, user)
             if changed:
                 self._audit(s, user, AuditAction.EPISODE_TAG_ADD, **self._where(row), after={"label": label})
             return changed
 
     def remove_episode_tag(self, ref: EpisodeRef, label: str, user: str) -> bool:
-        """Untag an episode; False if it did not have the tag."""
-        label = label.strip()
+        """Untag an episode; False if it did not have the tag. Someone else's tag: see `can_review`."""
         with self._write() as s:
-            row = self._episode_row(s, ref)
-            changed = self._set_episode_tag(s, row, label, user, False)
-            if changed:
-                self._audit(
-                    s, user, AuditAction.EPISODE_TAG_REMOVE, **self._where(row), before={"label": label}
-                )
-            return changed
+            return self._remove_tag(s, self._episode_row(s, ref), None, label.strip(), user)
 
     @staticmethod
     def _check_step(row: EpisodeRow, index: int) -> None:
@@ -690,34 +806,61 @@ class Repository:
         with self._write() as s:
             row = self._episode_row(s, ref)
             self._check_step(row, index)
-            changed = self._set_step_tag(s, row, index, label, user, True)
+            changed = tags.put(s, row.id, index, {"label": label}, user)
             if changed:
                 self._audit(
-                    s,
-                    user,
-                    AuditAction.STEP_TAG_ADD,
-                    **self._where(row),
-                    step_index=index,
-                    after={"label": label},
-                )
+                    s, user, AuditAction.STEP_TAG_ADD, **self._where(row), step_index=index, after={"label": label}
+                )  # fmt: skip
             return changed
 
     def remove_step_tag(self, ref: EpisodeRef, index: int, label: str, user: str) -> bool:
-        """Untag a step; False if the step did not have the tag."""
+        """Untag a step; False if the step did not have the tag. Someone else's tag: see `can_review`."""
+        with self._write() as s:
+            return self._remove_tag(s, self._episode_row(s, ref), index, label.strip(), user)
+
+    def _segment(self, row: EpisodeRow, start: int, end: int) -> None:
+        if start > end:
+            raise StoreError(f"segment start {start} is after its end {end}")
+        if end - start + 1 > MAX_SEGMENT_STEPS:
+            raise StoreError(f"segment {start}-{end} spans more than {MAX_SEGMENT_STEPS} steps")
+        self._check_step(row, start)
+        self._check_step(row, end)
+
+    def add_segment_tag(self, ref: EpisodeRef, start: int, end: int, label: str, user: str) -> int:
+        """Tag every step of [start, end] (inclusive) in one transaction and one audit entry
+        (`step.segment.add`, `after` = label, start, end and the steps it added); returns how many it added.
+        Steps that had the tag already are left alone, so undoing it removes exactly the tags it added."""
+        label = _label(label)
+        with self._write() as s:
+            row = self._episode_row(s, ref)
+            self._segment(row, start, end)
+            now = _now()
+            added = tags.put_steps(s, row.id, tags.tag_json(label, user, now), user, range(start, end + 1))
+            if added:
+                self._audit(
+                    s, user, AuditAction.STEP_SEGMENT_ADD, **self._where(row), step_index=start,
+                    after={"label": label, "start": start, "end": end,
+                           "tags": [tags.tag_json(label, user, now, i) for i in added]},
+                )  # fmt: skip
+            return len(added)
+
+    def remove_segment_tag(self, ref: EpisodeRef, start: int, end: int, label: str, user: str) -> int:
+        """Remove a label from every step of [start, end] in one transaction and one audit entry
+        (`step.segment.remove`, `before` = each removed tag with its author and time); returns how many."""
         label = label.strip()
         with self._write() as s:
             row = self._episode_row(s, ref)
-            changed = self._set_step_tag(s, row, index, label, user, False)
-            if changed:
+            self._segment(row, start, end)
+            taken = tags.take_steps(s, row.id, label, span=(start, end))
+            others = sorted({str(t.get("user")) for t in taken if t.get("user") != user})
+            if others:
+                self._require_review(s, row, user, f"remove tags of {', '.join(others)}")
+            if taken:
                 self._audit(
-                    s,
-                    user,
-                    AuditAction.STEP_TAG_REMOVE,
-                    **self._where(row),
-                    step_index=index,
-                    before={"label": label},
-                )
-            return changed
+                    s, user, AuditAction.STEP_SEGMENT_REMOVE, **self._where(row), step_index=start,
+                    before={"label": label, "start": start, "end": end, "tags": taken},
+                )  # fmt: skip
+            return len(taken)
 
     def set_notes(self, ref: EpisodeRef, notes: str, user: str, *, expected: str | None = None) -> bool:
         """Replace the episode's notes (the row is locked while read and written); False if unchanged.
@@ -817,76 +960,30 @@ class Repository:
         if limit is not None:
             query = query.limit(limit)
         with self._read() as s:
-            return [mapping.audit_entry(row) for row in s.scalars(query).all()]
+            return [revert.entry(s, row) for row in s.scalars(query).all()]
 
-    @staticmethod
-    def _check_unchanged_since(s: Session, entry: AuditRow, current: dict[str, Any]) -> None:
-        """Undoing a value someone changed since would silently drop their change: refuse instead."""
-        if current == entry.after:
-            return
-        later = s.scalars(
-            sa.select(AuditRow)
-            .where(AuditRow.episode_id == entry.episode_id, AuditRow.id > entry.id)
-            .where(AuditRow.action.in_([entry.action, str(AuditAction.UNDO)]))
-            .order_by(AuditRow.id.desc())
-            .limit(1)
-        ).first()
-        by = f" by {later.user} at {mapping.utc(later.time):%Y-%m-%d %H:%M:%S} UTC" if later else ""
-        field = next(iter(current))
-        raise Conflict(
-            f"cannot undo your {entry.action} on episode {entry.episode_id!r}: its {field} changed since{by}"
-        )
-
-    def undo_last(self, user: str) -> AuditEntry | None:
-        """Revert `user`'s most recent undoable change (tag add/remove, notes, state) not yet undone.
+    def undo_last(self, user: str, ref: EpisodeRef | None = None) -> AuditEntry | None:
+        """Revert `user`'s most recent undoable change (tag, segment, notes, state, or a redo) not yet undone;
+        with `ref`, only among that user's changes on that episode.
 
         Changes to episodes that were deleted since are skipped. If someone else changed the notes or state
-        since, undoing would drop their change: Conflict is raised and nothing changes. The undo itself is logged (action "undo",
-        `undo_of` = the reverted entry) and returned; None when there is nothing to undo.
+        since, undoing would drop their change: Conflict is raised and nothing changes. A removed tag comes back
+        under its original author and creation time. The undo is logged (action "undo", `undo_of` = the
+        reverted entry) and returned (`audit.describe` words it); None when there is nothing to undo. Each
+        entry is undone at most once, whatever runs concurrently (see `revert`).
         """
-        undone = sa.select(AuditRow.undo_of).where(AuditRow.undo_of.is_not(None))
-        query = (
-            sa.select(AuditRow)
-            .join(EpisodeRow, EpisodeRow.id == AuditRow.episode_id)
-            .where(
-                AuditRow.user == user,
-                AuditRow.action.in_([str(a) for a in UNDOABLE]),
-                AuditRow.id.not_in(undone),
-            )
-            .order_by(AuditRow.id.desc())
-            .limit(1)
-        )
-        with self._write() as s:
-            entry = s.scalars(query).first()
-            if entry is None:
-                return None
-            row = s.get(EpisodeRow, entry.episode_id, with_for_update={"key_share": True})
-            assert row is not None  # joined above, locked now
-            action = AuditAction(entry.action)
-            before: Any
-            after: Any
-            if action in (AuditAction.EPISODE_TAG_ADD, AuditAction.EPISODE_TAG_REMOVE):
-                label = (entry.after or entry.before)["label"]
-                restore = action == AuditAction.EPISODE_TAG_REMOVE
-                self._set_episode_tag(s, row, label, user, restore)
-                before, after = (None, {"label": label}) if restore else ({"label": label}, None)
-            elif action in (AuditAction.STEP_TAG_ADD, AuditAction.STEP_TAG_REMOVE):
-                label = (entry.after or entry.before)["label"]
-                restore = action == AuditAction.STEP_TAG_REMOVE
-                self._set_step_tag(s, row, entry.step_index or 0, label, user, restore)
-                before, after = (None, {"label": label}) if restore else ({"label": label}, None)
-            elif action == AuditAction.EPISODE_NOTES:
-                before, after = {"notes": row.notes or ""}, {"notes": entry.before["notes"]}
-                self._check_unchanged_since(s, entry, before)
-                row.notes = entry.before["notes"] or None
-            else:  # EPISODE_STATE
-                previous = Episode.State.Value(entry.before["state"])
-                before = {"state": _state_name(Episode.State, row.state)}
-                after = {"state": entry.before["state"]}
-                self._check_unchanged_since(s, entry, before)
-                row.state = previous
-            undo = self._audit(
-                s, user, AuditAction.UNDO, **self._where(row), step_index=entry.step_index,
-                before=before, after=after, undo_of=entry.id,
-            )  # fmt: skip
-            return mapping.audit_entry(undo)
+        return revert.revert_last(
+            self._write, user, ref.episode_id if ref is not None else None,
+            redo=False, guard=self._require_review, now=_now,
+        )  # fmt: skip
+
+    def redo_last(self, user: str, ref: EpisodeRef | None = None) -> AuditEntry | None:
+        """Re-apply `user`'s most recent undo (on the episode `ref`) not redone yet; None when there is none.
+
+        A new change by the user there since the undo clears the redo chain, as in editors. Logged as "redo"
+        with `undo_of` = the undo entry it reverted.
+        """
+        return revert.revert_last(
+            self._write, user, ref.episode_id if ref is not None else None,
+            redo=True, guard=self._require_review, now=_now,
+        )  # fmt: skip

@@ -314,7 +314,7 @@ def test_notes_and_state(repo: Repository, episode) -> None:
     assert repo.set_notes(ref, "looks fine", "bob") is True
     assert repo.set_notes(ref, "looks fine", "carol") is False
     assert repo.get_episode(ref).notes == "looks fine"
-    rejected = repo.set_episode_state(ref, Episode.STATE_REJECTED, "bob")
+    rejected = repo.set_episode_state(ref, Episode.STATE_REJECTED, "bob@example.com")  # its own user
     assert rejected.state == Episode.STATE_REJECTED
     with pytest.raises(StoreError, match="unknown episode state 42"):
         repo.set_episode_state(ref, 42, "bob")
@@ -357,6 +357,7 @@ def test_delete_permissions(repo: Repository, study, session, episode) -> None:
 
 def test_every_change_is_audited_with_before_and_after(repo: Repository, study, session, episode) -> None:
     ref = ref_of(episode)
+    repo.set_reviewers(study.id, ["carol"], "alice@example.com")  # carol may change bob's state and tags
     repo.add_episode_tag(ref, "good", "bob")
     repo.add_episode_tag(ref, "good", "bob")  # no change, no entry
     repo.add_step_tag(ref, 3, "jump", "carol")
@@ -375,7 +376,8 @@ def test_every_change_is_audited_with_before_and_after(repo: Repository, study, 
         ("episode.tag.add", "bob"),
         ("episode.add", "bob@example.com"),
     ]
-    assert (log[0].before, log[0].after) == ({"label": "good"}, None)
+    assert log[0].after is None and log[0].before["label"] == "good"
+    assert log[0].before["user"] == "bob" and log[0].before["created_time"] <= log[0].time.isoformat()
     assert (log[1].before, log[1].after) == ({"state": "STATE_COMPLETED"}, {"state": "STATE_REJECTED"})
     assert (log[2].before, log[2].after) == ({"notes": ""}, {"notes": "n1"})
     assert (log[3].step_index, log[3].after) == (3, {"label": "jump"})
@@ -392,8 +394,9 @@ def test_every_change_is_audited_with_before_and_after(repo: Repository, study, 
     assert repo.audit_log(study_id=study.id)[-1].action == AuditAction.STUDY_CREATE
 
 
-def test_undo_reverts_the_users_own_changes_in_reverse_order(repo: Repository, episode) -> None:
+def test_undo_reverts_the_users_own_changes_in_reverse_order(repo: Repository, study, episode) -> None:
     ref = ref_of(episode)
+    repo.set_reviewers(study.id, ["bob"], "alice@example.com")
     assert repo.undo_last("bob") is None
     repo.add_episode_tag(ref, "good", "bob")
     repo.add_step_tag(ref, 2, "jump", "bob")
@@ -404,7 +407,7 @@ def test_undo_reverts_the_users_own_changes_in_reverse_order(repo: Repository, e
     repo.remove_episode_tag(ref, "good", "bob")
 
     undo = repo.undo_last("bob")
-    assert undo is not None and undo.action == "undo" and undo.after == {"label": "good"}
+    assert undo is not None and undo.action == "undo" and undo.after["label"] == "good"
     assert [t.label for t in repo.get_episode(ref).tags] == ["carols", "good"]
     repo.undo_last("bob")  # state
     assert repo.get_episode(ref).state == Episode.STATE_COMPLETED
@@ -420,7 +423,7 @@ def test_undo_reverts_the_users_own_changes_in_reverse_order(repo: Repository, e
     assert repo.undo_last("bob") is None  # episode.add is not undoable
     undos = [e for e in repo.audit_log(ref) if e.action == "undo"]
     assert len(undos) == 6 and all(e.user == "bob" and e.undo_of for e in undos)
-    assert repo.undo_last("carol").before == {"label": "carols"}
+    assert repo.undo_last("carol").before["label"] == "carols"
 
 
 def test_undo_skips_deleted_episodes(repo: Repository, study, session, episode) -> None:
@@ -464,8 +467,9 @@ def test_overlong_ids_are_refused_clearly(repo: Repository, study, session) -> N
         repo.add_episode(episode)
 
 
-def test_undo_refuses_to_drop_a_later_change_by_someone_else(repo: Repository, episode) -> None:
+def test_undo_refuses_to_drop_a_later_change_by_someone_else(repo: Repository, study, episode) -> None:
     ref = ref_of(episode)
+    repo.set_reviewers(study.id, ["bob", "carol"], "alice@example.com")
     repo.set_notes(ref, "bob's note", "bob")
     repo.set_notes(ref, "carol's note", "carol")
     with pytest.raises(Conflict, match="its notes changed since by carol at 20"):
