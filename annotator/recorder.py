@@ -170,6 +170,15 @@ class Recorder:
         return self._current is not None
 
     @property
+    def episode_steps(self) -> int:
+        """Transitions taken in the episode being recorded (0 between episodes)."""
+        return self._current.stats.num_steps if self._current is not None else 0
+
+    def note_input(self) -> None:
+        """The user is there (e.g. resumed a paused recording): the idle timer starts again."""
+        self._last_input = self._clock()
+
+    @property
     def awaiting_save(self) -> bool:
         """True when the environment ended the episode and the client has not answered yet."""
         return self._current is not None and self._current.ended
