@@ -27,7 +27,8 @@ from annotator.live.session import QUALITIES, Command, InputError, LiveSession, 
 from annotator.web import context
 
 PATH = "/api/record/ws"
-MAX_SESSIONS = 8  # live recordings at once on one server (each has a thread, an environment, a writer process)
+# Live recordings at once on one server (each has a thread, an environment, a writer process).
+MAX_SESSIONS = 8
 MAX_IN_FLIGHT = 2
 MAX_MESSAGE = 16 * 1024
 HELLO_SECONDS = 15.0

@@ -9,7 +9,7 @@ sends what the session emits. Everything that touches the recorder runs on the s
   released since the last frame (a tap shorter than a frame still acts once);
 - Esc pauses (no step while paused), Enter resumes or starts the next episode; at the end of an episode the
   browser answers with `save` (accept / completed), as the reference client's save dialog does;
-- the session ends on `close` (tab closed, connection lost, server shutdown): the recorder closes, so an
+- `stop` keeps an episode with steps as CANCELLED and ends the session; it also ends on `close` (tab closed, connection lost, server shutdown): the recorder closes, so an
   episode with steps is registered as ABANDONED with its files complete, the environment and the writer
   process stop, and the thread exits.
 
@@ -115,6 +115,8 @@ def parse_command(message: dict[str, Any]) -> Command:
         return Command(kind, value=bool(message.get("paused", True)))
     if kind in ("start", "enter"):
         return Command("enter")
+    if kind in ("end", "stop"):
+        return Command(kind)
     if kind == "save":
         return Command(kind, value=(bool(message.get("accept")), bool(message.get("completed", True))))
     if kind == "fps":
@@ -221,6 +223,10 @@ class LiveSession:
         if command is not None:
             if command.kind == "close":
                 return False
+            if command.kind == "stop":  # an episode with steps is kept as CANCELLED, then the session ends
+                episode = self.recorder.cancel() if self.recorder is not None else None
+                self._emit_event({"t": "stopped", "episode_id": episode.id if episode is not None else ""})
+                return False
             try:
                 self._handle(command)
             except StepmarkError as exc:
@@ -259,6 +265,9 @@ class LiveSession:
                 self._resume()
             elif self.state == READY:
                 self._start_episode(paused=False)
+        elif kind == "end":  # the player ends the episode here (environments such as Robosuite only truncate)
+            if self.state in (RUNNING, PAUSED) and recorder.in_episode:
+                self._set_state(ENDED, completed=False)
         elif kind == "save":
             self._save(*command.value)
         elif kind == "fps":
@@ -350,7 +359,9 @@ class LiveSession:
         assert recorder is not None
         if self.state == ENDED or (self.state in (RUNNING, PAUSED) and recorder.in_episode):
             # Saving before the environment ends the episode is allowed (the reference client's Save button).
-            response = recorder.save(client_pb2.SaveEpisodeRequest(accept=accept, mark_as_completed=completed))
+            response = recorder.save(
+                client_pb2.SaveEpisodeRequest(accept=accept, mark_as_completed=completed)
+            )
             episode = response.episode.episode
             self.saved.append(episode)
             self._emit_event({"t": "saved", "episode_id": episode.id, "status": response.episode.status,
