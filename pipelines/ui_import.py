@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.store import NotFound, PermissionDenied, Repository, StoreError
+from pipelines.store import AlreadyExists, NotFound, PermissionDenied, Repository, StoreError
 from protos.rlds_creator import study_pb2
 
 UI_ENV_ID = "android-ui"
@@ -34,26 +34,42 @@ def _ui_environment() -> study_pb2.EnvironmentSpec:
     )
 
 
+def _by_name(repo: Repository, name: str, user: str) -> study_pb2.StudySpec | None:
+    """The user's own study of that name, else the one study of that name by anyone (several: an error)."""
+    mine = repo.find_study_by_name(name, creator=user)
+    if mine:
+        return mine[0]  # unique per creator (schema version 4)
+    matches = repo.find_study_by_name(name)
+    if len(matches) > 1:
+        ids = ", ".join(s.id for s in matches)
+        raise StoreError(f"--study {name!r}: {len(matches)} studies have this name ({ids}); pass an id")
+    return matches[0] if matches else None
+
+
 def find_or_create_study(repo: Repository, study: str, user: str) -> study_pb2.StudySpec:
-    """The study whose id or name is `study` (with an `android-ui` environment), created when there is none."""
+    """The study whose id or name is `study` (with an `android-ui` environment), created when there is none.
+
+    Race-free: study names are unique per creator in the database, so of several imports creating the same
+    study at once one creates it and the others find it.
+    """
     try:
         spec = repo.get_study(study)
     except NotFound:
-        matches = [s for s in repo.list_studies() if s.name == study]
-        if len(matches) > 1:
-            ids = ", ".join(s.id for s in matches)
-            raise StoreError(
-                f"--study {study!r}: {len(matches)} studies have this name ({ids}); pass an id"
-            ) from None
-        if not matches:
-            spec = study_pb2.StudySpec(
+        found = _by_name(repo, study, user)
+        if found is None:
+            new = study_pb2.StudySpec(
                 name=study,
                 description="Android UI episodes imported from stepmark convert-ui output.",
                 instructions="Review each episode; tag steps and write notes.",
             )
-            spec.environment_specs.append(_ui_environment())
-            return repo.create_study(spec, user)
-        spec = matches[0]
+            new.environment_specs.append(_ui_environment())
+            try:
+                return repo.create_study(new, user)
+            except AlreadyExists:  # created by a concurrent import of the same user
+                found = _by_name(repo, study, user)
+                if found is None:
+                    raise
+        spec = found
     if any(env.id == UI_ENV_ID for env in spec.environment_specs):
         return spec
     if spec.creator.email != user:

@@ -604,6 +604,18 @@ class Repository:
         With `skip_existing_sources`, an episode whose source (e.g. UI record id) is already in its study is
         skipped instead of failing the batch: re-importing the same records adds nothing.
         """
+        batch = list(episodes)
+        for attempt in range(5):
+            try:
+                return self._add_episodes(batch, skip_existing_sources)
+            except IntegrityError:
+                # Another process registered one of these sources after our check (PostgreSQL: the unique index
+                # waited for its commit). A new transaction sees it and skips it.
+                if not skip_existing_sources or attempt == 4:
+                    raise AlreadyExists("an episode of this batch was registered concurrently") from None
+        return []
+
+    def _add_episodes(self, episodes: list[Episode], skip_existing_sources: bool) -> list[Episode]:
         added: list[Episode] = []
         studies: dict[str, StudyRow] = {}
         with self._write() as s:

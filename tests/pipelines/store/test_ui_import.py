@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -82,10 +83,12 @@ def test_import_into_an_existing_study(repo: Repository, ui_output: Path) -> Non
     assert study.id == other.id
     assert [e.id for e in study.environment_specs] == ["maze", "pong", UI_ENV_ID]
     repo.enable_study(study.id, False, "ann")
-    repo.create_study(study_spec("twice"), "ann")
     repo.create_study(study_spec("twice"), "bob")
+    repo.create_study(study_spec("twice"), "carol")
     with pytest.raises(StoreError, match="2 studies have this name"):
         import_ui(repo, ui_output, "twice", "ann")
+    own = repo.create_study(study_spec("twice"), "ann")  # the importer's own study of that name is the one
+    assert import_ui(repo, ui_output, "twice", "ann").id == own.id
 
 
 def test_disabled_study_and_bad_paths(repo: Repository, ui_output: Path, tmp_path: Path) -> None:
@@ -101,3 +104,31 @@ def test_disabled_study_and_bad_paths(repo: Repository, ui_output: Path, tmp_pat
     assert len(repo.list_episodes(study_id=study.id)) == len(
         ui_records.index_records(ui_records.shard_paths(str(ui_output))[0])
     )
+
+
+def _import(argv: list[str], barrier) -> None:  # noqa: ANN001
+    barrier.wait(timeout=120)
+    raise SystemExit(main(argv))
+
+
+def test_concurrent_imports_of_one_study_name_make_one_study(
+    repo: Repository, store_url: str | None, data_dir: Path, ui_output: Path
+) -> None:
+    """4 concurrent `stepmark import-ui --study SAME` (issue 13: duplicate studies on SQLite and PostgreSQL):
+    one study, every record once."""
+    argv = ["import-ui", str(ui_output), "--study", "SAME", "--user", "ann", "--data", str(data_dir)]
+    if store_url is not None:
+        argv += ["--store", store_url]
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(4)
+    workers = [ctx.Process(target=_import, args=(argv, barrier)) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=600)
+    assert [w.exitcode for w in workers] == [0] * 4
+    [study] = repo.find_study_by_name("SAME")
+    assert [s.id for s in repo.list_studies()] == [study.id]
+    episodes = repo.list_episodes(study_id=study.id)
+    assert len(episodes) == len(ui_records.index_records(str(ui_output)))
+    assert len({e.metadata["ui_record"]["episode_id"] for e in episodes}) == len(episodes)
