@@ -272,6 +272,8 @@ class Repository:
             if row.creator != user:
                 raise PermissionDenied(f"only the creator ({row.creator}) may update study {row.id!r}")
             before = mapping.study_spec(row)
+            if spec.name != before.name:
+                self._check_name_free(s, row.creator, spec.name, row.id)
             new_ids = {env.id for env in spec.environment_specs}
             for env in row.environments:
                 if env.id not in new_ids:
@@ -304,8 +306,6 @@ class Repository:
                     )
                     envs.append(env)
             row.environments = envs
-            if spec.name != before.name:
-                self._check_name_free(s, row.creator, spec.name, row.id)
             self._flush_study(s, row.creator, spec.name)
             result = mapping.study_spec(row)
             self._audit(

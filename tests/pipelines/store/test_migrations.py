@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from pipelines.store import CURRENT_VERSION, SchemaVersionError, StoreError, open_store
+from pipelines.store import CURRENT_VERSION, AlreadyExists, SchemaVersionError, StoreError, open_store
 from pipelines.store.database import WRITE, create_engine
 from pipelines.store.migrations import MIGRATIONS, migrate
 from pipelines.store.models import Base
@@ -198,3 +198,50 @@ def test_unusable_databases_are_reported_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=r"Connection refused") as info:
         open_store("postgresql+psycopg://postgres@127.0.0.1:1/x", tmp_path)
     assert "\n" not in str(info.value)
+
+
+def test_upgrade_from_v3_renames_duplicate_study_names_and_keeps_old_undos(
+    store_url: str | None, data_dir: Path
+) -> None:
+    """Version 3 allowed one creator two studies of one name (and an entry undone twice): version 4 renames the
+    later studies deterministically, audits the renames, and starts enforcing both rules."""
+    engine = create_engine(store_url, data_dir)
+    t0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    with engine.execution_options(**{WRITE: True}).begin() as conn:
+        assert migrate(conn, target=3) == (0, 3)
+        for n, (study_id, name, creator) in enumerate(
+            [("s3", "Maze", "ann"), ("s1", "Maze", "ann"), ("s2", "Maze", "bob"), ("s4", "Maze (2)", "ann"),
+             ("s5", "Maze", "ann")]
+        ):  # fmt: skip
+            when = t0 if study_id in ("s1", "s3") else datetime(2026, 1, 3, n, tzinfo=UTC)
+            _insert(conn, "studies", id=study_id, name=name, creator=creator, creation_time=when, state=1,
+                    updated_time=when)  # fmt: skip
+        for _ in (1, 2):  # the race issue 13 found: one entry undone twice
+            _insert(conn, "audit_log", time=t0, user="ann", action="undo", episode_id="gone", undo_of=7)
+    engine.dispose()
+
+    with open_store(store_url, data_dir) as repo:
+        names = {s.id: (s.name, s.creator.email) for s in repo.list_studies()}
+        # same creation time: the smaller id keeps the name; "Maze (2)" was taken, so s3 becomes "Maze (3)"
+        assert names == {
+            "s1": ("Maze", "ann"), "s3": ("Maze (3)", "ann"), "s5": ("Maze (4)", "ann"),
+            "s4": ("Maze (2)", "ann"), "s2": ("Maze", "bob"),
+        }  # fmt: skip
+        renames = [
+            (e.study_id, e.before, e.after, e.user) for e in repo.audit_log() if e.action == "study.update"
+        ]
+        assert sorted(renames) == [
+            ("s3", {"name": "Maze"}, {"name": "Maze (3)"}, "stepmark-migration"),
+            ("s5", {"name": "Maze"}, {"name": "Maze (4)"}, "stepmark-migration"),
+        ]
+        assert [repo.get_palette(s) for s in ("s1", "s2")] == [[], []] and repo.list_reviewers("s1") == []
+        with pytest.raises(AlreadyExists, match="ann already has a study named 'Maze'"):
+            repo.create_study(study_pb2.StudySpec(name="Maze"), "ann")
+        with pytest.raises(sa.exc.IntegrityError):  # the database itself refuses, whatever the code does
+            with repo.engine.begin() as conn:
+                _insert(conn, "studies", id="s9", name="Maze", creator="ann", creation_time=t0, state=1,
+                        updated_time=t0)  # fmt: skip
+        with pytest.raises(sa.exc.IntegrityError):
+            with repo.engine.begin() as conn:
+                for _ in (1, 2):
+                    _insert(conn, "audit_log", time=t0, user="ann", action="undo", undo_of=8, reverts=8)
