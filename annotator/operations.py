@@ -26,7 +26,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from pipelines.errors import StepmarkError
-from pipelines.store.errors import Conflict
+from pipelines.store.errors import Conflict, NotFound
 from protos.rlds_creator import client_pb2, study_pb2
 
 Progress = Callable[[float], None]
@@ -47,6 +47,27 @@ class OperationError(StepmarkError):
 
 class NotesConflict(OperationError):
     """The notes changed in the store after the annotator last saw them."""
+
+
+@dataclass
+class UndoResult:
+    """What an undo/redo did: the audit entry it wrote (None: nothing to do) and that change in plain words."""
+
+    entry: Any
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.entry is not None
+
+
+@dataclass
+class DeleteResult:
+    """Deleting an episode: whether the row was deleted, the files removed and kept, and problems on disk."""
+
+    success: bool
+    removed: list[Path]
+    kept: list[str]
+    problems: list[str]
 
 
 def ref_of(episode: study_pb2.Episode) -> client_pb2.EpisodeRef:
@@ -543,10 +564,59 @@ class Operations:
             raise OperationError(f"step {index} is out of range (episode has {len(state.reader)} steps)")
 
     def delete_episode(self, request: client_pb2.DeleteEpisodeRequest) -> client_pb2.DeleteEpisodeResponse:
-        ok = self.repo.delete_episode(request.ref, self.user)
-        if self.replay is not None and ref_key(self.replay.ref) == ref_key(request.ref):
+        """The protocol's DeleteEpisode: the store row and the episode's own files (`delete_with_files`)."""
+        result = self.delete_with_files(request.ref)
+        return client_pb2.DeleteEpisodeResponse(ref=request.ref, success=result.success)
+
+    def files_of(self, ref: client_pb2.EpisodeRef) -> Any:
+        """What deleting the episode would remove from disk and what it keeps (the confirmation shows it).
+
+        Files another registered episode also points at are kept (never remove someone else's data)."""
+        from pipelines.episodes.removal import FilesPlan, episode_files
+
+        episode = self.repo.get_episode(ref)
+        plan = episode_files(episode, self.data_dir)
+        if not plan.remove:
+            return plan
+        others = [
+            p
+            for other in self.repo.list_episodes(study_id=episode.study_id, include_invalid_sessions=True)
+            if other.id != episode.id
+            for p in episode_files(other, self.data_dir).remove
+        ]
+        kept = FilesPlan(keep=list(plan.keep))
+        for path in plan.remove:
+            shared = [o for o in others if o == path or path in o.parents or o in path.parents]
+            if shared:
+                kept.keep.append(f"{path} is shared with another episode: not removed")
+            else:
+                kept.remove.append(path)
+        return kept
+
+    def delete_with_files(self, ref: client_pb2.EpisodeRef) -> DeleteResult:
+        """Delete the episode from the store (own episode or study creator), then its files under the data
+        directory; UI records stay in their convert-ui shards (the result says where)."""
+        from pipelines.episodes.removal import FilesPlan, remove_files
+
+        try:
+            plan = self.files_of(ref)
+        except NotFound:
+            plan = FilesPlan()
+        ok = self.repo.delete_episode(ref, self.user)
+        if self.replay is not None and ref_key(self.replay.ref) == ref_key(ref):
             self.replay = None
-        return client_pb2.DeleteEpisodeResponse(ref=request.ref, success=bool(ok))
+        if not ok:
+            return DeleteResult(False, [], [], [])
+        self._forget_reader(plan.remove)
+        problems = remove_files(plan)
+        removed = [p for p in plan.remove if not p.exists()]
+        return DeleteResult(True, removed, plan.keep, problems)
+
+    def _forget_reader(self, paths: list[Path]) -> None:
+        """Close a cached reader of files about to be removed (an open Riegeli file keeps disk space)."""
+        close = getattr(self._open_reader, "close", None)
+        if paths and callable(close):
+            close()
 
     def recent_tags(self, study_id: str, limit: int = 10) -> list[str]:
         return list(self.repo.recent_tags(study_id, limit=limit))
@@ -554,12 +624,61 @@ class Operations:
     def audit_log(self, ref: client_pb2.EpisodeRef | None = None, limit: int | None = None) -> list[Any]:
         return list(self.repo.audit_log(ref=ref, limit=limit))
 
-    def undo(self) -> Any:
-        """Undo this user's last change (returns the audit entry undone, or None when there is nothing)."""
-        entry = self.repo.undo_last(self.user)
+    def _undo_or_redo(self, redo: bool) -> UndoResult:
+        from pipelines.store.audit import describe
+
+        ref = self.replay.ref if self.replay is not None else None
+        if redo:
+            entry = self.repo.redo_last(self.user, ref=ref)
+        else:
+            entry = self.repo.undo_last(self.user, ref=ref)
         if self.replay is not None:
             self._refresh()
-        return entry
+        verb = "redo" if redo else "undo"
+        if entry is None:
+            where = " on this episode" if ref is not None else ""
+            return UndoResult(None, f"Nothing of yours to {verb}{where}")
+        return UndoResult(entry, describe(entry))
+
+    def undo(self) -> UndoResult:
+        """Undo this user's last change on the replayed episode (any episode when none is open)."""
+        return self._undo_or_redo(False)
+
+    def redo(self) -> UndoResult:
+        """Redo this user's last undo on the replayed episode (a new change there clears the redo chain)."""
+        return self._undo_or_redo(True)
+
+    def add_segment_tag(self, start: int, end: int, tag: str) -> int:
+        """Tag steps start..end of the replayed episode (one change, one undo); returns the steps added."""
+        state = self._replaying()
+        self._check_index(start)
+        self._check_index(end)
+        count = self.repo.add_segment_tag(state.ref, start, end, _label(tag), self.user)
+        self._refresh()
+        return count
+
+    def remove_segment_tag(self, start: int, end: int, tag: str) -> int:
+        count = self.repo.remove_segment_tag(self._replaying().ref, start, end, tag, self.user)
+        self._refresh()
+        return count
+
+    def can_review(self, ref: client_pb2.EpisodeRef | None = None) -> bool:
+        """May this user change the (replayed) episode's state and remove others' tags on it?"""
+        return bool(self.repo.can_review(ref or self._replaying().ref, self.user))
+
+    # -- palettes and reviewers ---------------------------------------------------------------------------------
+
+    def palette(self, study_id: str) -> list[str]:
+        return list(self.repo.get_palette(study_id))
+
+    def set_palette(self, study_id: str, labels: list[str]) -> list[str]:
+        return list(self.repo.set_palette(study_id, labels, self.user))
+
+    def reviewers(self, study_id: str) -> list[str]:
+        return list(self.repo.list_reviewers(study_id))
+
+    def set_reviewers(self, study_id: str, users: list[str]) -> list[str]:
+        return list(self.repo.set_reviewers(study_id, users, self.user))
 
     # -- export -------------------------------------------------------------------------------------------------
 
