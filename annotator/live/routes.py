@@ -16,6 +16,7 @@ import asyncio
 import collections
 import json
 import struct
+import sys
 import threading
 from typing import Any
 
@@ -225,9 +226,28 @@ async def _receive(websocket: WebSocket, session: LiveSession, outbox: Outbox) -
         session.put(command)
 
 
+def recover_at_start() -> None:
+    """A server killed mid-recording left temp folders: register them now (the writer child closed their
+    files), not only when someone next records. Runs beside the server's start; failures are only reported."""
+    from pipelines.episodes import publish
+
+    try:
+        settings = context.settings()
+        report = publish.recover_abandoned(context.repository(settings.store, str(settings.data_dir)),
+                                           settings.data_dir)  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - the next recorder start tries again
+        print(f"stepmark: recovering interrupted recordings failed: {exc}", file=sys.stderr)
+        return
+    for episode in report.registered:
+        print(f"stepmark: recovered episode {episode.id} ({episode.num_steps} steps) as ABANDONED", file=sys.stderr)
+    for folder, why in report.skipped:
+        print(f"stepmark: left {folder}: {why}", file=sys.stderr)
+
+
 def routes() -> list[BaseRoute]:
     global _hooked
     if not _hooked:
         context.on_shutdown(close_all)
+        threading.Thread(target=recover_at_start, name="stepmark-recovery", daemon=True).start()
         _hooked = True
     return [WebSocketRoute(PATH, record_socket)]
