@@ -9,6 +9,8 @@ const STEP_CHUNK = 100; // steps of per-step data fetched per request
 const POLL_MS = 1000; // how often the tags are re-read (changes by other annotators)
 const STATE_DEBOUNCE_MS = 600; // the step is reported to Python once it has been still this long
 const PARALLEL = 6;
+const HOLD_DELAY_MS = 300; // a held arrow key starts repeating after this long ...
+const HOLD_EVERY_MS = 50; // ... and then moves a step this often, whatever the system's key repeat rate is
 
 const players = (window.__stepmarkPlayers = window.__stepmarkPlayers || new Map());
 
@@ -74,7 +76,13 @@ class Player {
     this.rewards = meta.rewards || [];
     this.palette = meta.palette || [];
     this.applyTags(meta);
-    this.cur = clamp(this.data.start || 0, 0, Math.max(0, this.n - 1));
+    let start = this.data.start || 0;
+    if (!this.data.start_is_explicit) {
+      // Back from another page: the browser knows the step it showed last better than the server does.
+      const saved = Number(window.sessionStorage.getItem(`stepmark-step:${this.data.ref}`));
+      if (Number.isInteger(saved) && saved >= 0) start = saved;
+    }
+    this.cur = clamp(start, 0, Math.max(0, this.n - 1));
     el(this.root, ".sm-frame").classList.toggle("sm-pixelated", this.kind !== "ui");
     el(this.root, ".sm-ui-controls").hidden = this.kind !== "ui";
     el(this.root, ".sm-objects").hidden = this.kind !== "ui";
@@ -87,6 +95,7 @@ class Player {
   dispose() {
     this.disposed = true;
     this.playing = false;
+    this.stopHold();
     for (const t of this.timers) clearInterval(t);
     for (const [target, type, fn, opts] of this.listeners) target.removeEventListener(type, fn, opts);
     this.listeners = [];
@@ -100,6 +109,10 @@ class Player {
   bind() {
     const r = this.root;
     this.on(document, "keydown", (e) => this.onKey(e), true);
+    this.on(document, "keyup", (e) => {
+      if (e.key === this.held) this.stopHold();
+    }, true);
+    this.on(window, "blur", () => this.stopHold());
     this.on(r.querySelector(".sm-player"), "click", (e) => this.onClick(e));
     this.on(el(r, ".sm-fps-input"), "change", (e) => {
       this.fps = clamp(parseInt(e.target.value, 10) || 5, 1, 30);
@@ -235,6 +248,11 @@ class Player {
 
   show(step) {
     this.cur = step;
+    try {
+      window.sessionStorage.setItem(`stepmark-step:${this.data.ref}`, String(step));
+    } catch (err) {
+      // Storage full or disabled: the URL and the server still know the step.
+    }
     const frame = this.frames.get(step);
     if (frame) {
       this.draw(step, frame);
@@ -624,9 +642,11 @@ class Player {
       else if (e.code === "KeyZ") this.undoRedo(false);
       else if (e.code === "KeyY") this.undoRedo(true);
       else handled = false;
-    } else if (e.key === "ArrowRight") this.go(this.cur + (e.shiftKey ? 10 : 1));
-    else if (e.key === "ArrowLeft") this.go(this.cur - (e.shiftKey ? 10 : 1));
-    else if (e.key === "Home") this.go(0);
+    } else if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
+      // Every press is one step; holding the key repeats on our own clock (the system's repeat events are
+      // ignored, so a held key moves at the same rate on every machine and in automated browsers alike).
+      if (!e.repeat) this.arrow(e.key === "ArrowRight" ? 1 : -1, e.shiftKey ? 10 : 1, e.key);
+    } else if (e.key === "Home") this.go(0);
     else if (e.key === "End") this.go(this.n - 1);
     else if (e.key === " " || e.code === "Space") this.togglePlay();
     else if (e.key === "]" || e.key === "[") this.jumpTagged(e.key === "]" ? 1 : -1);
@@ -640,6 +660,26 @@ class Player {
       e.preventDefault();
       e.stopPropagation();
     }
+  }
+
+  arrow(dir, size, key) {
+    this.stopHold();
+    this.go(this.cur + dir * size);
+    this.held = key;
+    this.holdTimer = setTimeout(() => {
+      this.holdTimer = setInterval(() => {
+        if (this.held !== key || this.disposed) return this.stopHold();
+        if ((dir > 0 && this.cur >= this.n - 1) || (dir < 0 && this.cur <= 0)) return;
+        this.go(this.cur + dir * size);
+      }, HOLD_EVERY_MS);
+    }, HOLD_DELAY_MS);
+  }
+
+  stopHold() {
+    clearTimeout(this.holdTimer);
+    clearInterval(this.holdTimer);
+    this.holdTimer = null;
+    this.held = null;
   }
 
   onClick(e) {
@@ -817,7 +857,22 @@ class Player {
     }
   }
 
+  writeUrl() {
+    // The URL names the step on screen (a reload comes back to it), at most every 200 ms: browsers throttle
+    // pages that rewrite their history faster.
+    if (this.urlTimer) return;
+    this.urlTimer = setTimeout(() => {
+      this.urlTimer = null;
+      if (this.disposed) return;
+      const url = new URL(window.location.href);
+      if (url.searchParams.get("step") === String(this.cur)) return;
+      url.searchParams.set("step", String(this.cur));
+      window.history.replaceState(window.history.state, "", url);
+    }, 200);
+  }
+
   scheduleReport() {
+    this.writeUrl();
     clearTimeout(this.reportTimer);
     if (this.playing) return;
     this.reportTimer = setTimeout(() => {

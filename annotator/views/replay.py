@@ -35,9 +35,13 @@ LAST = "_replay_last"  # (episode key, step) shown last in this session: survive
 def choose_episode(ops) -> str | None:
     key = st.query_params.get("episode")
     if key:
+        # Opened by a link or a reload naming the step: that step wins over the browser's memory of this episode.
+        if "step" in st.query_params and st.session_state.get("_explicit_step", (None,))[0] != key:
+            st.session_state["_explicit_step"] = (key, st.query_params.get("step"))
         return key
     last = st.session_state.get(LAST)
     if last:
+        st.session_state.pop("_explicit_step", None)
         st.query_params["episode"] = last[0]
         st.query_params["step"] = str(last[1])
         return last[0]
@@ -205,7 +209,8 @@ def render() -> None:
     view, side = st.columns([4, 1])
     with view:
         palette = ops.repo.get_palette(ops.replay.ref.study_id) if hasattr(ops.repo, "get_palette") else []
-        shown = player.show(key, _token(ops.user), start, palette, key=f"player_{key}")
+        explicit = st.session_state.get("_explicit_step", (None,))[0] == key
+        shown = player.show(key, _token(ops.user), start, palette, key=f"player_{key}", explicit=explicit)
     if shown.changed:  # an undo/redo in the player may have changed the state: read it again
         ops._refresh()
     step = shown.step if shown.step is not None else start
