@@ -12,6 +12,7 @@ from pathlib import Path
 import streamlit as st
 
 from annotator.operations import Operations, SharedReader
+from annotator.plain import md_escape
 from annotator.web import context
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import study_pb2
@@ -64,16 +65,16 @@ def sidebar_identity(config: Settings) -> str | None:
     with st.sidebar:
         if _login_configured():
             if user:
-                st.caption(f"Signed in as **{user}**")
+                st.caption(f"Signed in as **{md_escape(user)}**")
                 st.button("Log out", on_click=st.logout)
             else:
                 st.button("Log in", on_click=st.login, type="primary")
         elif user:
-            st.caption(f"Annotating as **{user}**")
+            st.caption(f"Annotating as **{md_escape(user)}**")
         else:
             st.text_input("Your name or e-mail", key="typed_user", on_change=_remember_typed_user,
                           help="Recorded with every change you make")  # fmt: skip
-        st.caption(f"Data: `{config.data_dir}`")
+        st.caption(f"Data: {md_escape(config.data_dir)}")
     return user
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from annotator.plain import md_escape
 from annotator.views import session
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import client_pb2, study_pb2
@@ -22,6 +23,7 @@ FAMILY_FIELDS = {
 # oneof field -> key of registry.valid_ids()
 VALID_ID_KEYS = {"net_hack": "nethack"}
 NEW = "+ New study"
+PICK_KEPT = "_study_pick_kept"  # the chosen study, kept while other pages run (widget state is dropped)
 
 
 @st.cache_resource(show_spinner="Reading the installed environments…")
@@ -163,13 +165,13 @@ def add_environment(ops, draft_key: str, form_prefix: str, spec: study_pb2.Envir
         with st.spinner(f"Checking {spec.id} (starting the environment once)…"):
             note = ops.check_environment(spec)
     except StepmarkError as exc:
-        st.error(f"Environment {spec.id!r} cannot be used: {exc}")
+        st.error(md_escape(f"Environment {spec.id!r} cannot be used: {exc}"))
         return
     if note:
-        session.confirm(f"{spec.id}: {note}", ":material/info:")
+        session.confirm(md_escape(f"{spec.id}: {note}"), ":material/info:")
     st.session_state[draft_key].append(spec.SerializeToString())
     clear_env_form(form_prefix)
-    session.confirm(f"Environment {spec.id} added: save the study to keep it", ":material/add:")
+    session.confirm(md_escape(f"Environment {spec.id} added: save the study to keep it"), ":material/add:")
     st.rerun()
 
 
@@ -191,7 +193,7 @@ def study_editor(ops, study: study_pb2.StudySpec | None) -> None:
         st.caption("No environment yet: add one below.")
     for i, env in enumerate(envs):
         c1, c2 = st.columns([6, 1])
-        c1.markdown(f"`{env_summary(env)}`")
+        c1.text(env_summary(env))
         if c2.button("Remove", key=f"{prefix}rm_{i}"):
             st.session_state[draft_key].pop(i)
             st.rerun()
@@ -199,7 +201,7 @@ def study_editor(ops, study: study_pb2.StudySpec | None) -> None:
         added = env_form(f"{prefix}env_")
         if added is not None:
             if any(e.id == added.id for e in envs):
-                st.error(f"Environment id {added.id!r} is already used in this study.")
+                st.error(md_escape(f"Environment id {added.id!r} is already used in this study."))
             else:
                 add_environment(ops, draft_key, f"{prefix}env_", added)
 
@@ -211,12 +213,12 @@ def study_editor(ops, study: study_pb2.StudySpec | None) -> None:
         try:
             ops.save_study(client_pb2.SaveStudyRequest(study=spec))
         except StepmarkError as exc:
-            st.error(str(exc))
+            st.error(md_escape(str(exc)))
             return
         saved = ops.last_saved_study
         st.session_state.pop(draft_key, None)
         st.session_state["_study_pick_next"] = saved.id  # applied before the selectbox exists
-        session.confirm(f"Study {saved.name!r} saved")
+        session.confirm(f"Study “{md_escape(saved.name)}” saved")
         st.rerun()
 
 
@@ -250,23 +252,26 @@ def render() -> None:
     options = [NEW, *by_id]
     if "_study_pick_next" in st.session_state:
         st.session_state["study_pick"] = st.session_state.pop("_study_pick_next")
+    elif "study_pick" not in st.session_state and st.session_state.get(PICK_KEPT) in options:
+        st.session_state["study_pick"] = st.session_state[PICK_KEPT]  # back from another page
     if st.session_state.get("study_pick") not in options:
         st.session_state["study_pick"] = options[1] if len(options) > 1 else NEW
     pick = st.selectbox(
         "Study",
         options,
         key="study_pick",
-        format_func=lambda k: k if k == NEW else f"{by_id[k].name} ({k})",
+        format_func=lambda k: k if k == NEW else f"{by_id[k].name} ({k})",  # options are plain text
     )
+    st.session_state[PICK_KEPT] = pick
     if pick == NEW:
         st.subheader("New study")
         study_editor(ops, None)
         return
     study = by_id[pick]
-    st.subheader(study.name)
+    st.subheader(md_escape(study.name))
     is_creator = study.creator.email == ops.user
     enabled = study.state == study_pb2.StudySpec.STATE_ENABLED
-    st.caption(f"Created by {study.creator.email} · {_state_label(study.state)} · id `{study.id}`")
+    st.caption(md_escape(f"Created by {study.creator.email} · {_state_label(study.state)} · id {study.id}"))
     if is_creator:
         label = "Disable study" if enabled else "Enable study"
         if st.button(label, key=f"toggle_{study.id}"):
@@ -275,18 +280,74 @@ def render() -> None:
                     client_pb2.EnableStudyRequest(study_id=study.id, enable=not enabled)
                 )
             except StepmarkError as exc:
-                st.error(str(exc))
+                st.error(md_escape(str(exc)))
             else:
                 session.confirm(f"Study {'enabled' if response.enabled else 'disabled'}")
                 st.rerun()
         study_editor(ops, study)
     else:
-        st.info(f"Only the creator ({study.creator.email}) can edit or enable/disable this study.")
-        st.markdown(study.description or "_no description_")
+        st.info(md_escape(f"Only the creator ({study.creator.email}) can edit or enable/disable this study."))
+        st.text(study.description or "(no description)")
         if study.instructions:
-            st.markdown(f"**Instructions:** {study.instructions}")
+            st.caption("Instructions")
+            st.text(study.instructions)
         for env in study.environment_specs:
-            st.markdown(f"- `{env_summary(env)}`")
+            st.text(env_summary(env))
+    roles_and_palette(ops, study, is_creator)
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def roles_and_palette(ops, study: study_pb2.StudySpec, is_creator: bool) -> None:
+    """The tag palette (digit keys 1-9 on the Replay page) and the study's reviewers."""
+    reviewers = ops.reviewers(study.id)
+    palette = ops.palette(study.id)
+    may_edit_palette = is_creator or ops.user in reviewers
+    st.markdown("**Tag palette** (keys 1–9 on the Replay page)")
+    if palette:
+        st.dataframe(
+            pd.DataFrame({"key": [str(i) for i in range(1, len(palette) + 1)], "label": palette}),
+            hide_index=True,
+            key=f"palette_table_{study.id}",
+        )
+    else:
+        st.caption("No palette yet" + (": add up to 9 labels below." if may_edit_palette else "."))
+    if may_edit_palette:
+        text = st.text_area(
+            "Palette labels, one per line, in key order (at most 9)",
+            "\n".join(palette),
+            key=f"palette_{study.id}",
+        )
+        if st.button("Save palette", key=f"palette_save_{study.id}"):
+            try:
+                saved = ops.set_palette(study.id, _lines(text))
+            except StepmarkError as exc:
+                st.error(md_escape(str(exc)))
+            else:
+                session.confirm(f"Palette saved ({len(saved)} label{'s' if len(saved) != 1 else ''})")
+                st.rerun()
+
+    st.markdown("**Reviewers** (may change the state of anyone's episode and remove anyone's tags)")
+    if reviewers:
+        st.dataframe(
+            pd.DataFrame({"reviewer": reviewers}), hide_index=True, key=f"reviewers_table_{study.id}"
+        )
+    else:
+        st.caption("No reviewer: only each episode's user and the study's creator change others' work.")
+    if is_creator:
+        text = st.text_area(
+            "Reviewers, one user name or e-mail per line", "\n".join(reviewers), key=f"reviewers_{study.id}"
+        )
+        if st.button("Save reviewers", key=f"reviewers_save_{study.id}"):
+            try:
+                saved = ops.set_reviewers(study.id, _lines(text))
+            except StepmarkError as exc:
+                st.error(md_escape(str(exc)))
+            else:
+                session.confirm(f"Reviewers saved ({len(saved)})")
+                st.rerun()
 
 
 if __name__ == "__main__":  # run as a Streamlit page (importing it, e.g. in tests, renders nothing)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from annotator.plain import md_unescape
 from pipelines.store import open_store
 from protos.rlds_creator import study_pb2
 from tests.annotator.annotator_data import ALICE, BOB
@@ -36,7 +39,7 @@ def test_the_annotator_asks_who_is_annotating(data_dir, monkeypatch):
     at.sidebar.text_input(key="typed_user").set_value("carol@example.com").run()
     at.switch_page("views/studies.py").run()
     assert at.title[0].value == "Studies"
-    assert any("carol@example.com" in c.value for c in at.sidebar.caption)
+    assert any("carol@example.com" in md_unescape(c.value) for c in at.sidebar.caption)
 
 
 def test_create_a_study_with_a_procgen_environment_then_edit_and_disable(data_dir, monkeypatch):
@@ -53,10 +56,10 @@ def test_create_a_study_with_a_procgen_environment_then_edit_and_disable(data_di
     at.selectbox(key="s_new_env_pg_mode").set_value("DISTRIBUTION_HARD")
     at.number_input(key="s_new_env_max").set_value(50)
     at.button(key="s_new_env_add").click().run()
-    assert "`coinrun-easy · Procgen coinrun · sync · max 50`" in [m.value for m in at.markdown]
+    assert "coinrun-easy · Procgen coinrun · sync · max 50" in [t.value for t in at.text]
     at.button(key="s_new_save").click().run()
     assert not at.exception
-    assert "Study 'Coin collecting' saved" in [t.value for t in at.toast]
+    assert "Study “Coin collecting” saved" in [md_unescape(t.value) for t in at.toast]
 
     repo = open_store(None, data_dir)
     (study,) = repo.list_studies()
@@ -95,7 +98,7 @@ def test_only_the_creator_edits(data_dir, monkeypatch):
     study = repo.create_study(spec, ALICE)
     at = studies_page(BOB, monkeypatch)
     at.selectbox(key="study_pick").set_value(study.id).run()
-    assert f"Only the creator ({ALICE})" in at.info[0].value
+    assert f"Only the creator ({ALICE})" in md_unescape(at.info[0].value)
     assert not [b for b in at.button if b.key and b.key.startswith(f"s_{study.id}_")]
     assert not [b for b in at.button if b.key == f"toggle_{study.id}"]
 
@@ -125,7 +128,7 @@ def test_oidc_login_names_the_annotator_when_configured(data_dir, monkeypatch):
     assert at.info[0].value.startswith("Tell us who you are")
     at.user = {"is_logged_in": True, "email": "dana@example.com", "name": "Dana"}
     at.run()
-    assert any("Signed in as **dana@example.com**" in c.value for c in at.sidebar.caption)
+    assert any("Signed in as **dana@example.com**" in md_unescape(c.value) for c in at.sidebar.caption)
     assert at.title[0].value == "Episodes"
 
 
@@ -148,12 +151,95 @@ def test_added_environment_is_checked_and_the_form_starts_afresh(data_dir, monke
     at.text_input(key="s_new_env_id").set_value("arm")
     at.text_input(key="s_new_env_rs_robots").set_value("NoSuchRobot")
     at.button(key="s_new_env_add").click().run()
-    assert "Environment 'arm' cannot be used" in at.error[0].value and "NoSuchRobot" in at.error[0].value
+    error = md_unescape(at.error[0].value)
+    assert "Environment 'arm' cannot be used" in error and "NoSuchRobot" in error
     assert at.text_input(key="s_new_env_id").value == "arm", "a refused form keeps what was typed"
-    assert [m.value for m in at.markdown if m.value.startswith("`")] == [
-        "`maze · Procgen maze · sync · max 1000`"
-    ]
+    assert [t.value for t in at.text] == ["maze · Procgen maze · sync · max 1000"]
 
     at.button(key="s_new_save").click().run()
     (study,) = open_store(None, data_dir).list_studies()
     assert [e.id for e in study.environment_specs] == ["maze"]
+
+
+PAYLOAD = "**x** <img src=x onerror=alert(1)> :material/delete:"
+
+
+def test_untrusted_text_is_shown_verbatim(data_dir, monkeypatch):
+    """A study name, description, instructions, creator and environment id with Markdown, HTML and an icon
+    shortcode: every place that shows them shows the characters, nothing interpreted."""
+    repo = open_store(None, data_dir)
+    spec = study_pb2.StudySpec(name=PAYLOAD, description=PAYLOAD, instructions=PAYLOAD)
+    spec.environment_specs.add(id="e" + PAYLOAD[:20], sync=True).procgen.id = "coinrun"
+    study = repo.create_study(spec, PAYLOAD)
+    repo.set_palette(study.id, [PAYLOAD], PAYLOAD)
+    repo.set_reviewers(study.id, [PAYLOAD], PAYLOAD)
+    at = studies_page(BOB, monkeypatch)
+    at.selectbox(key="study_pick").set_value(study.id).run()
+    assert not at.exception
+    # Markdown elements carry the escaped text: read back, it is the payload; nothing in it is live Markdown
+    assert md_unescape(at.subheader[0].value) == PAYLOAD
+    assert PAYLOAD in md_unescape(at.caption[0].value) and PAYLOAD in md_unescape(at.info[0].value)
+    for element in [*at.subheader, *at.caption, *at.info, *at.markdown, *at.sidebar.caption]:
+        assert "**x**" not in element.value and not re.search(r"(?<!\\)<img", element.value)
+        assert ":material/" not in element.value
+    # plain-text elements and tables show it as it is
+    texts = [t.value for t in at.text]
+    assert texts.count(PAYLOAD) == 2  # description and instructions
+    assert any(t.startswith("e**x** <img") for t in texts)  # the environment id
+    assert at.dataframe[0].value["name"].tolist() == [PAYLOAD]
+    assert at.dataframe[1].value["label"].tolist() == [PAYLOAD]
+    assert at.dataframe[2].value["reviewer"].tolist() == [PAYLOAD]
+    assert f"{PAYLOAD} ({study.id})" in at.selectbox(key="study_pick").options
+
+
+def test_a_user_name_is_shown_verbatim_in_the_sidebar(data_dir, monkeypatch):
+    at = studies_page(PAYLOAD, monkeypatch)
+    [who] = [c.value for c in at.sidebar.caption if c.value.startswith("Annotating as")]
+    assert md_unescape(who) == f"Annotating as **{PAYLOAD}**"
+    assert "**x**" not in who and ":material/" not in who
+
+
+def test_palette_and_reviewers_are_edited_on_the_studies_page(data_dir, monkeypatch):
+    repo = open_store(None, data_dir)
+    spec = study_pb2.StudySpec(name="Palette study")
+    spec.environment_specs.add(id="coin", sync=True).procgen.id = "coinrun"
+    study = repo.create_study(spec, ALICE)
+    at = studies_page(ALICE, monkeypatch)
+    at.selectbox(key="study_pick").set_value(study.id).run()
+    assert any(c.value.startswith("No palette yet") for c in at.caption)
+    at.text_area(key=f"palette_{study.id}").set_value("jump\n fall \n\ngoal")
+    at.button(key=f"palette_save_{study.id}").click().run()
+    assert not at.exception and not at.error
+    assert repo.get_palette(study.id) == ["jump", "fall", "goal"]
+    assert at.dataframe[1].value["key"].tolist() == ["1", "2", "3"]
+    assert "Palette saved (3 labels)" in [t.value for t in at.toast]
+
+    at.text_area(key=f"palette_{study.id}").set_value("\n".join(f"l{i}" for i in range(10)))
+    at.button(key=f"palette_save_{study.id}").click().run()
+    assert "at most 9 labels" in md_unescape(at.error[0].value)
+    assert repo.get_palette(study.id) == ["jump", "fall", "goal"]
+
+    at.text_area(key=f"reviewers_{study.id}").set_value(BOB)
+    at.button(key=f"reviewers_save_{study.id}").click().run()
+    assert repo.list_reviewers(study.id) == [BOB]
+
+    # bob, a reviewer, may edit the palette but not the reviewers; carol may do neither
+    bob = studies_page(BOB, monkeypatch)
+    bob.selectbox(key="study_pick").set_value(study.id).run()
+    assert bob.text_area(key=f"palette_{study.id}").value == "jump\nfall\ngoal"
+    assert not [t for t in bob.text_area if t.key == f"reviewers_{study.id}"]
+    carol = studies_page("carol@example.com", monkeypatch)
+    carol.selectbox(key="study_pick").set_value(study.id).run()
+    assert not [t for t in carol.text_area if t.key and t.key.startswith("palette_")]
+
+
+def test_the_chosen_study_is_kept_across_pages(data_dir, monkeypatch):
+    repo = open_store(None, data_dir)
+    first = repo.create_study(study_pb2.StudySpec(name="First"), ALICE)
+    second = repo.create_study(study_pb2.StudySpec(name="Second"), ALICE)
+    at = studies_page(ALICE, monkeypatch)
+    assert at.selectbox(key="study_pick").value == first.id
+    at.selectbox(key="study_pick").set_value(second.id).run()
+    at.switch_page("views/episodes.py").run()
+    at.switch_page("views/studies.py").run()
+    assert at.selectbox(key="study_pick").value == second.id
