@@ -18,6 +18,7 @@ from annotator.operations import (
     ref_key,
     ref_of,
 )
+from annotator.plain import md_escape
 from annotator.views import session
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import client_pb2
@@ -93,13 +94,32 @@ def audit_table(entries) -> pd.DataFrame:
     )
 
 
+def delete_plan(ops, keys: list[str]) -> None:
+    """Say before deleting what goes from disk and what stays (UI records stay in their convert-ui shards)."""
+    remove, keep = [], []
+    for key in keys:
+        try:
+            plan = ops.files_of(parse_ref_key(key))
+        except StepmarkError as exc:
+            keep.append(f"{key}: {exc}")
+            continue
+        remove.extend(str(p) for p in plan.remove)
+        keep.extend(plan.keep)
+    if remove:
+        st.caption(f"Also removes {len(remove)} folder(s) of episode files:")
+        st.text("\n".join(remove))
+    if keep:
+        st.caption("Kept on disk:")
+        st.text("\n".join(keep))
+
+
 def render() -> None:
     ops = session.operations()
     st.title("Episodes")
     try:
         found = ops.episodes(filters(ops))
     except StepmarkError as exc:
-        st.error(str(exc))
+        st.error(md_escape(str(exc)))
         return
     table = rows(found)
     st.caption(f"{len(table)} episode(s)")
@@ -119,8 +139,10 @@ def render() -> None:
     )
     selected = [table.iloc[i]["episode"] for i in event.selection.rows if i < len(table)]
     st.caption(
-        f"Selected: {len(selected)}"
-        + (f" — {', '.join(selected[:3])}…" if len(selected) > 3 else "".join(f" {s}" for s in selected))
+        md_escape(
+            f"Selected: {len(selected)}"
+            + (f" — {', '.join(selected[:3])}…" if len(selected) > 3 else "".join(f" {s}" for s in selected))
+        )
     )
     c1, c2, c3 = st.columns(3)
     if c1.button("Replay", icon=":material/play_arrow:", disabled=len(selected) != 1, key="ep_replay"):
@@ -135,18 +157,25 @@ def render() -> None:
             st.warning(
                 f"You may not delete {len(refused)} of them (only your own episodes, or as study creator)."
             )
+        if deletable:
+            delete_plan(ops, deletable)
         if st.button(
             f"Delete {len(deletable)} episode(s)", disabled=not deletable, key="ep_delete", type="primary"
         ):
-            deleted = 0
+            deleted, removed = 0, 0
             for key in deletable:
-                ref = parse_ref_key(key)
                 try:
-                    if ops.delete_episode(client_pb2.DeleteEpisodeRequest(ref=ref)).success:
-                        deleted += 1
+                    result = ops.delete_with_files(parse_ref_key(key))
                 except StepmarkError as exc:
-                    st.error(f"{key}: {exc}")
-            session.confirm(f"Deleted {deleted} episode(s)", ":material/delete:")
+                    st.error(md_escape(f"{key}: {exc}"))
+                    continue
+                deleted += int(result.success)
+                removed += len(result.removed)
+                for line in [*result.kept, *result.problems]:
+                    session.confirm(md_escape(line), ":material/info:")
+            session.confirm(
+                f"Deleted {deleted} episode(s) and {removed} folder(s) of files", ":material/delete:"
+            )
             st.session_state.pop(TABLE_KEY, None)
             st.rerun()
 

@@ -3,10 +3,14 @@ notes search, selection for replay/export/delete, permissions and the per-episod
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from annotator.operations import ref_key, ref_of
+from annotator.plain import md_unescape
+from pipelines.episodes.layout import resolve
 from pipelines.store import open_store
 from protos.rlds_creator import study_pb2
 from tests.annotator.annotator_data import ALICE, BOB, build_env_data, import_ui_fixtures
@@ -108,7 +112,48 @@ def test_delete_respects_permissions(tmp_path, monkeypatch):
     at = episodes_page(env.data_dir, ALICE, monkeypatch)
     at.session_state[TABLE] = {"selection": {"rows": [0], "columns": []}}
     at.run()
+    key = table(at)["episode"].tolist()[0]
+    [episode] = [e for e in env.episodes if ref_key(ref_of(e)) == key]
+    folder = resolve(env.data_dir, episode.storage.environment_logger.tag_directory).resolve()
+    assert folder.is_dir()
+    # the confirmation names the files that go with the episode
+    assert "Also removes 1 folder(s) of episode files:" in [c.value for c in at.caption]
+    assert str(folder) in [t.value for t in at.text]
     at.button(key="ep_delete").click().run()
-    assert "Deleted 1 episode(s)" in [t.value for t in at.toast]
+    assert "Deleted 1 episode(s) and 1 folder(s) of files" in [t.value for t in at.toast]
     assert len(table(at)) == 1
     assert len(env.repo.list_episodes()) == 1
+    assert not folder.exists()
+
+
+def test_deleting_a_ui_episode_says_where_its_record_is_kept(tmp_path, monkeypatch, fixtures_dir):
+    ui_study = import_ui_fixtures(tmp_path, fixtures_dir)
+    [episode, *_] = open_store(None, tmp_path).list_episodes(study_id=ui_study.id)
+    shard = episode.metadata["ui_record"]["shard"]
+    at = episodes_page(tmp_path, ALICE, monkeypatch)
+    row = table(at)["episode"].tolist().index(ref_key(ref_of(episode)))
+    at.session_state[TABLE] = {"selection": {"rows": [row], "columns": []}}
+    at.run()
+    assert "Kept on disk:" in [c.value for c in at.caption]
+    assert any(f"convert-ui shard {shard}" in t.value for t in at.text)
+    at.button(key="ep_delete").click().run()
+    assert any(f"convert-ui shard {shard}" in md_unescape(t.value) for t in at.toast)
+    assert Path(shard).exists()
+
+
+PAYLOAD = "**x** <img src=x onerror=alert(1)> :material/delete:"
+
+
+def test_tags_notes_and_names_are_shown_verbatim(tmp_path, monkeypatch):
+    env = build_env_data(tmp_path, episodes=1, max_steps=5)
+    ref = ref_of(env.episodes[0])
+    env.repo.add_episode_tag(ref, PAYLOAD, PAYLOAD)
+    env.repo.set_notes(ref, PAYLOAD, PAYLOAD)
+    at = episodes_page(env.data_dir, ALICE, monkeypatch)
+    row = table(at).iloc[0]
+    assert (row["tags"], row["notes"]) == (PAYLOAD, PAYLOAD)
+    assert PAYLOAD in at.selectbox(key="f_tag").options
+    audit = at.dataframe[-1].value
+    assert audit["who"].tolist()[:2] == [PAYLOAD, PAYLOAD]
+    for element in [*at.markdown, *at.caption, *at.info, *at.warning]:
+        assert "**x**" not in element.value and ":material/" not in element.value
