@@ -6,6 +6,7 @@ whose files can be read, also after a restart. Counts, never times.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -159,6 +160,9 @@ def test_sync_presses_are_actions_in_order_esc_pauses_enter_starts_the_next(serv
     pressed = [KEYS[i % len(KEYS)] for i in range(30)]
     press(page, pressed)
     wait_frame(page, step=30)
+    if folder := os.environ.get("STEPMARK_SCREENSHOTS"):  # docs/screenshots/record.png for the README
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / "record.png"), full_page=True)
     page.get_by_role("button", name="End episode…").click()
     page.get_by_role("button", name="Save episode").click()
     page.get_by_text("saved as Completed").wait_for(timeout=60_000)
