@@ -35,7 +35,7 @@ _settings = context.settings()
 # Written as a plain `st.App(...)` assignment: `streamlit run` finds the app by reading this file's syntax tree.
 app = st.App(
     str(APP_SCRIPT),
-    routes=[*replay_routes(), *live_routes()],
+    routes=[*replay_routes(_settings), *live_routes()],
     middleware=[Middleware(guard.OriginGuard, allowed_hosts={*guard.LOOPBACK_NAMES, _settings.host})],
     lifespan=_lifespan,
 )

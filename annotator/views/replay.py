@@ -208,7 +208,7 @@ def render() -> None:
     start = _start_step(key, num_steps)
     view, side = st.columns([4, 1])
     with view:
-        palette = ops.repo.get_palette(ops.replay.ref.study_id) if hasattr(ops.repo, "get_palette") else []
+        palette = ops.repo.get_palette(ops.replay.ref.study_id)
         explicit = st.session_state.get("_explicit_step", (None,))[0] == key
         shown = player.show(key, _token(ops.user), start, palette, key=f"player_{key}", explicit=explicit)
     if shown.changed:  # an undo/redo in the player may have changed the state: read it again

@@ -50,15 +50,18 @@ def _ref(request: Request) -> client_pb2.EpisodeRef:
     return client_pb2.EpisodeRef(study_id=p["study"], session_id=p["session"], episode_id=p["episode"])
 
 
-def _repo():
-    s = context.settings()
-    return context.repository(s.store, str(s.data_dir))
+class Where:
+    """The store and episode files the routes serve (the server's settings)."""
 
+    def __init__(self, settings: context.Settings) -> None:
+        self.settings = settings
 
-def _open(ref: client_pb2.EpisodeRef):
-    s = context.settings()
-    episode = _repo().get_episode(ref)
-    return episode, context.readers(str(s.data_dir))(episode)
+    def repo(self):
+        return context.repository(self.settings.store, str(self.settings.data_dir))
+
+    def open(self, ref: client_pb2.EpisodeRef):
+        episode = self.repo().get_episode(ref)
+        return episode, context.readers(str(self.settings.data_dir))(episode)
 
 
 def _int(value: Any, name: str) -> int:
@@ -68,7 +71,7 @@ def _int(value: Any, name: str) -> int:
         raise RequestError(f"{name} must be a whole number, got {value!r}") from None
 
 
-def _guarded(handler):
+def _guarded(handler, where: Where):
     """Token check, then the handler in a worker thread (readers and the store block); errors become JSON."""
 
     async def endpoint(request: Request) -> Response:
@@ -77,7 +80,7 @@ def _guarded(handler):
         except context.TokenError as exc:
             return _error(401, str(exc))
         try:
-            return await run_in_threadpool(handler, request, claims)
+            return await run_in_threadpool(handler, request, claims, where)
         except (RequestError, player_data.FrameError) as exc:
             return _error(400 if isinstance(exc, RequestError) else 404, str(exc))
         except StepmarkError as exc:
@@ -88,11 +91,10 @@ def _guarded(handler):
     return endpoint
 
 
-def _meta(request: Request, claims: context.Claims) -> Response:
+def _meta(request: Request, claims: context.Claims, where: Where) -> Response:
     ref = _ref(request)
-    episode, reader = _open(ref)
-    repo = _repo()
-    palette = list(repo.get_palette(ref.study_id)) if hasattr(repo, "get_palette") else []
+    episode, reader = where.open(ref)
+    palette = list(where.repo().get_palette(ref.study_id))
     body = {
         "kind": episode_kind(episode),
         "num_steps": len(reader),
@@ -104,9 +106,9 @@ def _meta(request: Request, claims: context.Claims) -> Response:
     return JSONResponse(body, headers={"cache-control": "no-store"})
 
 
-def _steps(request: Request, claims: context.Claims) -> Response:
+def _steps(request: Request, claims: context.Claims, where: Where) -> Response:
     ref = _ref(request)
-    episode, reader = _open(ref)
+    episode, reader = where.open(ref)
     kind = episode_kind(episode)
     start = max(0, _int(request.query_params.get("start", 0), "start"))
     end = min(len(reader), _int(request.query_params.get("end", start + 50), "end"))
@@ -115,9 +117,9 @@ def _steps(request: Request, claims: context.Claims) -> Response:
     return JSONResponse({"start": start, "steps": steps}, headers={"cache-control": "private, max-age=3600"})
 
 
-def _frame(request: Request, claims: context.Claims) -> Response:
+def _frame(request: Request, claims: context.Claims, where: Where) -> Response:
     ref = _ref(request)
-    episode, reader = _open(ref)
+    episode, reader = where.open(ref)
     index = _int(request.path_params["step"], "step")
     if not 0 <= index < len(reader):
         raise RequestError(f"step {index} is out of range: the episode has {len(reader)} steps")
@@ -127,8 +129,8 @@ def _frame(request: Request, claims: context.Claims) -> Response:
     )
 
 
-def _tags_now(request: Request, claims: context.Claims) -> Response:
-    episode = _repo().get_episode(_ref(request))
+def _tags_now(request: Request, claims: context.Claims, where: Where) -> Response:
+    episode = where.repo().get_episode(_ref(request))
     return JSONResponse(player_data.tags_payload(episode), headers={"cache-control": "no-store"})
 
 
@@ -154,10 +156,10 @@ def _body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _change_tags(request: Request, claims: context.Claims) -> Response:
+def _change_tags(request: Request, claims: context.Claims, where: Where) -> Response:
     ref = _ref(request)
     body = _body(request)
-    repo = _repo()
+    repo = where.repo()
     op, scope, label = body.get("op"), body.get("scope"), _label(body)
     if op not in ("add", "remove") or scope not in ("step", "segment", "episode"):
         raise RequestError("op must be add/remove and scope step/segment/episode")
@@ -182,9 +184,9 @@ def _change_tags(request: Request, claims: context.Claims) -> Response:
 
 
 def _undo_or_redo(redo: bool):
-    def handler(request: Request, claims: context.Claims) -> Response:
+    def handler(request: Request, claims: context.Claims, where: Where) -> Response:
         ref = _ref(request)
-        repo = _repo()
+        repo = where.repo()
         entry = (repo.redo_last if redo else repo.undo_last)(claims.user, ref=ref)
         if entry is None:
             message = f"Nothing of yours to {'redo' if redo else 'undo'} on this episode"
@@ -199,9 +201,9 @@ def _undo_or_redo(redo: bool):
     return handler
 
 
-def _with_body(handler):
+def _with_body(handler, where: Where):
     """Read the body on the event loop (Starlette's stream), then hand over to the threaded handler."""
-    guarded = _guarded(handler)
+    guarded = _guarded(handler, where)
 
     async def endpoint(request: Request) -> Response:
         request.state.body = await request.body()
@@ -210,13 +212,15 @@ def _with_body(handler):
     return endpoint
 
 
-def routes() -> list[BaseRoute]:
+def routes(settings: context.Settings | None = None) -> list[BaseRoute]:
+    """The player's routes over the store and episode files of `settings` (default: this process's)."""
+    where = Where(settings or context.settings())
     return [
-        Route(PREFIX + "/meta", _guarded(_meta), methods=["GET"]),
-        Route(PREFIX + "/steps", _guarded(_steps), methods=["GET"]),
-        Route(PREFIX + "/frames/{step}", _guarded(_frame), methods=["GET"]),
-        Route(PREFIX + "/tags", _guarded(_tags_now), methods=["GET"]),
-        Route(PREFIX + "/tags", _with_body(_change_tags), methods=["POST"]),
-        Route(PREFIX + "/undo", _with_body(_undo_or_redo(redo=False)), methods=["POST"]),
-        Route(PREFIX + "/redo", _with_body(_undo_or_redo(redo=True)), methods=["POST"]),
+        Route(PREFIX + "/meta", _guarded(_meta, where), methods=["GET"]),
+        Route(PREFIX + "/steps", _guarded(_steps, where), methods=["GET"]),
+        Route(PREFIX + "/frames/{step}", _guarded(_frame, where), methods=["GET"]),
+        Route(PREFIX + "/tags", _guarded(_tags_now, where), methods=["GET"]),
+        Route(PREFIX + "/tags", _with_body(_change_tags, where), methods=["POST"]),
+        Route(PREFIX + "/undo", _with_body(_undo_or_redo(redo=False), where), methods=["POST"]),
+        Route(PREFIX + "/redo", _with_body(_undo_or_redo(redo=True), where), methods=["POST"]),
     ]
