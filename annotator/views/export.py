@@ -11,6 +11,7 @@ from urllib.parse import unquote, urlparse
 import streamlit as st
 
 from annotator.operations import ExportOptions, parse_ref_key, ref_key, ref_of
+from annotator.plain import md_escape
 from annotator.views import session
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import client_pb2
@@ -26,7 +27,7 @@ def download(path: Path) -> None:
         zipped = Path(tempfile.gettempdir()) / f"{path.name}.zip"
         if not zipped.exists():
             shutil.make_archive(str(zipped.with_suffix("")), "zip", root_dir=path)
-        st.caption(f"Folder written to `{path}`")
+        st.caption(md_escape(f"Folder written to {path}"))
         path = zipped
     st.download_button(
         "Download " + path.name,
@@ -94,7 +95,7 @@ def render() -> None:
             )
         except StepmarkError as exc:
             bar.empty()
-            st.error(str(exc))
+            st.error(md_escape(str(exc)))
             return
         bar.progress(1.0, text="Done")
         summary = ops.last_export
@@ -111,11 +112,11 @@ def render() -> None:
         return
     path = result_path(url)
     if not path.exists():
-        st.warning(f"The export at {path} is gone.")
+        st.warning(md_escape(f"The export at {path} is gone."))
         return
-    st.success(f"Export ready: `{path}`")
-    for line, is_problem in lines:
-        (st.warning if is_problem else st.caption)(line)
+    st.success(md_escape(f"Export ready: {path}"))
+    for line, is_problem in lines:  # episode ids, paths and reasons: plain text
+        (st.warning if is_problem else st.caption)(md_escape(line))
     download(path)
 
 

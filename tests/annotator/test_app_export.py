@@ -9,6 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from annotator.operations import ExportOptions, Operations, ref_key, ref_of
+from annotator.plain import md_unescape
 from protos.rlds_creator import client_pb2
 from tests.annotator.annotator_data import ALICE, build_env_data
 
@@ -43,10 +44,10 @@ def test_export_as_zip_with_end_of_episode_tag_and_download(env_data, monkeypatc
     assert not at.error, at.error[0].value
     assert at.get("progress")[0].proto.value == 100
     assert "Exported 2 episode(s)" in [t.value for t in at.toast]
-    ready = at.success[0].value
+    ready = md_unescape(at.success[0].value)
     assert ready.startswith("Export ready:") and ".zip" in ready
     assert at.get("download_button"), "a download button for the ZIP"
-    zip_path = ready.split("`")[1]
+    zip_path = ready.removeprefix("Export ready: ")
     with zipfile.ZipFile(zip_path) as archive:
         names = archive.namelist()
     assert any(n.endswith("metadata.riegeli") for n in names)
@@ -83,7 +84,7 @@ def test_export_page_writes_a_tfds_folder(env_data, monkeypatch):
     at.radio(key="export_archive").set_value("folder")
     at.button(key="export_run").click().run()
     assert not at.exception and not at.error, (at.exception, at.error)
-    folder = at.success[0].value.split("`")[1]
+    folder = md_unescape(at.success[0].value).removeprefix("Export ready: ")
     import sys
 
     # The export ran in a child process: TensorFlow never entered the annotator's (it crashes beside OSMesa).
@@ -107,13 +108,13 @@ def test_export_says_what_it_left_out_and_never_offers_a_stale_result(env_data, 
         at.button(key="export_run").click().run()
         assert not at.exception and not at.error, (at.exception, at.error)
         assert "Exported 1 episode(s), 1 left out" in [t.value for t in at.toast]
-        warnings = [w.value for w in at.warning]
+        warnings = [md_unescape(w.value) for w in at.warning]
         assert any(w.startswith(f"Left out {second}") and "state" in w for w in warnings), warnings
         assert at.get("download_button")
 
         at.multiselect(key="export_pick").set_value([first]).run()  # another selection: no stale download
         assert not at.get("download_button")
-        assert any("export again" in c.value for c in at.caption)
+        assert any("export again" in md_unescape(c.value) for c in at.caption)
         at.multiselect(key="export_pick").set_value([first, second]).run()  # back: that result fits again
         assert at.get("download_button")
     finally:
@@ -132,7 +133,7 @@ def test_a_mixed_selection_is_split_into_one_dataset_per_environment(env_data, m
     assert at.checkbox(key="export_split").value is True
     at.button(key="export_run").click().run()
     assert not at.exception and not at.error, (at.exception, at.error)
-    captions = [c.value for c in at.caption]
+    captions = [md_unescape(c.value) for c in at.caption]
     assert any("episode(s) of coinrun" in c for c in captions), captions
     assert any("of ui" in c or "android" in c for c in captions), captions
 
