@@ -9,7 +9,7 @@ import sys
 from google.protobuf import json_format
 
 from pipelines.errors import StepmarkError
-from pipelines.store import AlreadyExists, Repository, open_store
+from pipelines.store import AlreadyExists, NameTaken, Repository, open_store
 from pipelines.store.spec_file import load_study_spec
 from protos.rlds_creator import study_pb2
 
@@ -49,6 +49,8 @@ def study_create(args: argparse.Namespace) -> int:
     with _open(args) as repo:
         try:
             study = repo.create_study(spec, args.user)
+        except NameTaken as exc:
+            raise NameTaken(f"{args.spec}: field name: {exc} (study names are unique per creator)") from exc
         except AlreadyExists as exc:
             raise AlreadyExists(f"{args.spec}: field id: {exc} (remove the id for a new one)") from exc
     envs = ", ".join(env.id for env in study.environment_specs) or "none"

@@ -17,6 +17,10 @@ class AlreadyExists(StoreError):
     """An object with the given id already exists."""
 
 
+class NameTaken(AlreadyExists):
+    """The creator already has a study of that name (names are unique per creator)."""
+
+
 class Conflict(StoreError):
     """The change would overwrite someone else's later change (e.g. undoing notes edited since)."""
 

@@ -36,6 +36,7 @@ from pipelines.store.errors import (
     AlreadyExists,
     Conflict,
     InvalidSpec,
+    NameTaken,
     NotFound,
     PermissionDenied,
     StoreError,
@@ -322,7 +323,7 @@ class Repository:
     def _check_name_free(s: Session, creator: str, name: str, study_id: str | None) -> None:
         taken = s.scalar(sa.select(StudyRow.id).where(StudyRow.creator == creator, StudyRow.name == name))
         if taken is not None and taken != study_id:
-            raise AlreadyExists(f"{creator} already has a study named {name!r} ({taken})")
+            raise NameTaken(f"{creator} already has a study named {name!r} ({taken})")
 
     @staticmethod
     def _flush_study(s: Session, creator: str, name: str) -> None:

@@ -227,7 +227,7 @@ def test_create_no_check_keeps_the_spec_and_notes_what_cannot_run(capsys, tmp_pa
     code, out, err = run(capsys, "study", "create", str(path), "--data", data, "--no-check")
     assert code == 0 and err == ""
     path.write_text(
-        "name: x\nenvironment_specs:\n  - {id: lab, dmlab: {id: seekavoid_arena_01}}\n  - {id: ui}\n"
+        "name: y\nenvironment_specs:\n  - {id: lab, dmlab: {id: seekavoid_arena_01}}\n  - {id: ui}\n"
     )
     code, out, err = run(capsys, "study", "create", str(path), "--data", data)
     assert code == 0
@@ -236,6 +236,16 @@ def test_create_no_check_keeps_the_spec_and_notes_what_cannot_run(capsys, tmp_pa
     assert notes[1].startswith("note: environment 'ui': no environment type")
     with open_store(None, data) as repo:
         assert len(repo.list_studies()) == 2
+
+
+def test_create_with_a_taken_name_names_the_file_and_field(capsys, tmp_path: Path, data: str) -> None:
+    path = tmp_path / "named.yaml"
+    path.write_text("name: Same\n")
+    assert run(capsys, "study", "create", str(path), "--data", data, "--user", "ann")[0] == 0
+    code, out, err = run(capsys, "study", "create", str(path), "--data", data, "--user", "ann")
+    assert code == 2 and out == ""
+    assert err.startswith(f"stepmark study: error: {path}: field name: ann already has a study named 'Same'")
+    assert run(capsys, "study", "create", str(path), "--data", data, "--user", "bob")[0] == 0  # per creator
 
 
 def test_create_with_a_taken_id_names_the_file_and_field(capsys, tmp_path: Path, data: str) -> None:
