@@ -111,8 +111,9 @@ def describe(entry: AuditEntry, episode_label: str | None = None) -> str:
     template = _WHAT.get(action)  # type: ignore[call-overload]
     if template is None:
         what = action or "a change"
-    elif label is None and "{label}" in template:
-        what = template.split(" {label}")[0].replace("{label}", "") + " (nothing was left to change)"
+    elif label is None and "{label}" in template:  # an undo/redo that found nothing left to change
+        step = f" on step {entry.step_index}" if entry.step_index is not None else ""
+        what = f"{action}{step}: nothing was left to change"
     else:
         what = template.format(
             label=repr(label), step=entry.step_index, span=span,

@@ -203,3 +203,14 @@ def test_describe_plain_changes() -> None:
         reverted_action="step.tag.add",
     )  # fmt: skip
     assert describe(entry) == "Undid: tag 'jump' added to step 12 (episode 3f2a5c…)"
+
+
+def test_an_undo_that_finds_nothing_to_change_says_so(repo: Repository, study, two) -> None:
+    a, _ = two
+    repo.add_step_tag(a, 6, "gone", OWNER)
+    repo.remove_step_tag(a, 6, "gone", "alice@example.com")  # the creator removed it meanwhile
+    undo = repo.undo_last(OWNER, a)  # bob's add: the tag is already gone
+    assert (undo.before, undo.after) == (None, None)
+    assert describe(undo).startswith("Undid: step.tag.add on step 6: nothing was left to change")
+    redo = repo.redo_last(OWNER, a)  # and its redo changes nothing either
+    assert (redo.before, redo.after) == (None, None) and step_labels(repo, a) == {}
