@@ -295,7 +295,9 @@ class LiveSession:
         self._next_frame += period
         if self._next_frame < now - period:  # fell behind (a slow step): keep the rate, do not burst
             self._next_frame = now + period
-        if self._abandon_if_idle(now):
+        if keys or self._gamepad is not None and (self._gamepad.buttons or self._gamepad.axes):
+            recorder.note_input()  # a key held down for minutes is someone playing, not idleness
+        elif self._abandon_if_idle(now):
             return
         self._after_step(recorder.step_held(keys, self._gamepad))
 
