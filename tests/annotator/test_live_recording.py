@@ -211,3 +211,23 @@ def test_gamepad_state_is_parsed_and_bounded():
         parse_gamepad({"axes": {"0": float("nan")}})
     with pytest.raises(InputError):
         parse_gamepad({"buttons": {str(i): [True, 1] for i in range(100)}})
+
+
+def test_closing_at_the_save_prompt_keeps_every_step_as_abandoned(live):
+    client, repo, data = live
+    study = make_study(repo, procgen_spec(max_steps=3))
+    with client.websocket_connect(live_routes.PATH) as ws:
+        browser = Browser(ws)
+        browser.hello(study.id, "maze")
+        browser.state("running")
+        for key in KEYS[:3]:
+            browser.send(t="press", keys=[key])
+        ended = browser.state("ended")
+        assert ended["completed"] is True
+        browser.send(t="press", keys=["ArrowRight"])  # no action after the end
+    wait_closed()
+    [episode] = repo.list_episodes(study_id=study.id)
+    assert episode.state == State.STATE_ABANDONED and episode.num_steps == 3
+    with open_episode(episode, data) as reader:
+        assert [reader.step(i).keys for i in range(3)] == [[k] for k in KEYS[:3]]
+        assert reader.step(2).info["episode"]["l"] == 3
