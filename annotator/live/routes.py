@@ -127,6 +127,11 @@ def _hello(text: str) -> tuple[context.Claims, dict[str, Any]]:
             raise InputError(f"hello needs a {name} id")
     if hello.get("quality", "auto") not in QUALITIES:
         raise InputError("unknown quality")
+    fps, camera = hello.get("fps"), hello.get("camera") or 0
+    if fps is not None and (not isinstance(fps, (int, float)) or not 0 < fps <= 120):
+        raise InputError("fps must be a number in (0, 120]")
+    if not isinstance(camera, int) or not 0 <= camera < 64:
+        raise InputError("camera must be a small index")
     return claims, hello
 
 
@@ -166,25 +171,22 @@ async def record_socket(websocket: WebSocket) -> None:
         return
     except WebSocketDisconnect:
         return
-    with _lock:
-        if len(_sessions) >= MAX_SESSIONS:
-            busy = True
-        else:
-            busy = False
-    if busy:
-        await websocket.close(CLOSE_BUSY, reason=f"{MAX_SESSIONS} recordings already run on this server")
-        return
     outbox = Outbox(websocket, asyncio.get_running_loop())
     fps = hello.get("fps")
     session = LiveSession(
         _recorder_factory(claims, hello),
         outbox.frame,
         outbox.event,
-        fps=float(fps) if isinstance(fps, (int, float)) and fps > 0 else None,
+        fps=float(fps) if fps else None,
         camera=int(hello.get("camera") or 0),
     )
-    with _lock:
-        _sessions.add(session)
+    with _lock:  # checked and taken at once: two connections cannot both take the last place
+        busy = len(_sessions) >= MAX_SESSIONS
+        if not busy:
+            _sessions.add(session)
+    if busy:
+        await websocket.close(CLOSE_BUSY, reason=f"{MAX_SESSIONS} recordings already run on this server")
+        return
     session.start()
     sender = asyncio.create_task(outbox.run())
     try:

@@ -231,3 +231,24 @@ def test_closing_at_the_save_prompt_keeps_every_step_as_abandoned(live):
     with open_episode(episode, data) as reader:
         assert [reader.step(i).keys for i in range(3)] == [[k] for k in KEYS[:3]]
         assert reader.step(2).info["episode"]["l"] == 3
+
+
+def test_recordings_per_server_are_bounded(live, monkeypatch):
+    client, repo, _ = live
+    study = make_study(repo, procgen_spec(max_steps=0))
+    monkeypatch.setattr(live_routes, "MAX_SESSIONS", 1)
+    with client.websocket_connect(live_routes.PATH) as first:
+        Browser(first).hello(study.id, "maze")
+        Browser(first).state("running")
+        with client.websocket_connect(live_routes.PATH) as second:
+            Browser(second).hello(study.id, "maze")
+            with pytest.raises(ConnectionClosed) as refused:
+                second.recv(timeout=30)
+            assert refused.value.rcvd.code == live_routes.CLOSE_BUSY
+        with client.websocket_connect(live_routes.PATH) as third:
+            third.send(json.dumps({"t": "hello", "token": context.mint(USER), "study": study.id, "env": "maze",
+                                   "camera": "x"}))  # fmt: skip
+            with pytest.raises(ConnectionClosed) as bad:
+                third.recv(timeout=30)
+            assert bad.value.rcvd.code == live_routes.CLOSE_BAD_INPUT
+    wait_closed()
