@@ -41,7 +41,8 @@ PROBE_JS = """() => {
   }
   const note = frame.querySelector('.sm-frame-note');
   window.__lat = []; window.__drawn = 0; window.__pending = [];
-  document.addEventListener('keydown', e => {
+  // On window, capturing: runs before the player's own listener (on document) moves the step.
+  window.addEventListener('keydown', e => {
     if (e.key === 'ArrowRight' && !e.repeat) window.__pending.push([e.timeStamp, Number(frame.dataset.step) + 1]);
   }, true);
   const check = () => {

@@ -96,6 +96,9 @@ class Player {
     this.disposed = true;
     this.playing = false;
     this.stopHold();
+    if (this.resizer) this.resizer.disconnect();
+    cancelAnimationFrame(this.infoFrame);
+    clearTimeout(this.infoTimer);
     for (const t of this.timers) clearInterval(t);
     for (const [target, type, fn, opts] of this.listeners) target.removeEventListener(type, fn, opts);
     this.listeners = [];
@@ -154,7 +157,14 @@ class Player {
       this.markRows(true);
     });
     this.on(overlay, "dblclick", () => el(r, ".sm-frame").classList.toggle("sm-zoomed"));
-    this.on(window, "resize", () => this.drawTimeline());
+    // The timeline's width is measured only when it changes: reading it in every step forced a layout of the
+    // whole page per key press (45 ms with a UI episode's object table on the page).
+    this.timelineWidth = Math.round(el(r, ".sm-timeline").getBoundingClientRect().width || 600);
+    this.resizer = new ResizeObserver((entries) => {
+      for (const entry of entries) this.timelineWidth = Math.round(entry.contentRect.width) || this.timelineWidth;
+      this.drawTimeline();
+    });
+    this.resizer.observe(el(r, ".sm-timeline"));
   }
 
   // ---- data ---------------------------------------------------------------------------------------------------
@@ -266,10 +276,18 @@ class Player {
     }
     this.renderHeader();
     this.renderStepTags();
-    this.renderStepInfo();
     this.drawTimeline();
     this.prefetch();
     this.scheduleReport();
+    // The step's text and object table can wait for the frame to be painted (a table of a few hundred rows
+    // costs tens of milliseconds of layout); quick presses coalesce into one rebuild.
+    cancelAnimationFrame(this.infoFrame);
+    clearTimeout(this.infoTimer);
+    this.infoFrame = requestAnimationFrame(() => {
+      this.infoTimer = setTimeout(() => {
+        if (!this.disposed) this.renderStepInfo();
+      }, 0);
+    });
   }
 
   markFrame(step, note) {
@@ -489,8 +507,10 @@ class Player {
   drawOverlay() {
     const overlay = el(this.root, ".sm-overlay");
     const canvas = el(this.root, ".sm-canvas");
-    overlay.width = canvas.width;
-    overlay.height = canvas.height;
+    if (overlay.width !== canvas.width || overlay.height !== canvas.height) {
+      overlay.width = canvas.width;
+      overlay.height = canvas.height;
+    }
     const ctx = overlay.getContext("2d");
     ctx.clearRect(0, 0, overlay.width, overlay.height);
     if (this.kind !== "ui") return;
@@ -579,7 +599,7 @@ class Player {
 
   drawTimeline() {
     const c = el(this.root, ".sm-timeline");
-    const width = Math.max(100, Math.round(c.getBoundingClientRect().width || 600));
+    const width = Math.max(100, this.timelineWidth || 600);
     if (c.width !== width) c.width = width;
     const h = c.height;
     const ctx = c.getContext("2d");
@@ -695,6 +715,7 @@ class Player {
     else if (act === "tag-ep") this.tagFromInput("episode");
     else if (act === "undo") this.undoRedo(false);
     else if (act === "redo") this.undoRedo(true);
+    else if (act === "zoom") el(this.root, ".sm-frame").classList.toggle("sm-zoomed");
     else if (act === "seg-start") {
       this.segStart = this.cur;
       this.renderHeader();
