@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from functools import partial
 
-from . import droidbot, rico, uiautomator
+from . import a11y_forest, aitw, droidbot, rico, uiautomator
 from .bounds import Box, parse_bounds
 from .encoding import bom_encoding
 from .errors import REASONS, HierarchyError
@@ -27,13 +27,15 @@ from .objects import (
 )
 from .screenshot import ImageInfo, image_info
 
+forest_json = a11y_forest.to_json
+
 __all__ = [
     "FORMATS", "MAX_BYTES", "MAX_DEPTH", "MAX_OBJECTS", "REASONS", "Box", "HierarchyError", "ImageInfo", "RawNode", "Screen",
-    "build_screen", "detect_format", "grid_location", "image_info", "object_at", "parse", "parse_bounds",
+    "build_screen", "detect_format", "forest_json", "grid_location", "image_info", "object_at", "parse", "parse_bounds",
     "rescale",
 ]  # fmt: skip
 
-FORMATS = ("uiautomator", "rico", "droidbot")
+FORMATS = ("uiautomator", "rico", "droidbot", "a11y_forest", "a11y_forest_text", "aitw_annotations")
 _NON_BLANK = re.compile(rb"\S")
 
 
@@ -67,7 +69,7 @@ def parse(
     drop_invisible: bool = False,
     screen_size: tuple[int, int] | None = None,
 ) -> Screen:
-    """A `Screen` from hierarchy bytes in `fmt` ('uiautomator', 'rico', 'droidbot'), detected when None.
+    """A `Screen` from hierarchy bytes in `fmt` (one of FORMATS), detected when None (XML and JSON only).
 
     JSON is told apart by its keys: Rico documents have `activity`, DroidBot states have `views`.
     `screen_size` (width, height), when known (e.g. the screenshot's size), replaces the size estimated from
@@ -79,6 +81,12 @@ def parse(
         return rico.parse(data, drop_invisible=drop_invisible)
     if fmt == "droidbot":
         return droidbot.parse(data, drop_invisible=drop_invisible, screen_size=screen_size)
+    if fmt == "a11y_forest":  # binary protobuf: never detected, always named by the caller
+        return a11y_forest.parse(data, drop_invisible=drop_invisible, screen_size=screen_size)
+    if fmt == "a11y_forest_text":
+        return a11y_forest.parse_text(data, drop_invisible=drop_invisible, screen_size=screen_size)
+    if fmt == "aitw_annotations":
+        return aitw.parse(data, screen_size=screen_size)
     if fmt is not None:
         raise ValueError(f"unknown hierarchy format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if detect_format(data) == "uiautomator":

@@ -101,6 +101,8 @@ class Screen:
     #: True when width/height are a guess from window bounds that do not start at the origin (e.g. a state
     #: holding only a dialog): a caller that knows the real size (the screenshot's) should prefer it.
     size_estimated: bool = False
+    #: Accessibility-forest windows (`ui_episode_pb2.WindowInfo`), in forest order; empty for other formats.
+    windows: list = field(default_factory=list)
 
 
 def grid_location(box: Box | None, width: int, height: int) -> int:
@@ -396,6 +398,7 @@ def rescale(screen: Screen, width: int, height: int) -> Screen:
         list(screen.naf),
         (sx * width / old_w, sy * height / old_h),
         screen.size_estimated,
+        list(screen.windows),
     )
 
 

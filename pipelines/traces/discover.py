@@ -8,6 +8,9 @@ Rules (also in schemas/layouts.md), applied per folder, outermost first:
     leading zeros allowed, at least two). Its own files.
   * Single screens: every other `<id>.xml|json` (with `<id>.png|jpg|jpeg|webp` when present) is a one-step
     episode.
+  * TFRecord files (`*.tfrecord[.gz]`, `*.tfrecords[.gz]`, `*.tfr[.gz]`, or release shard names
+    `<name>-00000-of-00020[.gz]`) in unclaimed folders: one `tfrecord_file` source each; what their records
+    hold (AndroidControl episodes, AITW steps) is decided when they are read.
 Screenshots with no hierarchy of the same name become dead letters (`orphan_screenshot`); other files are
 counted as ignored.
 """
@@ -27,6 +30,8 @@ IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
 GESTURES = "gestures.json"
 MANIFEST = "episode.json"
 ACTIONS = "actions.jsonl"
+RECORD_EXTS = (".tfrecord", ".tfrecords", ".tfrecord.gz", ".tfrecords.gz", ".tfr", ".tfr.gz")
+RECORD_FILE = "tfrecord_file"  # EpisodeSource.layout of a TFRecord input file (not an output layout)
 RESERVED = frozenset({GESTURES, MANIFEST})
 
 
@@ -55,6 +60,19 @@ def _under(folder: str, sub: str) -> str:
 
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+_SHARD_NAME = re.compile(r"-\d{5}-of-\d{5}(\.gz)?$")
+
+
+def is_record_file(name: str) -> bool:
+    """A TFRecord input by its name (see the module docstring)."""
+    lower = name.lower()
+    return lower.endswith(RECORD_EXTS) or bool(_SHARD_NAME.search(lower))
+
+
+def _record_source(path: str, episode_id: str) -> EpisodeSource:
+    return EpisodeSource(layout=RECORD_FILE, episode_id=episode_id, source_path=path, files=(path,))
 
 
 def _is_numbered(stems: list[str]) -> bool:
@@ -194,6 +212,11 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
         if is_claimed(folder):
             continue
         names = sorted(children[folder], key=natural_key)
+        for name in names:
+            if is_record_file(name):
+                used.add(_under(folder, name))
+                yield _record_source(by_rel[_under(folder, name)], _under(folder, name))
+        names = [n for n in names if not is_record_file(n)]
         hierarchies, images = pair_screens(names)
         folder_path = files.join(root, folder) if folder else root
         rel_of = {name: _under(folder, name) for name in names}
@@ -235,6 +258,9 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
 
 def _single_file(path: str) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile]:
     folder, name = files.split(path)
+    if is_record_file(name):
+        yield _record_source(path, name)
+        return
     stem, ext = files.stem_and_ext(name)
     if ext not in HIERARCHY_EXTS:
         yield IgnoredFile(path)
