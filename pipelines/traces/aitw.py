@@ -20,6 +20,7 @@ from pipelines.hierarchy import HierarchyError
 from pipelines.hierarchy.screenshot import sniff_format
 from pipelines.traces.examples import (
     ExampleError,
+    any_text,
     byte_values,
     first_text,
     float_values,
@@ -138,6 +139,27 @@ def _finite(example, key: str) -> None:
         raise ExampleError(f"feature {key!r} holds a value that is not a finite number")
 
 
+def read_step(example, step_id: int, where: str) -> tuple[RawStep, dict[str, bytes], str]:
+    """One step's RawStep, its bytes and its current activity. Raises ExampleError / HierarchyError
+    (`missing_screenshot`, `bad_screenshot`)."""
+    warnings: list[str] = []
+    width = (int_values(example, "image/width") or [0])[0]
+    height = (int_values(example, "image/height") or [0])[0]
+    channels = (int_values(example, "image/channels") or [3])[0]
+    encoded = byte_values(example, "image/encoded")
+    if not encoded or not encoded[0]:
+        raise HierarchyError("missing_screenshot", "the step has no image/encoded bytes")
+    shot = screenshot_png(encoded[0], width, height, channels)
+    tree_path, shot_path = f"{where}/ui_annotations", f"{where}/image"
+    blobs = {tree_path: annotations_json(example, width, height, warnings), shot_path: shot}
+    activity = first_text(example, "current_activity", warnings)
+    action = action_of(example, warnings)
+    step = RawStep(
+        step_id, f"step_{step_id}", tree_path, shot_path, action, tuple(warnings), "aitw_annotations"
+    )
+    return step, blobs, activity
+
+
 def read(item: RecordEpisode) -> tuple[RawEpisode, dict[str, bytes]]:
     """The episode of one group of AITW step records (any order) and its step bytes."""
     eid = item.episode_id
@@ -170,36 +192,24 @@ def read(item: RecordEpisode) -> tuple[RawEpisode, dict[str, bytes]]:
                                    f"at {where} repeats the one at {seen[step_id]}; the first is kept", eid))  # fmt: skip
             continue
         seen[step_id] = where
-        warnings: list[str] = []
+        try:
+            raw_step, step_blobs, activity = read_step(example, step_id, where)
+        except (ExampleError, HierarchyError) as exc:
+            reason = exc.reason if isinstance(exc, HierarchyError) else "bad_record"
+            message = f"episode {display(eid)} step {step_id} ({where}): {exc}"
+            dead.append(DeadLetter(path, step_id, reason, message, eid))
+            continue
         if not episode.goal:
+            warnings: list[str] = []
             episode.goal = first_text(example, "goal_info", warnings)
             for key in ("device_type", "android_api_level"):
-                values = byte_values(example, key) or [str(v).encode() for v in int_values(example, key)]
-                if values:
-                    episode.metadata[key] = text(values[0], key, warnings)
-        width = (int_values(example, "image/width") or [0])[0]
-        height = (int_values(example, "image/height") or [0])[0]
-        channels = (int_values(example, "image/channels") or [3])[0]
-        encoded = byte_values(example, "image/encoded")
-        try:
-            if not encoded or not encoded[0]:
-                raise HierarchyError("bad_screenshot", "the step has no image/encoded bytes")
-            shot = screenshot_png(encoded[0], width, height, channels)
-        except HierarchyError as exc:
-            reason = "missing_screenshot" if not encoded or not encoded[0] else exc.reason
-            dead.append(DeadLetter(path, step_id, reason, f"episode {display(eid)} step {step_id} ({where}): "
-                                   f"{exc}", eid))  # fmt: skip
-            continue
-        activities.append(first_text(example, "current_activity", warnings))
-        tree_path, shot_path = f"{where}/ui_annotations", f"{where}/image"
-        blobs[tree_path] = annotations_json(example, width, height, warnings)
-        blobs[shot_path] = shot
-        action = action_of(example, warnings)
-        episode.steps.append(
-            RawStep(
-                step_id, f"step_{step_id}", tree_path, shot_path, action, tuple(warnings), "aitw_annotations"
-            )
-        )
+                value = any_text(example, key, warnings)
+                if value:
+                    episode.metadata[key] = value
+            episode.warnings.extend(warnings)
+        episode.steps.append(raw_step)
+        blobs.update(step_blobs)
+        activities.append(activity)
     if any(activities):
         episode.metadata["current_activity"] = json.dumps(activities, ensure_ascii=False)
     missing = [i for i in range(length) if i not in seen]

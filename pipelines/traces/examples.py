@@ -83,3 +83,16 @@ def text(value: bytes, what: str, warnings: list[str]) -> str:
 def first_text(example: example_pb2.Example, key: str, warnings: list[str]) -> str:
     values = byte_values(example, key)
     return text(values[0], key, warnings) if values else ""
+
+
+def any_text(example: example_pb2.Example, key: str, warnings: list[str]) -> str:
+    """The first value of a feature of any kind as text ("" when absent): metadata that releases store
+    either as bytes or as numbers (AITW's android_api_level)."""
+    feature = example.features.feature
+    if key not in feature:
+        return ""
+    which = feature[key].WhichOneof("kind")
+    values = getattr(feature[key], which).value if which else ()
+    if not values:
+        return ""
+    return text(values[0], key, warnings) if which == "bytes_list" else str(values[0])
