@@ -43,6 +43,8 @@ ASPECT_TOLERANCE = 0.01
 #: be that object (rescaling rounds each edge once).
 TARGET_SLACK = 1
 MISMATCH = "screenshot_mismatch"
+#: Formats whose parser takes the screen size from the caller (`parse(screen_size=...)`).
+SIZED_FORMATS = ("uiautomator", "droidbot", "a11y_forest")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 #: Packages of the system's own views (window decor, status and navigation bars): an app's episode is named
 #: after its own package even when these views outnumber its objects.
@@ -146,6 +148,20 @@ def observe(
     hw, hh = screen.width, screen.height
     mismatch = False
     extra: list[str] = []
+    if (
+        image is not None
+        and hw != hh
+        and (hw, hh) == (image.height, image.width)
+        and screen.format in SIZED_FORMATS
+        and _fits(screen, image.width, image.height)
+    ):  # the device reported its landscape size with a portrait screenshot (or the reverse): DroidBot
+        extra.append(
+            f"hierarchy size {hw}x{hh} is the {image.width}x{image.height} screenshot's turned sideways and every "
+            f"box fits the screenshot: its orientation is used (boxes unchanged, every computed field redone)"
+        )
+        size = (image.width, image.height)
+        screen = parse(hierarchy, fmt=screen.format, drop_invisible=drop_invisible, screen_size=size)
+        hw, hh = screen.width, screen.height
     if image is not None and screen.size_estimated and _fits(screen, image.width, image.height):
         extra.append(
             f"hierarchy size {hw}x{hh} was estimated from window bounds; the {image.width}x{image.height} "

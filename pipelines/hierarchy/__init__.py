@@ -37,6 +37,7 @@ __all__ = [
 
 FORMATS = ("uiautomator", "rico", "droidbot", "a11y_forest", "a11y_forest_text", "aitw_annotations")
 _NON_BLANK = re.compile(rb"\S")
+_XML_START = re.compile(rb"<\?xml|<hierarchy[\s>]")
 
 
 def detect_format(data: bytes) -> str:
@@ -55,8 +56,12 @@ def detect_format(data: bytes) -> str:
     stripped = head.lstrip()
     if not stripped:
         raise HierarchyError("empty", "the hierarchy file holds only a byte order mark or whitespace")
-    if stripped[:1] in (b"{", b"["):
+    if stripped[:1] == b"{":
         return "json"
+    if stripped[:1] == b"[":
+        # A log line such as "[INFO] ..." or "[2024-05-01 ...]" before a dump is not JSON: every supported JSON
+        # hierarchy is an object, so a leading "[" is a dump when the XML follows (repaired by the parser).
+        return "uiautomator" if _XML_START.search(head) else "json"
     if b"<" in head or uiautomator.failed_dump_message(stripped.decode("utf-8", errors="replace")):
         return "uiautomator"
     raise HierarchyError("unknown_format", f"neither XML nor JSON (starts with {stripped[:40]!r})")
