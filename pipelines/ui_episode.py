@@ -335,7 +335,7 @@ def build_step(raw: RawStep, obs: Observed, position: int, episode_id: str) -> C
     if obs.screen.format == "uiautomator":
         o.xml = obs.hierarchy
     elif obs.screen.format == "a11y_forest":
-        o.json = forest_json(obs.hierarchy)
+        o.json = forest_json(obs.hierarchy, text=raw.hierarchy_format == "a11y_forest_text")
     else:
         o.json = obs.hierarchy
     o.screen_width, o.screen_height = obs.width, obs.height

@@ -81,10 +81,14 @@ def parse_text(
     return from_forest(forest, drop_invisible=drop_invisible, screen_size=screen_size)
 
 
-def to_json(data: bytes) -> bytes:
-    """The forest as canonical protobuf JSON (UTF-8): what `Observation.json` holds for a forest step, so a
-    reader of that field gets JSON whatever the source format was."""
-    forest = Forest.FromString(bytes(data))
+def to_json(data: bytes, *, text: bool = False) -> bytes:
+    """The forest (binary, or protobuf text format when `text`) as canonical protobuf JSON (UTF-8): what
+    `Observation.json` holds for a forest step, so a reader of that field gets JSON whatever the source was."""
+    forest = Forest()
+    if text:
+        text_format.Parse(bytes(data).decode("utf-8"), forest)
+    else:
+        forest.ParseFromString(bytes(data))
     return json_format.MessageToJson(forest, indent=None, ensure_ascii=False).encode("utf-8")
 
 

@@ -6,7 +6,8 @@ Rules (also in schemas/layouts.md), applied per folder, outermost first:
   * Step folder: a folder (not claimed above) with `actions.jsonl` or `episode.json`, or whose hierarchy files
     are named by consecutive step numbers after a common prefix (`0..n-1` or `1..n`: "3.xml", "step_003.xml";
     leading zeros allowed, at least two). Its own files.
-  * Single screens: every other `<id>.xml|json` (with `<id>.png|jpg|jpeg|webp` when present) is a one-step
+  * Single screens: every other `<id>.xml|json|pb|textproto` (`.pb`/`.textproto`: an AndroidEnv accessibility
+    forest, binary or text format) (with `<id>.png|jpg|jpeg|webp` when present) is a one-step
     episode.
   * TFRecord files (`*.tfrecord[.gz]`, `*.tfrecords[.gz]`, `*.tfr[.gz]`, or release shard names
     `<name>-00000-of-00020[.gz]`) in unclaimed folders: one `tfrecord_file` source each; what their records
@@ -25,7 +26,9 @@ from dataclasses import dataclass
 from pipelines.traces import files
 from pipelines.traces.model import DeadLetter, EpisodeSource
 
-HIERARCHY_EXTS = (".xml", ".json")
+HIERARCHY_EXTS = (".xml", ".json", ".pb", ".textproto")
+#: Hierarchy formats named by the file extension (binary protos cannot be told apart by their bytes).
+FORMAT_BY_EXT = {".pb": "a11y_forest", ".textproto": "a11y_forest_text"}
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
 GESTURES = "gestures.json"
 MANIFEST = "episode.json"
@@ -63,6 +66,11 @@ _NUMBERED = re.compile(r"^(.*?)(\d+)$")
 
 
 _SHARD_NAME = re.compile(r"-\d{5}-of-\d{5}(\.gz)?$")
+
+
+def hierarchy_format(name: str) -> str:
+    """The `pipelines.hierarchy` format a hierarchy file's extension names; "" = detect from the bytes."""
+    return FORMAT_BY_EXT.get(files.stem_and_ext(name)[1], "")
 
 
 def is_record_file(name: str) -> bool:
