@@ -70,8 +70,9 @@ def iter_records(f: BinaryIO, *, name: str = "shard") -> Iterator[tuple[int, byt
         offset = next_offset
 
 
-#: Largest input record read from a sequential stream (AndroidControl episodes with every PNG are tens of MB).
-MAX_STREAM_RECORD = 1 << 30
+#: Largest input record read from a sequential stream: AndroidControl episodes with every PNG are tens of MB;
+#: a larger length claim is a corrupt header (or a hostile file) and is refused before anything is allocated.
+MAX_STREAM_RECORD = 256 << 20
 _CHUNK = 16 << 20
 
 
