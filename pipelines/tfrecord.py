@@ -109,11 +109,15 @@ def iter_stream(
         if _CRC.unpack(header[_LENGTH.size :])[0] != masked_crc(length_bytes):
             raise TFRecordError(f"{name}: byte {offset} is not the start of a TFRecord record (length CRC)")
         if length > max_record:
-            raise TFRecordError(f"{name}: record at byte {offset} claims {length} bytes (at most {max_record})")
+            raise TFRecordError(
+                f"{name}: record at byte {offset} claims {length} bytes (at most {max_record})"
+            )
         data = _read_exactly(f, length)
         footer = f.read(FOOTER_SIZE)
         if len(data) < length or len(footer) < FOOTER_SIZE:
-            raise TFRecordError(f"{name}: record at byte {offset} is truncated ({len(data)} of {length} bytes)")
+            raise TFRecordError(
+                f"{name}: record at byte {offset} is truncated ({len(data)} of {length} bytes)"
+            )
         if _CRC.unpack(footer)[0] != masked_crc(data):
             yield offset, TFRecordError(f"{name}: record at byte {offset} is corrupted (data CRC mismatch)")
         else:
