@@ -145,7 +145,7 @@ class DiscoverEpisodes(beam.DoFn):
         examples: list[str] = []
         for item in discover(root, self.exclude):
             if isinstance(item, EpisodeSource):
-                found += 1
+                found += item.layout != RECORD_FILE  # a TFRecord file's episodes are counted as it is read
                 yield item
             elif isinstance(item, DeadLetter):
                 Metrics.counter(NAMESPACE, f"dead_letter_{item.reason}").inc()
@@ -397,7 +397,8 @@ class ConvertUiTraces(beam.PTransform):
         return {
             "shards": converted.shards | "OnlyShards" >> OnlyType(ShardWritten),
             "dead_letters": dead,
-            "reports": found.report | "OnlyReports" >> OnlyType(DiscoveryReport),
+            "reports": (found.report | "OnlyReports" >> OnlyType(DiscoveryReport), records["reports"])
+            | "AllReports" >> beam.Flatten(),
         }
 
 

@@ -23,6 +23,7 @@ from pipelines.traces.records import AitwStep, group_aitw, read_file_records
 
 DEAD = "dead_letters"
 AITW = "aitw_steps"
+REPORT = "report"
 
 
 class ReadRecordFiles(beam.DoFn):
@@ -32,7 +33,12 @@ class ReadRecordFiles(beam.DoFn):
         self.namespace = namespace
 
     def process(self, source: EpisodeSource) -> Iterator:
+        from pipelines.convert import DiscoveryReport
+
+        episodes = 0
         for item in read_file_records(source.source_path):
+            if isinstance(item, RecordEpisode):
+                episodes += 1
             if isinstance(item, DeadLetter):
                 Metrics.counter(self.namespace, f"dead_letter_{item.reason}").inc()
                 yield pvalue.TaggedOutput(DEAD, item)
@@ -41,20 +47,22 @@ class ReadRecordFiles(beam.DoFn):
                 yield pvalue.TaggedOutput(AITW, item)
             else:
                 yield item
+        yield pvalue.TaggedOutput(REPORT, DiscoveryReport(episodes, 0, ()))
 
 
 class ReadRecordInputs(beam.PTransform):
-    """PCollection[EpisodeSource of tfrecord files] -> {"episodes": RecordEpisode, "dead_letters": DeadLetter}."""
+    """PCollection[EpisodeSource of tfrecord files] -> {"episodes": RecordEpisode, "dead_letters": DeadLetter,
+    "reports": DiscoveryReport} (episodes found in the records: AndroidControl per file, AITW one total)."""
 
     def __init__(self, namespace: str) -> None:
         super().__init__()
         self.namespace = namespace
 
     def expand(self, record_files):
-        from pipelines.convert import OnlyType  # convert imports this module: the one home of OnlyType
+        from pipelines.convert import DiscoveryReport, OnlyType  # convert imports this module
 
         read = record_files | "ReadRecordFiles" >> beam.ParDo(ReadRecordFiles(self.namespace)).with_outputs(
-            DEAD, AITW, main="episodes"
+            DEAD, AITW, REPORT, main="episodes"
         )
         aitw = (
             read[AITW]
@@ -67,4 +75,17 @@ class ReadRecordInputs(beam.PTransform):
             read.episodes | "OnlyRecordEpisodes" >> OnlyType(RecordEpisode),
             aitw,
         ) | "AllRecordEpisodes" >> beam.Flatten()
-        return {"episodes": episodes, "dead_letters": read[DEAD] | "OnlyRecordDead" >> OnlyType(DeadLetter)}
+        aitw_found = (
+            aitw
+            | "CountAitwEpisodes" >> beam.combiners.Count.Globally()
+            | "AitwReport" >> beam.Map(lambda n: DiscoveryReport(n, 0, ())).with_output_types(DiscoveryReport)
+        )
+        reports = (
+            read[REPORT] | "OnlyRecordReports" >> OnlyType(DiscoveryReport),
+            aitw_found,
+        ) | "AllRecordReports" >> beam.Flatten()
+        return {
+            "episodes": episodes,
+            "dead_letters": read[DEAD] | "OnlyRecordDead" >> OnlyType(DeadLetter),
+            "reports": reports,
+        }

@@ -179,7 +179,8 @@ def test_missing_duplicate_and_damaged_steps_are_dead_letters(converted: Path) -
     ep3 = episodes["ep3"]
     assert [i.index for i in ep3.step_info] == [1]
     assert "caf\ufffd" in [o.text for o in ep3.episode.time_steps[0].observation.objects]
-    assert ui_records.read_summary(str(converted))["episodes_by_layout"] == {"aitw": 3}
+    summary = ui_records.read_summary(str(converted))
+    assert summary["episodes_by_layout"] == {"aitw": 3} and summary["discovered_episodes"] == 3
 
 
 def test_tap_rule_is_aitw_distance(fixtures_dir: Path) -> None:

@@ -248,3 +248,4 @@ def test_damaged_records_and_steps_are_dead_letters(converted: Path) -> None:
     assert "103" in episodes  # the record before the truncation is converted
     summary = ui_records.read_summary(str(converted))
     assert summary["episodes_by_layout"] == {"android_control": 3}
+    assert summary["discovered_episodes"] == 3  # episodes in the records, not files

@@ -89,3 +89,5 @@ def test_dask_groups_aitw_steps_like_fnapi(tmp_path: Path, fixtures_dir: Path) -
 
     assert dead(tmp_path / "fnapi") == dead(tmp_path / "dask")
     assert [json.loads(line)["reason"] for line in dead(tmp_path / "dask")] == ["missing_step"]
+    for out in ("fnapi", "dask"):
+        assert ui_records.read_summary(str(tmp_path / out))["discovered_episodes"] == 5
