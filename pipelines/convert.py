@@ -41,9 +41,12 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from pipelines import tfrecord
 from pipelines.beam_options import pipeline_options, runner_name
+from pipelines.convert_records import ReadRecordInputs
 from pipelines.errors import StepmarkError
 from pipelines.traces import DeadLetter, EpisodeSource, IgnoredFile, discover, files, read_episode
-from pipelines.ui_episode import EpisodeResult, convert_episode
+from pipelines.traces.discover import RECORD_FILE
+from pipelines.traces.model import RecordEpisode
+from pipelines.ui_episode import EpisodeResult, convert_episode, convert_record_episode
 from pipelines.ui_records import DEAD_LETTERS, SHARD_GLOB, SUMMARY, read_summary
 
 NAMESPACE = "stepmark"
@@ -142,7 +145,7 @@ class DiscoverEpisodes(beam.DoFn):
         examples: list[str] = []
         for item in discover(root, self.exclude):
             if isinstance(item, EpisodeSource):
-                found += 1
+                found += item.layout != RECORD_FILE  # a TFRecord file's episodes are counted as it is read
                 yield item
             elif isinstance(item, DeadLetter):
                 Metrics.counter(NAMESPACE, f"dead_letter_{item.reason}").inc()
@@ -155,7 +158,7 @@ class DiscoverEpisodes(beam.DoFn):
         yield pvalue.TaggedOutput(REPORT, DiscoveryReport(found, ignored, tuple(examples)))
 
 
-def shard_of(source: EpisodeSource, num_shards: int) -> int:
+def shard_of(source: EpisodeSource | RecordEpisode, num_shards: int) -> int:
     """Stable shard for an episode (same input, same shards, on any runner)."""
     return zlib.crc32(source.episode_id.encode("utf-8")) % num_shards
 
@@ -199,8 +202,10 @@ class ConvertShard(beam.DoFn):
         self.objects = Metrics.counter(NAMESPACE, "objects")
         self.mismatches = Metrics.counter(NAMESPACE, "screenshot_mismatch_steps")
 
-    def convert(self, source: EpisodeSource) -> EpisodeResult:
+    def convert(self, source: EpisodeSource | RecordEpisode) -> EpisodeResult:
         try:
+            if isinstance(source, RecordEpisode):  # AndroidControl / AITW: the bytes came with it
+                return convert_record_episode(source, drop_invisible=self.drop_invisible)
             raw = read_episode(source, files.read_bytes)
             return convert_episode(raw, files.read_bytes, drop_invisible=self.drop_invisible)
         except Exception as exc:  # a reader bug or an unreadable layout file: dead-letter the episode
@@ -209,7 +214,7 @@ class ConvertShard(beam.DoFn):
                 None, [DeadLetter(source.source_path, None, "internal_error", message, source.episode_id)]
             )
 
-    def process(self, element: tuple[int, Iterable[EpisodeSource]]) -> Iterator:
+    def process(self, element: tuple[int, Iterable[EpisodeSource | RecordEpisode]]) -> Iterator:
         shard, sources = element
         ordered = sorted(sources, key=lambda s: s.episode_id)
         path = files.join(self.temp_dir, f"shard-{shard:05d}-{uuid.uuid4().hex}.tfrecord")
@@ -365,9 +370,18 @@ class ConvertUiTraces(beam.PTransform):
             | "Discover"
             >> beam.ParDo(DiscoverEpisodes(self.exclude)).with_outputs(DEAD, REPORT, main="sources")
         )
+        sources = found.sources | "OnlySources" >> OnlyType(EpisodeSource)
+        records = (
+            sources
+            | "OnlyRecordFiles" >> beam.Filter(lambda s: s.layout == RECORD_FILE)
+            | "ReadRecordInputs" >> ReadRecordInputs(NAMESPACE)
+        )
         converted = (
-            found.sources
-            | "OnlySources" >> OnlyType(EpisodeSource)
+            (
+                sources | "OnlyFileEpisodes" >> beam.Filter(lambda s: s.layout != RECORD_FILE),
+                records["episodes"],
+            )
+            | "AllEpisodes" >> beam.Flatten()
             | "KeyByShard" >> beam.Map(lambda s: (shard_of(s, num_shards), s))
             | "GroupByShard" >> beam.GroupByKey()
             | "ConvertShard"
@@ -378,11 +392,13 @@ class ConvertUiTraces(beam.PTransform):
         dead = (
             found.dead_letters | "OnlyDiscoveryDead" >> OnlyType(DeadLetter),
             converted.dead_letters | "OnlyConvertDead" >> OnlyType(DeadLetter),
+            records["dead_letters"],
         ) | "AllDeadLetters" >> beam.Flatten()
         return {
             "shards": converted.shards | "OnlyShards" >> OnlyType(ShardWritten),
             "dead_letters": dead,
-            "reports": found.report | "OnlyReports" >> OnlyType(DiscoveryReport),
+            "reports": (found.report | "OnlyReports" >> OnlyType(DiscoveryReport), records["reports"])
+            | "AllReports" >> beam.Flatten(),
         }
 
 
@@ -423,7 +439,8 @@ class WriteOutput(beam.PTransform):
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
         prog="stepmark convert-ui",
-        description="Convert Android UI traces (Rico traces, step folders, single screens, DroidBot runs) "
+        description="Convert Android UI traces (Rico traces, step folders, single screens, DroidBot runs, "
+        "AndroidControl / Android in the Wild TFRecords) "
         "into sharded TFRecord files of stepmark.UiEpisode.",
     )
     add_arguments(parser)

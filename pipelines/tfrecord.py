@@ -68,3 +68,58 @@ def iter_records(f: BinaryIO, *, name: str = "shard") -> Iterator[tuple[int, byt
         data, next_offset = read_at(f, offset, name=name)
         yield offset, data
         offset = next_offset
+
+
+#: Largest input record read from a sequential stream: AndroidControl episodes with every PNG are tens of MB;
+#: a larger length claim is a corrupt header (or a hostile file) and is refused before anything is allocated.
+MAX_STREAM_RECORD = 256 << 20
+_CHUNK = 16 << 20
+
+
+def _read_exactly(f: BinaryIO, n: int) -> bytes:
+    """Up to n bytes, in chunks, so a corrupt length never allocates more than the stream really holds."""
+    if n <= _CHUNK:
+        return f.read(n)
+    parts, left = [], n
+    while left:
+        part = f.read(min(left, _CHUNK))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
+def iter_stream(
+    f: BinaryIO, *, name: str = "file", max_record: int = MAX_STREAM_RECORD
+) -> Iterator[tuple[int, bytes | TFRecordError]]:
+    """(offset, data) for every record of a stream read front to back (a gzip-decompressed file cannot
+    seek). A record whose data CRC fails comes as (offset, TFRecordError) and reading goes on (its length
+    was verified); a bad length header, an oversized or a truncated record raises TFRecordError, since
+    nothing after it can be framed."""
+    offset = 0
+    while True:
+        header = f.read(HEADER_SIZE)
+        if not header:
+            return
+        if len(header) < HEADER_SIZE:
+            raise TFRecordError(f"{name}: truncated record header at byte {offset} ({len(header)} bytes)")
+        length_bytes = header[: _LENGTH.size]
+        (length,) = _LENGTH.unpack(length_bytes)
+        if _CRC.unpack(header[_LENGTH.size :])[0] != masked_crc(length_bytes):
+            raise TFRecordError(f"{name}: byte {offset} is not the start of a TFRecord record (length CRC)")
+        if length > max_record:
+            raise TFRecordError(
+                f"{name}: record at byte {offset} claims {length} bytes (at most {max_record})"
+            )
+        data = _read_exactly(f, length)
+        footer = f.read(FOOTER_SIZE)
+        if len(data) < length or len(footer) < FOOTER_SIZE:
+            raise TFRecordError(
+                f"{name}: record at byte {offset} is truncated ({len(data)} of {length} bytes)"
+            )
+        if _CRC.unpack(footer)[0] != masked_crc(data):
+            yield offset, TFRecordError(f"{name}: record at byte {offset} is corrupted (data CRC mismatch)")
+        else:
+            yield offset, data
+        offset += HEADER_SIZE + length + FOOTER_SIZE

@@ -22,14 +22,17 @@ from pipelines.hierarchy import (
     HierarchyError,
     ImageInfo,
     Screen,
+    forest_json,
     grid_location,
     image_info,
     object_at,
     parse,
     rescale,
 )
+from pipelines.traces.examples import ExampleError
 from pipelines.traces.files import display
-from pipelines.traces.model import DeadLetter, RawAction, RawEpisode, RawStep
+from pipelines.traces.model import DeadLetter, RawAction, RawEpisode, RawStep, RecordEpisode
+from pipelines.traces.records import read_record_episode
 from protos.llm4mobile import episode_pb2
 from protos.stepmark import ui_episode_pb2
 
@@ -40,6 +43,8 @@ ASPECT_TOLERANCE = 0.01
 #: be that object (rescaling rounds each edge once).
 TARGET_SLACK = 1
 MISMATCH = "screenshot_mismatch"
+#: Formats whose parser takes the screen size from the caller (`parse(screen_size=...)`).
+SIZED_FORMATS = ("uiautomator", "droidbot", "a11y_forest")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 #: Packages of the system's own views (window decor, status and navigation bars): an app's episode is named
 #: after its own package even when these views outnumber its objects.
@@ -56,6 +61,9 @@ ACTION_TYPES = {
     "enter": Action.ENTER,
     "wait": Action.WAIT,
     "other": Action.OTHER,
+    "open_app": Action.OPEN_APP,
+    "task_complete": Action.TASK_COMPLETE,
+    "task_impossible": Action.TASK_IMPOSSIBLE,
 }
 POINTED = ("tap", "long_press", "swipe", "type")
 
@@ -127,16 +135,33 @@ def _resized(screen: Screen, width: int, height: int) -> Screen:
     return dataclasses.replace(screen, width=width, height=height, size_estimated=False)
 
 
-def observe(hierarchy: bytes, screenshot: bytes | None, *, drop_invisible: bool = False) -> Observed:
-    """Parse a hierarchy and fit it to its screenshot (see the module docstring). Raises HierarchyError."""
+def observe(
+    hierarchy: bytes, screenshot: bytes | None, *, drop_invisible: bool = False, fmt: str | None = None
+) -> Observed:
+    """Parse a hierarchy (`fmt`, detected when None) and fit it to its screenshot (see the module docstring).
+    Raises HierarchyError."""
     image = None
     if screenshot is not None:
         image = image_info(screenshot)
         check_complete(screenshot, image.format)
-    screen = parse(hierarchy, drop_invisible=drop_invisible)
+    screen = parse(hierarchy, fmt=fmt or None, drop_invisible=drop_invisible)
     hw, hh = screen.width, screen.height
     mismatch = False
     extra: list[str] = []
+    if (
+        image is not None
+        and hw != hh
+        and (hw, hh) == (image.height, image.width)
+        and screen.format in SIZED_FORMATS
+        and _fits(screen, image.width, image.height)
+    ):  # the device reported its landscape size with a portrait screenshot (or the reverse): DroidBot
+        extra.append(
+            f"hierarchy size {hw}x{hh} is the {image.width}x{image.height} screenshot's turned sideways and every "
+            f"box fits the screenshot: its orientation is used (boxes unchanged, every computed field redone)"
+        )
+        size = (image.width, image.height)
+        screen = parse(hierarchy, fmt=screen.format, drop_invisible=drop_invisible, screen_size=size)
+        hw, hh = screen.width, screen.height
     if image is not None and screen.size_estimated and _fits(screen, image.width, image.height):
         extra.append(
             f"hierarchy size {hw}x{hh} was estimated from window bounds; the {image.width}x{image.height} "
@@ -266,6 +291,9 @@ def resolve_action(raw: RawAction | None, obs: Observed) -> tuple[ui_episode_pb2
     else:
         warnings.append(f"action duration {raw.duration_ms} ms out of range: left out")
     action.raw_json = raw.raw_json
+    action.instruction = raw.instruction
+    if raw.kind == "swipe" and raw.direction:
+        action.direction = raw.direction.lower()
     x, y, ex, ey = raw.x, raw.y, raw.end_x, raw.end_y
     if raw.kind == "swipe" and raw.direction:
         x, y, ex, ey = _scroll_points(raw, obs)
@@ -306,6 +334,8 @@ def build_step(raw: RawStep, obs: Observed, position: int, episode_id: str) -> C
     o.image_id = f"{episode_id}/{display(raw.name)}"
     if obs.screen.format == "uiautomator":
         o.xml = obs.hierarchy
+    elif obs.screen.format == "a11y_forest":
+        o.json = forest_json(obs.hierarchy, text=raw.hierarchy_format == "a11y_forest_text")
     else:
         o.json = obs.hierarchy
     o.screen_width, o.screen_height = obs.width, obs.height
@@ -326,6 +356,7 @@ def build_step(raw: RawStep, obs: Observed, position: int, episode_id: str) -> C
         ],  # may quote file names
         rotation=obs.screen.rotation,
         hierarchy_format=obs.screen.format,
+        windows=obs.screen.windows,
     )
     return ConvertedStep(step, action, info)
 
@@ -397,7 +428,9 @@ def _observe_files(raw: RawStep, read_file: Callable[[str], bytes], drop_invisib
         except Exception as exc:
             raise _FileFailure(raw.screenshot_path, exc) from exc
     try:
-        return observe(read_file(raw.hierarchy_path), shot, drop_invisible=drop_invisible)
+        return observe(
+            read_file(raw.hierarchy_path), shot, drop_invisible=drop_invisible, fmt=raw.hierarchy_format
+        )
     except Exception as exc:
         raise _FileFailure(raw.hierarchy_path, exc) from exc
 
@@ -443,3 +476,19 @@ def convert_episode(
     objects = sum(len(s.time_step.observation.objects) for s in steps)
     mismatches = sum(1 for s in steps if any(w.startswith(MISMATCH) for w in s.info.warnings))
     return EpisodeResult(episode, dead, objects, mismatches)
+
+
+def convert_record_episode(item: RecordEpisode, *, drop_invisible: bool = False) -> EpisodeResult:
+    """Convert an episode that came inside TFRecord records (AndroidControl, AITW): the layout reader maps
+    its steps to in-memory bytes, then `convert_episode` does the rest. A record that is not the Example its
+    layout needs is a `bad_record` dead letter."""
+    try:
+        raw, blobs = read_record_episode(item)
+    except ExampleError as exc:
+        where = display(f"{item.records[0][0]}@{item.records[0][1]}") if item.records else item.source_path
+        dead = [
+            *item.dead_letters,
+            DeadLetter(item.source_path, None, "bad_record", f"{where}: {exc}", item.episode_id),
+        ]
+        return EpisodeResult(None, dead)
+    return convert_episode(raw, blobs.__getitem__, drop_invisible=drop_invisible)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from functools import partial
 
-from . import droidbot, rico, uiautomator
+from . import a11y_forest, aitw, droidbot, rico, uiautomator
 from .bounds import Box, parse_bounds
 from .encoding import bom_encoding
 from .errors import REASONS, HierarchyError
@@ -27,14 +27,17 @@ from .objects import (
 )
 from .screenshot import ImageInfo, image_info
 
+forest_json = a11y_forest.to_json
+
 __all__ = [
     "FORMATS", "MAX_BYTES", "MAX_DEPTH", "MAX_OBJECTS", "REASONS", "Box", "HierarchyError", "ImageInfo", "RawNode", "Screen",
-    "build_screen", "detect_format", "grid_location", "image_info", "object_at", "parse", "parse_bounds",
+    "build_screen", "detect_format", "forest_json", "grid_location", "image_info", "object_at", "parse", "parse_bounds",
     "rescale",
 ]  # fmt: skip
 
-FORMATS = ("uiautomator", "rico", "droidbot")
+FORMATS = ("uiautomator", "rico", "droidbot", "a11y_forest", "a11y_forest_text", "aitw_annotations")
 _NON_BLANK = re.compile(rb"\S")
+_XML_START = re.compile(rb"<\?xml|<hierarchy[\s>]")
 
 
 def detect_format(data: bytes) -> str:
@@ -53,8 +56,12 @@ def detect_format(data: bytes) -> str:
     stripped = head.lstrip()
     if not stripped:
         raise HierarchyError("empty", "the hierarchy file holds only a byte order mark or whitespace")
-    if stripped[:1] in (b"{", b"["):
+    if stripped[:1] == b"{":
         return "json"
+    if stripped[:1] == b"[":
+        # A log line such as "[INFO] ..." or "[2024-05-01 ...]" before a dump is not JSON: every supported JSON
+        # hierarchy is an object, so a leading "[" is a dump when the XML follows (repaired by the parser).
+        return "uiautomator" if _XML_START.search(head) else "json"
     if b"<" in head or uiautomator.failed_dump_message(stripped.decode("utf-8", errors="replace")):
         return "uiautomator"
     raise HierarchyError("unknown_format", f"neither XML nor JSON (starts with {stripped[:40]!r})")
@@ -67,7 +74,7 @@ def parse(
     drop_invisible: bool = False,
     screen_size: tuple[int, int] | None = None,
 ) -> Screen:
-    """A `Screen` from hierarchy bytes in `fmt` ('uiautomator', 'rico', 'droidbot'), detected when None.
+    """A `Screen` from hierarchy bytes in `fmt` (one of FORMATS), detected when None (XML and JSON only).
 
     JSON is told apart by its keys: Rico documents have `activity`, DroidBot states have `views`.
     `screen_size` (width, height), when known (e.g. the screenshot's size), replaces the size estimated from
@@ -79,6 +86,12 @@ def parse(
         return rico.parse(data, drop_invisible=drop_invisible)
     if fmt == "droidbot":
         return droidbot.parse(data, drop_invisible=drop_invisible, screen_size=screen_size)
+    if fmt == "a11y_forest":  # binary protobuf: never detected, always named by the caller
+        return a11y_forest.parse(data, drop_invisible=drop_invisible, screen_size=screen_size)
+    if fmt == "a11y_forest_text":
+        return a11y_forest.parse_text(data, drop_invisible=drop_invisible, screen_size=screen_size)
+    if fmt == "aitw_annotations":
+        return aitw.parse(data, screen_size=screen_size)
     if fmt is not None:
         raise ValueError(f"unknown hierarchy format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if detect_format(data) == "uiautomator":

@@ -18,6 +18,7 @@ REASONS: dict[str, str] = {
     "forbidden_entity": "XML with a DOCTYPE or entity declarations (external entities, expansion bombs)",
     "unknown_format": "bytes that are none of the supported hierarchy formats",
     "bad_screenshot": "screenshot bytes that are not a readable PNG/JPEG/WebP/GIF image",
+    "missing_screenshot": "a record-based step (AndroidControl, AITW) without screenshot bytes",
 }
 
 

@@ -81,7 +81,8 @@ FLAG_NAMES = (
     "clickable", "visible", "enabled", "focusable", "focused", "scrollable", "long_clickable", "selected",
     "checkable", "checked",
 )  # fmt: skip
-_CLICKABLE, _VISIBLE, _ENABLED, _SCROLLABLE, _LONG, _CHECKABLE = 0, 1, 2, 5, 6, 8
+_CLICKABLE, _VISIBLE, _ENABLED, _FOCUSABLE, _SCROLLABLE, _LONG, _CHECKABLE = 0, 1, 2, 3, 5, 6, 8
+_SEEKBAR = episode_pb2.ObjectType.SEEKBAR
 
 
 @dataclass
@@ -101,6 +102,8 @@ class Screen:
     #: True when width/height are a guess from window bounds that do not start at the origin (e.g. a state
     #: holding only a dialog): a caller that knows the real size (the screenshot's) should prefer it.
     size_estimated: bool = False
+    #: Accessibility-forest windows (`ui_episode_pb2.WindowInfo`), in forest order; empty for other formats.
+    windows: list = field(default_factory=list)
 
 
 def grid_location(box: Box | None, width: int, height: int) -> int:
@@ -164,7 +167,10 @@ def _template(key: _TemplateKey) -> tuple[bytes, bool, bool, bool]:
         **dict(zip(FLAG_NAMES, flags, strict=True)),
     )
     usable = flags[_VISIBLE] and flags[_ENABLED]
-    acts = flags[_CLICKABLE] or flags[_LONG] or flags[_CHECKABLE] or flags[_SCROLLABLE]
+    # A slider (SeekBar and its subclasses, e.g. RatingBar) takes input by dragging, not by a click flag: it
+    # acts when it can take focus.
+    slider = (object_type == _SEEKBAR or _SEEKBAR in multi) and flags[_FOCUSABLE]
+    acts = flags[_CLICKABLE] or flags[_LONG] or flags[_CHECKABLE] or flags[_SCROLLABLE] or slider
     type_editable = object_type in EDITABLE_TYPES or any(t in EDITABLE_TYPES for t in multi)
     entry = (
         proto.SerializeToString(),
@@ -349,7 +355,8 @@ def rescale(screen: Screen, width: int, height: int) -> Screen:
     """A copy of `screen` with boxes mapped to a `width` x `height` image and grid locations recomputed.
 
     Each coordinate c becomes round(c * width / screen.width) (x) or round(c * height / screen.height) (y),
-    half away from zero; nothing is clamped. `Screen.scale` records the factors applied (composed with any
+    half away from zero; nothing is clamped. Grid locations come from the source boxes in the source space
+    (the exact cell of the scaled box), not from the rounded boxes. `Screen.scale` records the factors applied (composed with any
     earlier rescale). Warnings are carried over with one line naming the mapping.
     """
     if width <= 0 or height <= 0:
@@ -378,7 +385,8 @@ def rescale(screen: Screen, width: int, height: int) -> Screen:
             else:
                 b = o.bbox
                 b.left, b.top, b.right, b.bottom = box
-                o.grid_location = grid_location(box, width, height)
+                # From the source coordinates, exactly: scaling keeps the centre's cell, rounding may not.
+                o.grid_location = grid_location(Box(sb.left, sb.top, sb.right, sb.bottom), old_w, old_h)
         objects.append(o)
     sx, sy = screen.scale
     warnings = list(screen.warnings)
@@ -396,6 +404,7 @@ def rescale(screen: Screen, width: int, height: int) -> Screen:
         list(screen.naf),
         (sx * width / old_w, sy * height / old_h),
         screen.size_estimated,
+        list(screen.windows),
     )
 
 

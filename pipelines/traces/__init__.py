@@ -21,7 +21,10 @@ READERS = {
 
 def read_episode(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     """The raw steps of one discovered episode; `read_file(path) -> bytes` does the I/O."""
-    return READERS[source.layout](source, read_file)
+    reader = READERS.get(source.layout)
+    if reader is None:  # a tfrecord_file source: its records are read by pipelines.traces.records
+        raise ValueError(f"{source.source_path}: layout {source.layout!r} has no file reader")
+    return reader(source, read_file)
 
 
 __all__ = [

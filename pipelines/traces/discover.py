@@ -6,8 +6,12 @@ Rules (also in schemas/layouts.md), applied per folder, outermost first:
   * Step folder: a folder (not claimed above) with `actions.jsonl` or `episode.json`, or whose hierarchy files
     are named by consecutive step numbers after a common prefix (`0..n-1` or `1..n`: "3.xml", "step_003.xml";
     leading zeros allowed, at least two). Its own files.
-  * Single screens: every other `<id>.xml|json` (with `<id>.png|jpg|jpeg|webp` when present) is a one-step
+  * Single screens: every other `<id>.xml|json|pb|textproto` (`.pb`/`.textproto`: an AndroidEnv accessibility
+    forest, binary or text format) (with `<id>.png|jpg|jpeg|webp` when present) is a one-step
     episode.
+  * TFRecord files (`*.tfrecord[.gz]`, `*.tfrecords[.gz]`, `*.tfr[.gz]`, or release shard names
+    `<name>-00000-of-00020[.gz]`) in unclaimed folders: one `tfrecord_file` source each; what their records
+    hold (AndroidControl episodes, AITW steps) is decided when they are read.
 Screenshots with no hierarchy of the same name become dead letters (`orphan_screenshot`); other files are
 counted as ignored.
 """
@@ -22,11 +26,15 @@ from dataclasses import dataclass
 from pipelines.traces import files
 from pipelines.traces.model import DeadLetter, EpisodeSource
 
-HIERARCHY_EXTS = (".xml", ".json")
+HIERARCHY_EXTS = (".xml", ".json", ".pb", ".textproto")
+#: Hierarchy formats named by the file extension (binary protos cannot be told apart by their bytes).
+FORMAT_BY_EXT = {".pb": "a11y_forest", ".textproto": "a11y_forest_text"}
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
 GESTURES = "gestures.json"
 MANIFEST = "episode.json"
 ACTIONS = "actions.jsonl"
+RECORD_EXTS = (".tfrecord", ".tfrecords", ".tfrecord.gz", ".tfrecords.gz", ".tfr", ".tfr.gz")
+RECORD_FILE = "tfrecord_file"  # EpisodeSource.layout of a TFRecord input file (not an output layout)
 RESERVED = frozenset({GESTURES, MANIFEST})
 
 
@@ -55,6 +63,24 @@ def _under(folder: str, sub: str) -> str:
 
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+_SHARD_NAME = re.compile(r"-\d{5}-of-\d{5}(\.gz)?$")
+
+
+def hierarchy_format(name: str) -> str:
+    """The `pipelines.hierarchy` format a hierarchy file's extension names; "" = detect from the bytes."""
+    return FORMAT_BY_EXT.get(files.stem_and_ext(name)[1], "")
+
+
+def is_record_file(name: str) -> bool:
+    """A TFRecord input by its name (see the module docstring)."""
+    lower = name.lower()
+    return lower.endswith(RECORD_EXTS) or bool(_SHARD_NAME.search(lower))
+
+
+def _record_source(path: str, episode_id: str) -> EpisodeSource:
+    return EpisodeSource(layout=RECORD_FILE, episode_id=episode_id, source_path=path, files=(path,))
 
 
 def _is_numbered(stems: list[str]) -> bool:
@@ -194,6 +220,11 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
         if is_claimed(folder):
             continue
         names = sorted(children[folder], key=natural_key)
+        for name in names:
+            if is_record_file(name):
+                used.add(_under(folder, name))
+                yield _record_source(by_rel[_under(folder, name)], _under(folder, name))
+        names = [n for n in names if not is_record_file(n)]
         hierarchies, images = pair_screens(names)
         folder_path = files.join(root, folder) if folder else root
         rel_of = {name: _under(folder, name) for name in names}
@@ -235,6 +266,9 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
 
 def _single_file(path: str) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile]:
     folder, name = files.split(path)
+    if is_record_file(name):
+        yield _record_source(path, name)
+        return
     stem, ext = files.stem_and_ext(name)
     if ext not in HIERARCHY_EXTS:
         yield IgnoredFile(path)

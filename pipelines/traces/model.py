@@ -11,10 +11,13 @@ import json
 from dataclasses import dataclass, field
 
 #: Input layouts, as written to `UiEpisode.source`.
-LAYOUTS = ("rico_trace", "step_folder", "single_screen", "droidbot")
+LAYOUTS = ("rico_trace", "step_folder", "single_screen", "droidbot", "android_control", "aitw")
 
 #: Action kinds a reader may emit (see schemas/actions.schema.json).
-ACTION_KINDS = ("tap", "long_press", "swipe", "type", "back", "home", "enter", "wait", "other")
+ACTION_KINDS = (
+    "tap", "long_press", "swipe", "type", "back", "home", "enter", "wait", "other",
+    "open_app", "task_complete", "task_impossible",
+)  # fmt: skip
 
 #: Coordinate spaces a raw action's points may be given in.
 SPACES = ("screenshot", "hierarchy", "normalized")
@@ -53,6 +56,7 @@ class RawAction:
     target_class: str = ""
     target_resource_id: str = ""
     raw_json: str = ""
+    instruction: str = ""  # the step's natural-language instruction (AndroidControl step_instructions)
 
     def __post_init__(self) -> None:
         if self.kind not in ACTION_KINDS:
@@ -71,6 +75,8 @@ class RawStep:
     screenshot_path: str | None
     action: RawAction | None = None
     warnings: tuple[str, ...] = ()
+    #: `pipelines.hierarchy.FORMATS` name of the hierarchy bytes; "" = detect (XML / JSON files).
+    hierarchy_format: str = ""
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,20 @@ class DeadLetter:
     def from_json(cls, line: str) -> DeadLetter:
         d = json.loads(line)
         return cls(d["source_path"], d["step"], d["reason"], d["exception"], d.get("episode_id", ""))
+
+
+@dataclass(frozen=True)
+class RecordEpisode:
+    """An episode whose data comes inside TFRecord records rather than files: one AndroidControl record, or
+    the grouped per-step records of one Android in the Wild episode. `records` are (file, byte offset of the
+    record in the decompressed stream, serialized tf.train.Example); `dead_letters` are what the grouping
+    already found wrong. Travels between transforms, so it holds the bytes (no file is re-read)."""
+
+    layout: str
+    episode_id: str
+    source_path: str
+    records: tuple[tuple[str, int, bytes], ...]
+    dead_letters: tuple[DeadLetter, ...] = ()
 
 
 @dataclass

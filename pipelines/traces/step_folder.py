@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pipelines.traces import files, validation
 from pipelines.traces.common import Reader, apply_manifest, decode_text, parse_json
-from pipelines.traces.discover import ACTIONS, MANIFEST, natural_key, pair_screens
+from pipelines.traces.discover import ACTIONS, MANIFEST, hierarchy_format, natural_key, pair_screens
 from pipelines.traces.model import DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
 
 
@@ -112,6 +112,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
                 screenshot_path=by_name[shots[0]] if shots else None,
                 action=actions.get(i),
                 warnings=tuple(warnings),
+                hierarchy_format=hierarchy_format(names[0]),
             )
         )
     return episode

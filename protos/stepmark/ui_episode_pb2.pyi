@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Action(_message.Message):
-    __slots__ = ("type", "x", "y", "end_x", "end_y", "target_index", "target_id", "text", "duration_ms", "raw_json")
+    __slots__ = ("type", "x", "y", "end_x", "end_y", "target_index", "target_id", "text", "duration_ms", "raw_json", "instruction", "direction")
     class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ACTION_UNSPECIFIED: _ClassVar[Action.Type]
@@ -22,6 +22,9 @@ class Action(_message.Message):
         ENTER: _ClassVar[Action.Type]
         WAIT: _ClassVar[Action.Type]
         OTHER: _ClassVar[Action.Type]
+        OPEN_APP: _ClassVar[Action.Type]
+        TASK_COMPLETE: _ClassVar[Action.Type]
+        TASK_IMPOSSIBLE: _ClassVar[Action.Type]
     ACTION_UNSPECIFIED: Action.Type
     TAP: Action.Type
     LONG_PRESS: Action.Type
@@ -32,6 +35,9 @@ class Action(_message.Message):
     ENTER: Action.Type
     WAIT: Action.Type
     OTHER: Action.Type
+    OPEN_APP: Action.Type
+    TASK_COMPLETE: Action.Type
+    TASK_IMPOSSIBLE: Action.Type
     TYPE_FIELD_NUMBER: _ClassVar[int]
     X_FIELD_NUMBER: _ClassVar[int]
     Y_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +48,8 @@ class Action(_message.Message):
     TEXT_FIELD_NUMBER: _ClassVar[int]
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
     RAW_JSON_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    DIRECTION_FIELD_NUMBER: _ClassVar[int]
     type: Action.Type
     x: int
     y: int
@@ -52,10 +60,38 @@ class Action(_message.Message):
     text: str
     duration_ms: int
     raw_json: str
-    def __init__(self, type: _Optional[_Union[Action.Type, str]] = ..., x: _Optional[int] = ..., y: _Optional[int] = ..., end_x: _Optional[int] = ..., end_y: _Optional[int] = ..., target_index: _Optional[int] = ..., target_id: _Optional[str] = ..., text: _Optional[str] = ..., duration_ms: _Optional[int] = ..., raw_json: _Optional[str] = ...) -> None: ...
+    instruction: str
+    direction: str
+    def __init__(self, type: _Optional[_Union[Action.Type, str]] = ..., x: _Optional[int] = ..., y: _Optional[int] = ..., end_x: _Optional[int] = ..., end_y: _Optional[int] = ..., target_index: _Optional[int] = ..., target_id: _Optional[str] = ..., text: _Optional[str] = ..., duration_ms: _Optional[int] = ..., raw_json: _Optional[str] = ..., instruction: _Optional[str] = ..., direction: _Optional[str] = ...) -> None: ...
+
+class WindowInfo(_message.Message):
+    __slots__ = ("id", "type", "layer", "title", "focused", "active", "accessibility_focused", "picture_in_picture", "display_id", "first_object", "num_objects")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    LAYER_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    FOCUSED_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    ACCESSIBILITY_FOCUSED_FIELD_NUMBER: _ClassVar[int]
+    PICTURE_IN_PICTURE_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OBJECT_FIELD_NUMBER: _ClassVar[int]
+    NUM_OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    type: str
+    layer: int
+    title: str
+    focused: bool
+    active: bool
+    accessibility_focused: bool
+    picture_in_picture: bool
+    display_id: int
+    first_object: int
+    num_objects: int
+    def __init__(self, id: _Optional[int] = ..., type: _Optional[str] = ..., layer: _Optional[int] = ..., title: _Optional[str] = ..., focused: bool = ..., active: bool = ..., accessibility_focused: bool = ..., picture_in_picture: bool = ..., display_id: _Optional[int] = ..., first_object: _Optional[int] = ..., num_objects: _Optional[int] = ...) -> None: ...
 
 class StepInfo(_message.Message):
-    __slots__ = ("index", "hierarchy_path", "screenshot_path", "hierarchy_width", "hierarchy_height", "scale_x", "scale_y", "screenshot_format", "warnings", "rotation", "hierarchy_format")
+    __slots__ = ("index", "hierarchy_path", "screenshot_path", "hierarchy_width", "hierarchy_height", "scale_x", "scale_y", "screenshot_format", "warnings", "rotation", "hierarchy_format", "windows")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     HIERARCHY_PATH_FIELD_NUMBER: _ClassVar[int]
     SCREENSHOT_PATH_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +103,7 @@ class StepInfo(_message.Message):
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
     ROTATION_FIELD_NUMBER: _ClassVar[int]
     HIERARCHY_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
     index: int
     hierarchy_path: str
     screenshot_path: str
@@ -78,7 +115,8 @@ class StepInfo(_message.Message):
     warnings: _containers.RepeatedScalarFieldContainer[str]
     rotation: int
     hierarchy_format: str
-    def __init__(self, index: _Optional[int] = ..., hierarchy_path: _Optional[str] = ..., screenshot_path: _Optional[str] = ..., hierarchy_width: _Optional[int] = ..., hierarchy_height: _Optional[int] = ..., scale_x: _Optional[float] = ..., scale_y: _Optional[float] = ..., screenshot_format: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., rotation: _Optional[int] = ..., hierarchy_format: _Optional[str] = ...) -> None: ...
+    windows: _containers.RepeatedCompositeFieldContainer[WindowInfo]
+    def __init__(self, index: _Optional[int] = ..., hierarchy_path: _Optional[str] = ..., screenshot_path: _Optional[str] = ..., hierarchy_width: _Optional[int] = ..., hierarchy_height: _Optional[int] = ..., scale_x: _Optional[float] = ..., scale_y: _Optional[float] = ..., screenshot_format: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., rotation: _Optional[int] = ..., hierarchy_format: _Optional[str] = ..., windows: _Optional[_Iterable[_Union[WindowInfo, _Mapping]]] = ...) -> None: ...
 
 class UiEpisode(_message.Message):
     __slots__ = ("episode_id", "episode", "actions", "step_info", "app_package", "source", "source_path", "goal", "metadata")

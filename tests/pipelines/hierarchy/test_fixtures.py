@@ -137,7 +137,12 @@ def test_fixture_parses_with_consistent_structure(path: Path, fmt: str):
         if o.is_actionable:
             assert o.visible and o.enabled and o.grid_location != G.UNKNOWN_LOCATION
             assert (
-                o.clickable or o.long_clickable or o.checkable or o.scrollable or T.EDITTEXT in o.multi_types
+                o.clickable
+                or o.long_clickable
+                or o.checkable
+                or o.scrollable
+                or T.EDITTEXT in o.multi_types
+                or (T.SEEKBAR in o.multi_types and o.focusable)  # sliders (issue 10)
             )
 
     again = parse(data)

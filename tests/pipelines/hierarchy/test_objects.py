@@ -203,7 +203,8 @@ def test_rescale_rounds_half_away_from_zero():
         rescale(screen, 0, 10)
 
 
-def test_rescaled_real_screens_keep_ids_and_recompute_grids():
+def test_rescaled_real_screens_keep_ids_and_take_grids_from_the_source():
+    """Grid cells come from the source boxes exactly, not from the rounded rescaled boxes (issue 10)."""
     for path in sorted((FIXTURES / "rico").glob("*.json")):
         screen = parse(path.read_bytes())
         image = image_info(path.with_suffix(".jpg").read_bytes())
@@ -211,8 +212,8 @@ def test_rescaled_real_screens_keep_ids_and_recompute_grids():
         assert scaled.scale == (image.width / 1440, image.height / 2560)
         for before, after in zip(screen.objects, scaled.objects, strict=True):
             assert after.id == before.id and after.type == before.type
-            box = Box(after.bbox.left, after.bbox.top, after.bbox.right, after.bbox.bottom)
-            assert after.grid_location == grid_location(box, image.width, image.height)
+            box = Box(before.bbox.left, before.bbox.top, before.bbox.right, before.bbox.bottom)
+            assert after.grid_location == grid_location(box, 1440, 2560)
 
 
 def test_object_at_picks_the_deepest_visible_object():
