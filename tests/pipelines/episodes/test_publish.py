@@ -68,16 +68,38 @@ def test_publish_refused_by_the_store_deletes_the_files(setup):
     assert not paths.temp.exists() and not paths.final.exists()
 
 
-def test_recovery_leaves_live_recorders_alone_and_deletes_dead_broken_ones(setup):
+def test_recovery_leaves_live_recorders_alone_and_keeps_dead_broken_ones(setup):
     repo, data, study, session = setup
     live, _ = written_episode(data, study, session, "live")  # this process: a recorder still running
     dead = layout.episode_paths(data, study.id, session.id, "maze", "dead", pid=dead_pid())
     dead.temp.mkdir(parents=True)
     (dead.temp / "metadata.riegeli").write_bytes(b"half written")
     report = publish.recover_abandoned(repo, data)
-    assert report.deleted == [dead.temp] and not dead.temp.exists()
-    assert [p for p, _ in report.skipped] == [live.temp] and live.temp.exists()
+    assert report.deleted == [] and dead.temp.exists()  # never deleted unregistered: reported instead
+    skipped = dict(report.skipped)
+    assert set(skipped) == {live.temp, dead.temp} and live.temp.exists()
+    assert "still running" in skipped[live.temp] and "kept for inspection" in skipped[dead.temp]
     assert repo.list_episodes(study_id=study.id) == []
+
+
+def test_recovery_registers_an_interrupted_recording_from_its_started_marker(setup):
+    """Killed mid-episode (no pending marker), files closed by the writer child: ABANDONED with its steps."""
+    repo, data, study, session = setup
+    pid = dead_pid()
+    paths, episode = written_episode(data, study, session, "cut", pid=pid)
+    started = study_pb2.Episode()
+    started.CopyFrom(episode)
+    started.ClearField("state")
+    started.ClearField("num_steps")
+    publish.write_started(paths.temp, started)
+    report = publish.recover_abandoned(repo, data)
+    [got] = report.registered
+    assert got.id == "cut" and got.state == State.STATE_ABANDONED and got.num_steps == episode.num_steps
+    assert got.metadata["interrupted"] is True and got.metadata["recovered"] is True
+    assert not paths.temp.exists() and (paths.final / layout.EPISODE_FILE).is_file()
+    assert not (paths.final / publish.STARTED_FILE).exists()
+    with open_episode(got, data) as reader:
+        assert len(reader) == episode.num_steps + 1
 
 
 def test_recovery_of_complete_temp_folder_and_of_already_registered(setup):
@@ -102,7 +124,7 @@ def test_recovery_of_complete_temp_folder_and_of_already_registered(setup):
     assert (paths.final / layout.EPISODE_FILE).is_file() and not layout.temp_folders(data)
 
 
-def test_recovery_deletes_pending_episode_whose_files_are_unreadable(setup):
+def test_recovery_keeps_a_pending_episode_whose_files_are_unreadable(setup):
     repo, data, study, session = setup
     paths, episode = written_episode(data, study, session, "gone", pid=dead_pid())
     publish.write_pending(paths.temp, episode)
@@ -112,8 +134,9 @@ def test_recovery_deletes_pending_episode_whose_files_are_unreadable(setup):
         riegeli.write_bytes(b"")
     (paths.final / "metadata.riegeli").write_bytes(b"corrupt")
     report = publish.recover_abandoned(repo, data)
-    assert report.deleted == [paths.final] and report.registered == []
-    assert not paths.final.exists()
+    assert report.deleted == [] and report.registered == []
+    assert report.skipped == [(paths.final, "files cannot be read: kept for inspection")]
+    assert paths.final.exists()
 
 
 def test_unreadable_marker_is_reported_not_fatal(setup):
