@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
@@ -50,9 +49,10 @@ from pipelines.store.models import (
     EpisodeTagRow,
     SessionRow,
     StepTagRow,
-    StudyReviewerRow,
     StudyRow,
 )
+from pipelines.store.roles import StudyRoles
+from pipelines.store.roles import label as _label
 from protos.rlds_creator import client_pb2, study_pb2
 
 StudySpec = study_pb2.StudySpec
@@ -63,7 +63,6 @@ EpisodeRef = client_pb2.EpisodeRef
 _ENABLED = StudySpec.STATE_ENABLED
 _DISABLED = StudySpec.STATE_DISABLED
 _INVALID = SessionProto.STATE_INVALID
-PALETTE_SIZE = 9  # labels for the digit keys 1-9
 MAX_SEGMENT_STEPS = 100_000
 MAX_STUDY_NAME = 500
 
@@ -82,15 +81,6 @@ def _state_name(enum: Any, value: int) -> str:
         return enum.Name(value)
     except ValueError:
         return str(value)
-
-
-def _label(label: str) -> str:
-    label = label.strip()
-    if not label:
-        raise StoreError("a tag label must not be empty")
-    if len(label) > 256:
-        raise StoreError(f"tag label is {len(label)} characters long; the limit is 256")
-    return label
 
 
 def validate_spec(spec: StudySpec, source: str = "study spec") -> None:
@@ -114,7 +104,7 @@ def validate_spec(spec: StudySpec, source: str = "study spec") -> None:
         seen.add(env.id)
 
 
-class Repository:
+class Repository(StudyRoles):
     """Studies, sessions, episodes, tags and the audit log, over one SQLAlchemy engine."""
 
     def __init__(self, engine: Engine, data_dir: str | Path | None = None) -> None:
@@ -177,21 +167,6 @@ class Repository:
         s.add(row)
         s.flush()
         return row
-
-    @staticmethod
-    def _insert_ignore(s: Session, table: sa.Table, values: dict[str, Any]) -> bool:
-        """Insert unless a unique constraint says the row exists; True if inserted. Race-free."""
-        dialect = s.get_bind().dialect.name
-        if dialect in ("sqlite", "postgresql"):
-            insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
-            stmt = insert(table).values(**values).on_conflict_do_nothing().returning(table.c.id)
-            return s.execute(stmt).first() is not None
-        try:
-            with s.begin_nested():
-                s.execute(sa.insert(table).values(**values))
-        except IntegrityError:
-            return False
-        return True
 
     @staticmethod
     def _study_row(s: Session, study_id: str, *, lock: bool = False) -> StudyRow:
@@ -377,87 +352,6 @@ class Repository:
             )
             s.flush()
             return mapping.study_spec(row)
-
-    # -- tag palettes and reviewers ---------------------------------------------------------------------------
-
-    def get_palette(self, study_id: str) -> list[str]:
-        """The study's tag palette: labels for the digit keys 1..9, in order (empty when none is set)."""
-        with self._read() as s:
-            return list(self._study_row(s, study_id).palette or [])
-
-    def set_palette(self, study_id: str, labels: Sequence[str], user: str) -> list[str]:
-        """Replace the palette (at most 9 unique labels, tag label rules; empty clears it). The study's creator
-        or a reviewer may; audited as `study.palette`."""
-        cleaned = [_label(label) for label in labels]
-        if len(cleaned) > PALETTE_SIZE:
-            raise StoreError(
-                f"a tag palette holds at most {PALETTE_SIZE} labels (keys 1-9), not {len(cleaned)}"
-            )
-        duplicates = sorted({label for label in cleaned if cleaned.count(label) > 1})
-        if duplicates:
-            raise StoreError(
-                f"a tag palette lists each label once: {', '.join(map(repr, duplicates))} repeated"
-            )
-        with self._write() as s:
-            row = self._study_row(s, study_id, lock=True)
-            is_reviewer = s.get(StudyReviewerRow, (study_id, user)) is not None
-            if user != row.creator and not is_reviewer:
-                raise PermissionDenied(
-                    f"only the creator ({row.creator}) or a reviewer may edit the tag palette of study {study_id!r}"
-                )
-            before = list(row.palette or [])
-            if before != cleaned:
-                row.palette = cleaned or None
-                row.updated_time = _now()
-                self._audit(
-                    s, user, AuditAction.STUDY_PALETTE, study_id=study_id,
-                    before={"labels": before}, after={"labels": cleaned},
-                )  # fmt: skip
-            return cleaned
-
-    def list_reviewers(self, study_id: str) -> list[str]:
-        """Users with the reviewer role in a study, sorted."""
-        with self._read() as s:
-            self._study_row(s, study_id)
-            return list(
-                s.scalars(
-                    sa.select(StudyReviewerRow.user)
-                    .where(StudyReviewerRow.study_id == study_id)
-                    .order_by(StudyReviewerRow.user)
-                ).all()
-            )
-
-    def set_reviewers(self, study_id: str, reviewers: Iterable[str], user: str) -> list[str]:
-        """Replace a study's reviewers (only its creator may); audited as `study.reviewers`."""
-        wanted = sorted({r.strip() for r in reviewers if r and r.strip()})
-        for reviewer in wanted:
-            if len(reviewer) > 320:
-                raise StoreError(f"reviewer {reviewer[:40]!r}... is longer than 320 characters")
-        with self._write() as s:
-            row = self._study_row(s, study_id, lock=True)
-            if row.creator != user:
-                raise PermissionDenied(
-                    f"only the creator ({row.creator}) may choose the reviewers of {study_id!r}"
-                )
-            current = {
-                r.user: r
-                for r in s.scalars(sa.select(StudyReviewerRow).where(StudyReviewerRow.study_id == study_id))
-            }
-            if sorted(current) == wanted:
-                return wanted
-            for name, reviewer in current.items():
-                if name not in wanted:
-                    s.delete(reviewer)
-            now = _now()
-            for name in wanted:
-                if name not in current:
-                    s.add(StudyReviewerRow(study_id=study_id, user=name, added_by=user, added_time=now))
-            s.flush()
-            self._audit(
-                s, user, AuditAction.STUDY_REVIEWERS, study_id=study_id,
-                before={"reviewers": sorted(current)}, after={"reviewers": wanted},
-            )  # fmt: skip
-            return wanted
 
     def get_environment(self, study_id: str, env_id: str) -> study_pb2.EnvironmentSpec:
         with self._read() as s:
@@ -724,31 +618,6 @@ class Repository:
         with self._read() as s:
             rows = s.scalars(query.order_by(EpisodeRow.registered_time, EpisodeRow.id)).all()
             return [mapping.episode_proto(row) for row in rows]
-
-    # -- permissions ------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _may_review(s: Session, row: EpisodeRow, user: str) -> bool:
-        if user == row.user:
-            return True
-        creator = s.scalar(sa.select(StudyRow.creator).where(StudyRow.id == row.study_id))
-        if user == creator:
-            return True
-        return s.get(StudyReviewerRow, (row.study_id, user)) is not None
-
-    def _require_review(self, s: Session, row: EpisodeRow, user: str, what: str) -> None:
-        """PermissionDenied unless `user` may change others' work on this episode."""
-        if not self._may_review(s, row, user):
-            creator = s.scalar(sa.select(StudyRow.creator).where(StudyRow.id == row.study_id))
-            raise PermissionDenied(
-                f"{user} may not {what} on episode {row.id!r} of {row.user}: only the episode's user, the "
-                f"study's creator ({creator}) or a reviewer of study {row.study_id!r} may"
-            )
-
-    def can_review(self, ref: EpisodeRef, user: str) -> bool:
-        """May `user` change the state of this episode and remove tags others added to it?"""
-        with self._read() as s:
-            return self._may_review(s, self._episode_row(s, ref), user)
 
     # -- tags, notes and state --------------------------------------------------------------------------------
 
