@@ -23,6 +23,7 @@ class LaunchConfig:
     store: str | None = None
     user: str | None = None
     port: int = 8501
+    login_config: Path | None = None
 
 
 def free_port() -> int:
@@ -53,6 +54,8 @@ def command(config: LaunchConfig) -> list[str]:
         cmd += ["--store", config.store]
     if config.user:
         cmd += ["--user", config.user]
+    if config.login_config:
+        cmd += ["--login-config", str(config.login_config)]
     return cmd
 
 

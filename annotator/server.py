@@ -16,7 +16,7 @@ import streamlit as st
 from starlette.middleware import Middleware
 
 from annotator.live.routes import routes as live_routes
-from annotator.web import context, guard
+from annotator.web import context, guard, login
 from annotator.web.replay_routes import routes as replay_routes
 
 APP_SCRIPT = Path(__file__).resolve().parent / "app.py"
@@ -31,6 +31,7 @@ async def _lifespan(_app: Any) -> AsyncIterator[None]:
 
 
 _settings = context.settings()
+_secrets = {"auth": login.load(_settings.login_config)} if _settings.login_config else None
 
 # Written as a plain `st.App(...)` assignment: `streamlit run` finds the app by reading this file's syntax tree.
 app = st.App(
@@ -38,4 +39,5 @@ app = st.App(
     routes=[*replay_routes(_settings), *live_routes()],
     middleware=[Middleware(guard.OriginGuard, allowed_hosts={*guard.LOOPBACK_NAMES, _settings.host})],
     lifespan=_lifespan,
+    secrets=_secrets,
 )

@@ -16,6 +16,9 @@ def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse
         description="Start the Streamlit annotator headless on 127.0.0.1 and print its URL.",
     )
     p.add_argument("--port", type=int, default=8501, help="loopback port to listen on (0: any free port)")
+    p.add_argument("--login-config", metavar="FILE",
+                   help="TOML file with Streamlit's [auth] table: annotators log in with OpenID Connect "
+                   "(their e-mail is recorded with every change; --user is then ignored)")  # fmt: skip
     p.set_defaults(func=annotate)
 
 
@@ -26,9 +29,20 @@ def annotate(args: argparse.Namespace) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     if not 0 <= args.port <= 65535:
         raise StepmarkError(f"--port {args.port} is not a TCP port")
+    login_config = None
+    if args.login_config:
+        from annotator.web import login
+
+        login_config = Path(args.login_config).expanduser().resolve()
+        login.load(login_config)  # refused here, with the file and key named, not at the first "Log in"
     config = launch.LaunchConfig(
-        data_dir=data_dir, store=args.store, user=args.user, port=args.port or launch.free_port()
+        data_dir=data_dir,
+        store=args.store,
+        user=None if login_config else args.user,
+        port=args.port or launch.free_port(),
+        login_config=login_config,
     )
-    print(f"stepmark annotator for {args.user} over {args.store or data_dir / 'stepmark.db'}", flush=True)
+    who = "logged-in annotators (OpenID Connect)" if login_config else args.user
+    print(f"stepmark annotator for {who} over {args.store or data_dir / 'stepmark.db'}", flush=True)
     print(f"open {launch.url(config)} in a browser (Ctrl+C stops it)", flush=True)
     return launch.run(config)

@@ -34,6 +34,7 @@ class Settings:
     user: str | None
     host: str = "127.0.0.1"
     port: int | None = None
+    login_config: Path | None = None  # a TOML file with Streamlit's [auth] table: OIDC login (st.login)
 
 
 def settings() -> Settings:
@@ -44,6 +45,7 @@ def settings() -> Settings:
     parser.add_argument("--user", default=os.environ.get("STEPMARK_USER"))
     parser.add_argument("--host", default=os.environ.get("STEPMARK_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--login-config", default=os.environ.get("STEPMARK_LOGIN_CONFIG"))
     args, _ = parser.parse_known_args(sys.argv[1:])
     return Settings(
         data_dir=Path(args.data).expanduser().resolve(),
@@ -51,6 +53,7 @@ def settings() -> Settings:
         user=args.user or None,
         host=args.host,
         port=args.port,
+        login_config=Path(args.login_config).expanduser().resolve() if args.login_config else None,
     )
 
 
