@@ -16,7 +16,10 @@ _HERE = Path(__file__).resolve().parent
 NAME = "stepmark_live_recorder"
 HTML = (_HERE / "recorder.html").read_text(encoding="utf-8")
 CSS = (_HERE / "recorder.css").read_text(encoding="utf-8")
-JS = (_HERE / "recorder.js").read_text(encoding="utf-8")
+# `typing()` and `el()` are shared with the step player (annotator/web/browser_common.js).
+JS = (_HERE.parent / "web" / "browser_common.js").read_text(encoding="utf-8") + (_HERE / "recorder.js").read_text(
+    encoding="utf-8"
+)
 
 
 @dataclass(frozen=True)

@@ -18,21 +18,6 @@ const STATUS = {
   closed: "Recording closed",
 };
 
-function typing(event) {
-  const path = event.composedPath ? event.composedPath() : [event.target];
-  for (const node of path) {
-    if (!node || !node.tagName) continue;
-    const tag = node.tagName.toUpperCase();
-    if (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || node.isContentEditable) return true;
-    if (node.getAttribute && node.getAttribute("role") === "textbox") return true;
-  }
-  return false;
-}
-
-function el(root, sel) {
-  return root.querySelector(sel);
-}
-
 class LiveRecorder {
   constructor(root, data, setTriggerValue) {
     this.root = root;

@@ -14,23 +14,8 @@ const HOLD_EVERY_MS = 50; // ... and then moves a step this often, whatever the 
 
 const players = (window.__stepmarkPlayers = window.__stepmarkPlayers || new Map());
 
-function el(root, sel) {
-  return root.querySelector(sel);
-}
-
 function clamp(v, lo, hi) {
   return Math.max(lo, Math.min(hi, v));
-}
-
-function typing(event) {
-  const path = event.composedPath ? event.composedPath() : [event.target];
-  for (const node of path) {
-    if (!node || !node.tagName) continue;
-    const tag = node.tagName.toUpperCase();
-    if (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || node.isContentEditable) return true;
-    if (node.getAttribute && node.getAttribute("role") === "textbox") return true;
-  }
-  return false;
 }
 
 class Player {

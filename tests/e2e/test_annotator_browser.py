@@ -28,12 +28,10 @@ from annotator.operations import ref_key, ref_of
 from pipelines.store import open_store
 from pipelines.store.models import StepTagRow
 from tests.annotator.annotator_data import ALICE, BOB, build_env_data, import_ui_fixtures
+from tests.e2e.browser import wait_healthy, wait_idle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
 TAG = "e2e checkout button"
 PALETTE = ["good", "bad", "jump"]
 HOSTILE = "**x** <img src=x onerror=alert(1)> :material/delete:"
@@ -49,20 +47,6 @@ FRAME_STEP_JS = """() => {
   }
   return window.__smFrame ? Number(window.__smFrame.dataset.step) : null;
 }"""
-
-
-def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"stepmark annotate exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(url + "_stcore/health", timeout=2) as r:
-                if r.read() == b"ok":
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"annotator not healthy at {url} after {timeout}s")
 
 
 @pytest.fixture(scope="module")
@@ -93,15 +77,6 @@ def server(tmp_path_factory, fixtures_dir):
         log.close()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        yield b
-        b.close()
-
-
 def shot(page, name: str) -> None:
     folder = os.environ.get("STEPMARK_SCREENSHOTS")
     if folder:
@@ -113,13 +88,6 @@ def shot(page, name: str) -> None:
         )
         page.wait_for_timeout(800)  # let images and charts paint
         page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
-
-
-def wait_idle(page) -> None:
-    """Until Streamlit has finished the current run (its status widget says 'Running...' meanwhile)."""
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=30_000
-    )
 
 
 def env_episodes(data_dir: Path):

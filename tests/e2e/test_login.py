@@ -19,7 +19,8 @@ from annotator.launch import free_port
 from annotator.operations import ref_key, ref_of
 from pipelines.store import open_store
 from tests.annotator.annotator_data import build_env_data
-from tests.e2e.test_annotator_browser import CHROMIUM, CHROMIUM_FLAGS, FRAME_STEP_JS, wait_healthy
+from tests.e2e.browser import CHROMIUM, CHROMIUM_FLAGS, wait_healthy
+from tests.e2e.test_annotator_browser import FRAME_STEP_JS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

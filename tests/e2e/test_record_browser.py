@@ -21,7 +21,7 @@ from pipelines.episodes import layout, open_episode
 from pipelines.store import open_store
 from protos.rlds_creator import study_pb2
 from tests.annotator.annotator_data import ALICE, procgen_study_spec
-from tests.e2e.test_annotator_browser import CHROMIUM, CHROMIUM_FLAGS, wait_healthy, wait_idle
+from tests.e2e.browser import wait_healthy, wait_idle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -90,15 +90,6 @@ def server(study_data):
     srv.start()
     yield srv
     srv.stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        yield b
-        b.close()
 
 
 def frame_attr(page, name: str) -> str:
