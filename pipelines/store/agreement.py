@@ -1,9 +1,9 @@
 """Inter-annotator agreement on step tags, and adjudication of the steps annotators disagree on.
 
 The statistics come from well-kept libraries (Krippendorff's alpha from `krippendorff`, Cohen's kappa from
-scikit-learn); this module only arranges the labels into their inputs. A unit is one step of an episode that at
-least two annotators marked done in the study's queue; an annotator's value on a unit is the set of labels they
-gave the step (the empty set is a value too: "no tag").
+scikit-learn); this module only arranges the labels into their inputs. A unit is one step of an episode that
+at least two annotators marked done in the study's queue; an annotator's value on a unit is the set of labels
+they gave the step (the empty set is a value too: "no tag").
 
 - overall alpha: nominal alpha over label sets (each distinct set is one category);
 - per label: nominal alpha over "has the label / has not" across annotators, and Cohen's kappa per pair;
@@ -118,7 +118,7 @@ def units_of(episodes: Sequence[EpisodeLabels]) -> list[Unit]:
 
 
 def _alpha(matrix: list[list[float]]) -> float | None:
-    """Nominal Krippendorff's alpha of an annotators x units matrix (NaN = not labelled); None if undefined."""
+    """Nominal Krippendorff's alpha of an annotators x units matrix (NaN: no value); None if undefined."""
     data = np.array(matrix, dtype=float)
     if data.size == 0 or len(np.unique(data[~np.isnan(data)])) < 2:
         return None
@@ -148,7 +148,9 @@ def majority(values: Sequence[frozenset[str]]) -> frozenset[str] | None:
 
 
 def compute(
-    study_id: str, episodes: Sequence[EpisodeLabels], consensus: dict[tuple[str, int], list[str]] | None = None
+    study_id: str,
+    episodes: Sequence[EpisodeLabels],
+    consensus: dict[tuple[str, int], list[str]] | None = None,
 ) -> AgreementReport:
     """Every figure of the report from the annotators' labels (pure: no store access)."""
     consensus = consensus or {}
@@ -165,7 +167,9 @@ def compute(
     )
     labels = sorted({label for u in units for v in u.values.values() for label in v})
     for label in labels:
-        matrix = [[float(label in u.values[user]) if user in u.values else nan for u in units] for user in users]
+        matrix = [
+            [float(label in u.values[user]) if user in u.values else nan for u in units] for user in users
+        ]
         marks = sum(label in v for u in units for v in u.values.values())
         report.labels.append(LabelAgreement(label, _alpha(matrix), marks))
 
@@ -175,7 +179,8 @@ def compute(
             continue
         report.pairs.append(
             PairKappa(
-                LABEL_SET, a, b, _kappa([_key(u.values[a]) for u in shared], [_key(u.values[b]) for u in shared]),
+                LABEL_SET, a, b,
+                _kappa([_key(u.values[a]) for u in shared], [_key(u.values[b]) for u in shared]),
                 len(shared),
             )
         )  # fmt: skip
@@ -221,14 +226,20 @@ def study_agreement(repo: Repository, study_id: str) -> AgreementReport:
     return compute(study_id, done_labels(repo, study_id), adjudications(repo, study_id))
 
 
-def adjudicate(repo: Repository, episode_id: str, step_index: int, labels: Sequence[str], user: str) -> list[str]:
+def adjudicate(
+    repo: Repository, episode_id: str, step_index: int, labels: Sequence[str], user: str
+) -> list[str]:
     """Make `labels` the consensus of a step: its tags become exactly these (each change audited as a tag
     change) and the decision is recorded (replacing an earlier one). Returns the consensus, sorted.
     """
     chosen = sorted({label.strip() for label in labels if label.strip()})
     ref = client_pb2.EpisodeRef(episode_id=episode_id)
     episode = repo.get_episode(ref)  # NotFound if it does not exist
-    current = {t.label for t in episode.step_metadata[step_index].tags} if step_index in episode.step_metadata else set()
+    current = (
+        {t.label for t in episode.step_metadata[step_index].tags}
+        if step_index in episode.step_metadata
+        else set()
+    )
     for label in chosen:
         if label not in current:
             repo.add_step_tag(ref, step_index, label, user)
@@ -245,12 +256,17 @@ def adjudicate(repo: Repository, episode_id: str, step_index: int, labels: Seque
         ).first()
         before = list(row.labels) if row is not None else None
         if row is None:
-            s.add(AdjudicationRow(episode_id=episode_id, step_index=step_index, labels=chosen, user=user, time=now))
+            s.add(
+                AdjudicationRow(
+                    episode_id=episode_id, step_index=step_index, labels=chosen, user=user, time=now
+                )
+            )
         else:
             row.labels, row.user, row.time = chosen, user, now
         s.add(
             AuditRow(
-                time=now, user=user, action=ADJUDICATE, study_id=episode.study_id, session_id=episode.session_id or None,
+                time=now, user=user, action=ADJUDICATE, study_id=episode.study_id,
+                session_id=episode.session_id or None,
                 episode_id=episode_id, step_index=step_index,
                 before=None if before is None else {"labels": before}, after={"labels": chosen},
             )

@@ -208,7 +208,7 @@ def _v3_append_only_audit_log(conn: Connection) -> None:
 
 
 def _v5_queue_agreement(conn: Connection) -> None:
-    """Version 5: work queues (`study_queues`, `queue_assignments`), per-annotator step labels and adjudications.
+    """Version 5: work queues (`study_queues`, `queue_assignments`), per-annotator step labels, adjudications.
 
     Creates four new tables only; no existing table or row changes (independent of version 4).
     """

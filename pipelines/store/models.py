@@ -186,7 +186,7 @@ class AuditRow(Base):
     undo_of: Mapped[int | None] = mapped_column(Integer)
 
 
-# -- work queue, per-annotator labels and adjudication (issue 12; migration 5) ----------------------------------
+# -- work queue, per-annotator labels and adjudication (issue 12; migration 5) -------------------------------
 
 
 class StudyQueueRow(Base):
@@ -229,12 +229,16 @@ class QueueAssignmentRow(Base):
 
 
 class AnnotatorStepLabelRow(Base):
-    """One annotator's own label on one step (the input of agreement), kept apart from the shared step tags."""
+    """One annotator's own label on one step (agreement's input), kept apart from the shared step tags."""
 
     __tablename__ = "annotator_step_labels"
     __table_args__ = (
         UniqueConstraint(
-            "episode_id", "user", "step_index", "label", name="uq_annotator_step_labels_episode_user_step_label"
+            "episode_id",
+            "user",
+            "step_index",
+            "label",
+            name="uq_annotator_step_labels_episode_user_step_label",
         ),
     )
 
@@ -247,7 +251,7 @@ class AnnotatorStepLabelRow(Base):
 
 
 class AdjudicationRow(Base):
-    """An adjudicator's decision on a disputed step: the consensus labels (also written as the step's tags)."""
+    """An adjudicator's decision on a disputed step: the consensus labels (also written as its step tags)."""
 
     __tablename__ = "adjudications"
     __table_args__ = (UniqueConstraint("episode_id", "step_index", name="uq_adjudications_episode_step"),)

@@ -141,7 +141,13 @@ def _config(s: Session, study_id: str) -> QueueConfig:
 
 def _assignment(row: QueueAssignmentRow) -> Assignment:
     return Assignment(
-        row.study_id, row.episode_id, row.user, row.slot, row.state, utc(row.assigned_time), utc(row.done_time)
+        row.study_id,
+        row.episode_id,
+        row.user,
+        row.slot,
+        row.state,
+        utc(row.assigned_time),
+        utc(row.done_time),
     )
 
 
@@ -200,7 +206,9 @@ def _queued(config: QueueConfig) -> sa.Select:
     if config.tag:
         query = query.where(
             sa.or_(
-                sa.exists().where(EpisodeTagRow.episode_id == EpisodeRow.id, EpisodeTagRow.label == config.tag),
+                sa.exists().where(
+                    EpisodeTagRow.episode_id == EpisodeRow.id, EpisodeTagRow.label == config.tag
+                ),
                 sa.exists().where(StepTagRow.episode_id == EpisodeRow.id, StepTagRow.label == config.tag),
             )
         )
@@ -254,7 +262,9 @@ def _take(s: Session, config: QueueConfig, episode_id: str, user: str) -> Assign
     """Insert `user` into a free slot of the episode; None if every slot is taken (or they hold one)."""
     table: sa.Table = QueueAssignmentRow.__table__  # type: ignore[assignment]
     for _ in range(config.overlap):
-        used = set(s.scalars(sa.select(QueueAssignmentRow.slot).where(QueueAssignmentRow.episode_id == episode_id)))
+        used = set(
+            s.scalars(sa.select(QueueAssignmentRow.slot).where(QueueAssignmentRow.episode_id == episode_id))
+        )
         free = next((slot for slot in range(config.overlap) if slot not in used), None)
         if free is None:
             return None
@@ -331,7 +341,9 @@ def release(repo: Repository, episode_id: str, user: str) -> bool:
         ).first()
         if row is None:
             return False
-        _audit(s, user, QUEUE_RELEASE, study_id=row.study_id, episode_id=episode_id, before={"slot": row.slot})
+        _audit(
+            s, user, QUEUE_RELEASE, study_id=row.study_id, episode_id=episode_id, before={"slot": row.slot}
+        )
         s.delete(row)
         return True
 
@@ -410,7 +422,9 @@ def done_labels(repo: Repository, study_id: str) -> list[EpisodeLabels]:
     """Per episode with at least one done annotator, each done annotator's own labels (registration order)."""
     with _read(repo) as s:
         done = s.execute(
-            sa.select(QueueAssignmentRow.episode_id, QueueAssignmentRow.user, EpisodeRow.num_steps, EpisodeRow.meta)
+            sa.select(
+                QueueAssignmentRow.episode_id, QueueAssignmentRow.user, EpisodeRow.num_steps, EpisodeRow.meta
+            )
             .join(EpisodeRow, EpisodeRow.id == QueueAssignmentRow.episode_id)
             .where(QueueAssignmentRow.study_id == study_id, QueueAssignmentRow.state == DONE)
             .order_by(EpisodeRow.registered_time, EpisodeRow.id, QueueAssignmentRow.user)

@@ -46,7 +46,9 @@ def _labelled_study(repo: Repository) -> tuple[str, str]:
     """
     study = repo.create_study(study_spec(), "lead")
     session = repo.create_session(study.id, "lead")
-    episode = repo.add_episode(env_episode(study.id, session, num_steps=49))  # 49 transitions + final = 50 steps
+    episode = repo.add_episode(
+        env_episode(study.id, session, num_steps=49)
+    )  # 49 transitions + final = 50 steps
     queue.set_queue(repo, QueueConfig(study.id, overlap=2), "lead")
     pairs = [("yes", "yes")] * 20 + [("yes", "no")] * 5 + [("no", "yes")] * 10 + [("no", "no")] * 15
     for user, column in (("ann", 0), ("bea", 1)):
@@ -83,10 +85,14 @@ def test_adjudication_becomes_the_steps_tags(repo: Repository) -> None:
     repo.add_step_tag(ref, 20, "unsure", "ann")
     assert agreement.adjudicate(repo, episode_id, 20, ["yes", " "], "lead") == ["yes"]
     assert [t.label for t in repo.get_episode(ref).step_metadata[20].tags] == ["yes"]
-    assert agreement.adjudicate(repo, episode_id, 20, ["no"], "lead") == ["no"]  # a later decision replaces it
+    assert agreement.adjudicate(repo, episode_id, 20, ["no"], "lead") == [
+        "no"
+    ]  # a later decision replaces it
     assert [t.label for t in repo.get_episode(ref).step_metadata[20].tags] == ["no"]
     report = agreement.study_agreement(repo, study_id)
     assert report.disagreements[0].consensus == ["no"]
     assert report.disagreements[1].consensus is None
     log = repo.audit_log(ref)
-    assert log[0].action == "step.adjudicate" and log[0].before == {"labels": ["yes"]} and log[0].user == "lead"
+    assert (
+        log[0].action == "step.adjudicate" and log[0].before == {"labels": ["yes"]} and log[0].user == "lead"
+    )

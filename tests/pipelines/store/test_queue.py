@@ -86,11 +86,16 @@ def test_filter_done_release_and_rules(repo: Repository) -> None:
     [labels] = queue.done_labels(repo, study_id)
     assert labels.by_user == {"bea": {2: frozenset({"grasp"})}}
     assert labels.num_steps == 6  # 5 transitions + the final observation
-    assert [e.action for e in repo.audit_log(ref)][:4] == ["step.tag.add", "queue.done", "step.tag.add", "queue.take"]
+    assert [e.action for e in repo.audit_log(ref)][:4] == [
+        "step.tag.add",
+        "queue.done",
+        "step.tag.add",
+        "queue.take",
+    ]
 
 
 def take_until_empty(url: str | None, data_dir: str, study_id: str, user: str, barrier) -> None:  # noqa: ANN001
-    """One annotator pressing Next (and Done) as fast as possible until the queue has nothing left for them."""
+    """One annotator pressing Next (and Done) as fast as it can until the queue has nothing left for them."""
     with open_store(url, data_dir) as repo:
         barrier.wait(timeout=60)
         while (assignment := queue.next_episode(repo, study_id, user)) is not None:
