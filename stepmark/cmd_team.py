@@ -18,8 +18,8 @@ def _fmt(value: float | None) -> str:
 def format_agreement(report: AgreementReport) -> str:
     """The agreement tables as text (the Quality page shows the same tables)."""
     lines = [
-        f"study {report.study_id}: {report.episodes} episode(s) done by 2+ annotators, {report.units} step(s), "
-        f"annotators: {', '.join(report.annotators) or 'none'}",
+        f"study {report.study_id}: {report.episodes} episode(s) done by 2+ annotators, "
+        f"{report.units} step(s), annotators: {', '.join(report.annotators) or 'none'}",
         f"Krippendorff's alpha (nominal, label sets): {_fmt(report.alpha)}",
     ]
     if report.labels:

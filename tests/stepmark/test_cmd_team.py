@@ -25,9 +25,10 @@ def test_queue_agreement_and_adjudication(capsys, tmp_path: Path) -> None:
         session = repo.create_session(study.id, "lead")
         episodes = [repo.add_episode(env_episode(study.id, session, num_steps=3)) for _ in range(2)]
 
-    code, _, err = run(capsys, "queue", "set", "--study", study.id, "--overlap", "2", "--data", data, "--user", "x")
+    setting = ("queue", "set", "--study", study.id, "--overlap", "2", "--data", data, "--user")
+    code, _, err = run(capsys, *setting, "x")
     assert code == 2 and "only the study's creator (lead)" in err
-    code, out, _ = run(capsys, "queue", "set", "--study", study.id, "--overlap", "2", "--data", data, "--user", "lead")
+    code, out, _ = run(capsys, *setting, "lead")
     assert code == 0 and "overlap 2, all episodes; 2 episode(s), 0 complete, 0 of 4 labellings done" in out
 
     with open_store(None, data) as repo:
