@@ -47,6 +47,12 @@ def _top(counts: Mapping[str, float], n: int = TOP) -> list[tuple[str, float]]:
     return items
 
 
+def _label(v: float, percent: bool) -> str:
+    if percent:
+        return f"{v:.0%}"
+    return str(int(v)) if float(v).is_integer() else f"{v:.3f}"
+
+
 def bars(counts: Mapping[str, float], xlabel: str, *, percent: bool = False) -> Figure:
     """Horizontal bars, largest first, each labelled with its value."""
     items = _top(counts)
@@ -59,7 +65,7 @@ def bars(counts: Mapping[str, float], xlabel: str, *, percent: bool = False) -> 
     names = [k for k, _ in items][::-1]
     values = [v for _, v in items][::-1]
     drawn = ax.barh(names, values, color="#3b7dd8")
-    ax.bar_label(drawn, labels=[f"{v:.0%}" if percent else f"{v:.3g}" for v in values], padding=3, fontsize=8)
+    ax.bar_label(drawn, labels=[_label(v, percent) for v in values], padding=3, fontsize=8)
     ax.set_xlabel(xlabel)
     if percent:
         ax.set_xlim(0, 1.15)
