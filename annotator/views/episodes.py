@@ -18,7 +18,7 @@ from annotator.operations import (
     ref_key,
     ref_of,
 )
-from annotator.views import session
+from annotator.views import queue_panel, session
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import client_pb2
 
@@ -96,11 +96,13 @@ def audit_table(entries) -> pd.DataFrame:
 def render() -> None:
     ops = session.operations()
     st.title("Episodes")
+    chosen = filters(ops)
     try:
-        found = ops.episodes(filters(ops))
+        found = ops.episodes(chosen)
     except StepmarkError as exc:
         st.error(str(exc))
         return
+    queue_panel.render(ops, chosen.study_id)  # the study's work queue: progress, Next episode (N), done
     table = rows(found)
     st.caption(f"{len(table)} episode(s)")
     if table.empty:
