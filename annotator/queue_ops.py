@@ -6,12 +6,10 @@ pages (episode keys as the other pages use them, pandas tables); every store cha
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from annotator.operations import ref_key, ref_of
-from pipelines.report.store_stats import StoreStats, store_stats
+from pipelines.report.store_stats import StoreStats, import_folders, store_stats
 from pipelines.store import agreement
 from pipelines.store import queue as work_queue
 from pipelines.store.agreement import AgreementReport
@@ -119,12 +117,4 @@ def agreement_tables(report: AgreementReport) -> dict[str, pd.DataFrame]:
 
 def ui_folders(ops, study_id: str) -> list[str]:
     """convert-ui output folders the study's UI episodes were imported from (for the UI plots)."""
-    folders = set()
-    for e in ops.repo.list_episodes(study_id=study_id):
-        record = e.metadata["ui_record"] if "ui_record" in e.metadata else None
-        if record is not None and "shard" in record:
-            shard = Path(str(record["shard"]))
-            if not shard.is_absolute() and ops.data_dir is not None:
-                shard = Path(ops.data_dir) / shard
-            folders.add(str(shard.parent))
-    return sorted(folders)
+    return import_folders(ops.repo, study_id, ops.data_dir)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -39,6 +40,20 @@ class StoreStats:
     @property
     def success_rate(self) -> dict[str, float]:
         return {env: ok / n for env, (ok, n) in self.success.items() if n}
+
+
+def import_folders(repo: Repository, study_id: str, data_dir: str | Path | None) -> list[str]:
+    """The convert-ui output folders a study's UI episodes were imported from (`metadata.ui_record.shard`;
+    a relative shard path is under the data directory)."""
+    folders = set()
+    for e in repo.list_episodes(study_id=study_id):
+        record = e.metadata["ui_record"] if "ui_record" in e.metadata else None
+        if record is not None and "shard" in record:
+            shard = str(record["shard"])
+            if "://" not in shard and not Path(shard).is_absolute() and data_dir is not None:
+                shard = str(Path(data_dir) / shard)
+            folders.add(shard.rsplit("/", 1)[0] if "/" in shard else ".")
+    return sorted(folders)
 
 
 def state_name(state: int) -> str:

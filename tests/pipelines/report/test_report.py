@@ -14,8 +14,9 @@ from pipelines import convert
 from pipelines.report.html import numbers, render
 from pipelines.report.store_stats import store_stats
 from pipelines.report.ui_stats import UiStats, ui_stats
-from pipelines.store import queue
+from pipelines.store import open_store, queue
 from pipelines.store.queue import QueueConfig
+from pipelines.ui_import import import_ui
 from protos.rlds_creator import client_pb2, study_pb2
 from stepmark.cli import main
 from stepmark.cmd_convert import folder_summary
@@ -111,6 +112,18 @@ def test_report_command_writes_one_self_contained_file(converted: str, study, tm
     assert shown["study-episodes"] == "3" and shown["queue-done"] == "2" and shown["queue-total"] == "6"
     assert len(re.findall(r'<img alt="[^"]+" src="data:image/png;base64,', page)) >= 17
     assert main(["report", "--out", str(out)]) == 2
+
+
+def test_report_of_an_imported_ui_study_plots_its_records(converted: str, tmp_path: Path, capsys) -> None:
+    data = tmp_path / "data"
+    with open_store(None, data) as repo:
+        ui_study = import_ui(repo, converted, "UI fixtures", ALICE)
+    out = tmp_path / "ui.html"
+    assert main(["report", "--study", ui_study.id, "--data", str(data), "--out", str(out)]) == 0
+    shown = html_numbers(out.read_text())
+    inspected = folder_summary(converted)
+    assert shown["ui-episodes"] == shown["study-ui-episodes"] == shown["study-episodes"]
+    assert shown["ui-episodes"] == str(inspected["episodes"]) and shown["ui-steps"] == str(inspected["steps"])
 
 
 def test_text_from_data_is_escaped() -> None:
