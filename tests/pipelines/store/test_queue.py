@@ -8,8 +8,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from pipelines.store import NotFound, PermissionDenied, Repository, StoreError, open_store, queue
+from pipelines.store.models import QueueAssignmentRow
 from pipelines.store.queue import QueueConfig
 from protos.rlds_creator import study_pb2
 from tests.pipelines.store.conftest import env_episode, study_spec
@@ -141,3 +143,15 @@ def test_episode_of_another_study_is_not_queued(repo: Repository) -> None:
     with pytest.raises(NotFound):
         queue.next_episode(repo, "nope", "ann")
     assert study_pb2.Episode.State.Name(repo.list_episodes(study_id=study_id)[0].state) == "STATE_COMPLETED"
+
+
+def test_the_database_refuses_a_second_taker_of_a_slot(repo: Repository) -> None:
+    """The guarantee does not rest on the code reading free slots: the unique (episode, slot) constraint holds
+    even for a writer that bypasses it."""
+    study_id, ids = _study_with_episodes(repo, 1)
+    taken = queue.next_episode(repo, study_id, "ann")
+    row = {"study_id": study_id, "episode_id": ids[0], "user": "bea", "slot": taken.slot, "state": "open",
+           "assigned_time": taken.assigned_time}  # fmt: skip
+    with pytest.raises(sa.exc.IntegrityError), repo.engine.begin() as conn:
+        conn.execute(sa.insert(QueueAssignmentRow.__table__).values(**row))
+    assert queue.next_episode(repo, study_id, "bea") is None  # overlap 1, taken
