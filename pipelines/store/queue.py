@@ -302,8 +302,10 @@ def _my_row(s: Session, episode_id: str, user: str) -> QueueAssignmentRow:
     return row
 
 
-def mark_done(repo: Repository, episode_id: str, user: str) -> Assignment:
-    """`user` is done with the episode: their labels are frozen (see the module doc). Idempotent."""
+def mark_done(repo: Repository, episode_id: str, user: str, *, snapshot: bool = True) -> Assignment:
+    """`user` is done with the episode. Idempotent. With `snapshot` and no labels of their own yet, the
+    episode's step tags are recorded as theirs (see the module doc); a page where annotators label apart from
+    the shared tags (`set_step_label`) passes snapshot=False, so that "no label" stays their answer."""
     with _write(repo) as s:
         row = _my_row(s, episode_id, user)
         if row.state == DONE:
@@ -313,7 +315,7 @@ def mark_done(repo: Repository, episode_id: str, user: str) -> Assignment:
             .select_from(AnnotatorStepLabelRow)
             .where(AnnotatorStepLabelRow.episode_id == episode_id, AnnotatorStepLabelRow.user == user)
         )
-        if not own:
+        if snapshot and not own:
             now = _now()
             for step_index, label in s.execute(
                 sa.select(StepTagRow.step_index, StepTagRow.label).where(StepTagRow.episode_id == episode_id)

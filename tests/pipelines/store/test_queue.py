@@ -88,12 +88,14 @@ def test_filter_done_release_and_rules(repo: Repository) -> None:
     [labels] = queue.done_labels(repo, study_id)
     assert labels.by_user == {"bea": {2: frozenset({"grasp"})}}
     assert labels.num_steps == 6  # 5 transitions + the final observation
-    assert [e.action for e in repo.audit_log(ref)][:4] == [
-        "step.tag.add",
-        "queue.done",
-        "step.tag.add",
-        "queue.take",
-    ]
+    actions = ["step.tag.add", "queue.done", "step.tag.add", "queue.take"]
+    assert [e.action for e in repo.audit_log(ref)][:4] == actions
+    # Labelling apart from the shared tags: no snapshot, "no label" is the answer.
+    queue.set_queue(repo, QueueConfig(study_id, overlap=2, tag="hard"), "lead")
+    assert queue.next_episode(repo, study_id, "cid").episode_id == ids[3]
+    queue.mark_done(repo, ids[3], "cid", snapshot=False)
+    [labels] = queue.done_labels(repo, study_id)
+    assert labels.by_user["cid"] == {}
 
 
 def take_until_empty(url: str | None, data_dir: str, study_id: str, user: str, barrier) -> None:  # noqa: ANN001
