@@ -29,6 +29,7 @@ navigation = st.navigation(
         st.Page(VIEWS / "record.py", title="Record", icon=":material/sports_esports:"),
         st.Page(VIEWS / "studies.py", title="Studies", icon=":material/library_books:"),
         st.Page(VIEWS / "export.py", title="Export", icon=":material/download:"),
+        st.Page(VIEWS / "label.py", title="Label", icon=":material/checklist:"),
         st.Page(VIEWS / "quality.py", title="Quality", icon=":material/monitoring:"),
     ]
 )

@@ -118,3 +118,17 @@ def agreement_tables(report: AgreementReport) -> dict[str, pd.DataFrame]:
 def ui_folders(ops, study_id: str) -> list[str]:
     """convert-ui output folders the study's UI episodes were imported from (for the UI plots)."""
     return import_folders(ops.repo, study_id, ops.data_dir)
+
+
+def my_labels(ops, episode_id: str) -> dict[int, list[str]]:
+    return work_queue.user_labels(ops.repo, episode_id, ops.user)
+
+
+def set_label(ops, episode_id: str, step: int, label: str, present: bool) -> bool:
+    return work_queue.set_step_label(ops.repo, episode_id, ops.user, step, label, present)
+
+
+def done_and_next(ops, study_id: str, episode_id: str) -> str | None:
+    """Finish the episode labelled apart from the shared tags (no snapshot) and take the next one."""
+    work_queue.mark_done(ops.repo, episode_id, ops.user, snapshot=False)
+    return take_next(ops, study_id)

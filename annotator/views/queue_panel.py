@@ -1,5 +1,6 @@
-"""The work-queue block of the Episodes page: the queue's progress, "Next episode" (key N), done/skip for the
-episode this user holds, per-episode progress, and the queue's settings for the study's creator."""
+"""The work-queue block of the Episodes page: the queue's progress, "Next episode" (key N: opens it on the
+Label page), continue/skip for the episode this user holds, per-episode progress, and the queue's settings for
+the study's creator."""
 
 from __future__ import annotations
 
@@ -56,21 +57,19 @@ def render(ops, study_id: str | None) -> None:
         f"{len(state.episodes)} episodes complete · {config.overlap} annotator(s) per episode",
     )
     mine = queue_ops.my_open(ops, study_id)
-    c1, c2, c3 = st.columns(3)
-    if c1.button("Next episode", icon=":material/skip_next:", shortcut="N", key="q_next", type="primary",
-                 help="Open the next queued episode you have not labelled (key N)"):  # fmt: skip
-        key = queue_ops.take_next(ops, study_id)
-        if key is None:
+    c1, c2, _ = st.columns(3)
+    label = "Continue labelling" if mine is not None else "Next episode"
+    if c1.button(label, icon=":material/skip_next:", shortcut="N", key="q_next", type="primary",
+                 help="Label your next queued episode on the Label page (key N)"):  # fmt: skip
+        if queue_ops.take_next(ops, study_id) is None:
             st.info("Nothing left for you in this queue.")
         else:
-            st.switch_page("views/replay.py", query_params={"episode": key, "step": "0"})
+            st.session_state["label_study"] = study_id
+            st.session_state["label_step"] = 0
+            st.switch_page("views/label.py")
     if mine is not None:
-        st.caption(f"You are labelling episode `{mine.episode_id}`.")
-        if c2.button("Mark done", icon=":material/task_alt:", key="q_done"):
-            queue_ops.mark_done(ops, mine.episode_id)
-            session.confirm(f"Episode {mine.episode_id[:8]} done")
-            st.rerun()
-        if c3.button("Skip", icon=":material/undo:", key="q_skip", help="Give the episode back to the queue"):
+        st.caption(f"You are labelling episode `{mine.episode_id}` (Label page: Done, next).")
+        if c2.button("Skip", icon=":material/undo:", key="q_skip", help="Give the episode back to the queue"):
             queue_ops.release(ops, mine.episode_id)
             session.confirm(f"Episode {mine.episode_id[:8]} given back")
             st.rerun()

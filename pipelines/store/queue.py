@@ -456,3 +456,17 @@ def _step_count(num_steps: int | None, meta: dict | None) -> int:
     """Taggable steps: UI episodes have num_steps, environment episodes one more (the final observation)."""
     n = num_steps or 0
     return n if (meta or {}).get("kind") == "ui" else n + 1
+
+
+def user_labels(repo: Repository, episode_id: str, user: str) -> dict[int, list[str]]:
+    """`user`'s own labels on an episode: step -> labels (sorted), steps without one left out."""
+    with _read(repo) as s:
+        rows = s.execute(
+            sa.select(AnnotatorStepLabelRow.step_index, AnnotatorStepLabelRow.label)
+            .where(AnnotatorStepLabelRow.episode_id == episode_id, AnnotatorStepLabelRow.user == user)
+            .order_by(AnnotatorStepLabelRow.step_index, AnnotatorStepLabelRow.label)
+        ).all()
+    out: dict[int, list[str]] = {}
+    for step, label in rows:
+        out.setdefault(step, []).append(label)
+    return out

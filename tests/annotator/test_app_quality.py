@@ -37,7 +37,14 @@ def episodes_of(at: AppTest, study_id: str) -> AppTest:
     return at
 
 
-def test_queue_on_the_episodes_page_then_agreement_and_adjudication(data, monkeypatch):
+def add_label(at: AppTest, step: int, label: str) -> AppTest:
+    at.slider(key="label_step").set_value(step).run()
+    at.text_input(key="label_text").input(label)
+    next(b for b in at.button if b.label == "Add").click().run()
+    return at
+
+
+def test_queue_label_page_agreement_and_adjudication(data, monkeypatch):
     env, _ = data
     first, second = env.episodes
     at = episodes_of(open_app(env.data_dir, ALICE, monkeypatch), env.study.id)
@@ -50,50 +57,58 @@ def test_queue_on_the_episodes_page_then_agreement_and_adjudication(data, monkey
     assert queue.get_queue(env.repo, env.study.id).overlap == 2
     assert "0 of 4 labellings done" in at.get("progress")[0].proto.text
 
+    # Next episode opens the Label page on the first episode; Alice labels step 2 and is done.
     at.button(key="q_next").click().run()
-    assert at.title[0].value == "Replay"
-    assert at.query_params["episode"] == ref_key(ref_of(first))
-    env.repo.add_step_tag(ref_of(first), 2, "jump", ALICE)
+    assert at.title[0].value == "Label"
+    assert any(ref_key(ref_of(first)) in c.value for c in at.caption)
+    add_label(at, 2, "jump")
+    assert queue.user_labels(env.repo, first.id, ALICE) == {2: ["jump"]}
+    at.button(key="label_done").click().run()  # done, and the next episode is taken
+    assert [(a.episode_id, a.state) for a in queue.assignments(env.repo, env.study.id, ALICE)] == [
+        (first.id, "done"), (second.id, "open")
+    ]  # fmt: skip
+    assert any(ref_key(ref_of(second)) in c.value for c in at.caption)
 
-    at = episodes_of(open_app(env.data_dir, ALICE, monkeypatch), env.study.id)
-    assert any(first.id in c.value for c in at.caption)
-    at.button(key="q_done").click().run()
-    assert [a.state for a in queue.assignments(env.repo, env.study.id, ALICE)] == ["done"]
-
-    # Bob: no settings (not the creator); Next gives him the same episode (it needs a second annotator).
+    # Bob (not the creator: no settings) gets the first episode and sees none of Alice's labels.
     at = episodes_of(open_app(env.data_dir, BOB, monkeypatch), env.study.id)
     assert not [e for e in at.number_input if e.key == "q_overlap"]
     at.button(key="q_next").click().run()
-    assert at.query_params["episode"] == ref_key(ref_of(first))
-    env.repo.add_step_tag(ref_of(first), 4, "fall", BOB)
+    assert any(ref_key(ref_of(first)) in c.value for c in at.caption)
+    at.slider(key="label_step").set_value(2).run()
+    assert any(c.value.startswith("No label") for c in at.caption)
+    add_label(at, 4, "fall")
+    add_label(at, 2, "jump")
+    at.button(key="label_done").click().run()
+    at.button(key="label_skip").click().run()  # the second episode: given back
+    assert [a.state for a in queue.assignments(env.repo, env.study.id, BOB)] == ["done"]
+    # Labels of the queue are kept apart: the shared step tags are untouched.
+    assert not env.repo.get_episode(client_pb2.EpisodeRef(episode_id=first.id)).step_metadata
+
     at = episodes_of(open_app(env.data_dir, BOB, monkeypatch), env.study.id)
-    at.button(key="q_done").click().run()
-    at.button(key="q_next").click().run()  # then the second episode; he skips it
-    assert at.query_params["episode"] == ref_key(ref_of(second))
-    at = episodes_of(open_app(env.data_dir, BOB, monkeypatch), env.study.id)
-    at.button(key="q_skip").click().run()
     rows = frame(at, "done by")
     assert rows["done"].tolist() == ["2 of 2", "0 of 2"] and rows["done by"].tolist()[0] == f"{ALICE}, {BOB}"
+    assert rows["in progress by"].tolist() == ["", ALICE]
     assert "2 of 4 labellings done · 1 of 2 episodes complete" in at.get("progress")[0].proto.text
 
-    # Quality page: the figures are the store's; Alice signed off {2: jump}, Bob {2: jump, 4: fall}.
+    # Quality page: figures are the store's; Alice said {2: jump}, Bob {2: jump, 4: fall}.
     at.switch_page("views/quality.py").run()
     assert at.title[0].value == "Quality"
     at.selectbox(key="quality_study").set_value(env.study.id).run()
     figures = dict(zip(*[frame(at, "figure")[c] for c in ("figure", "value")], strict=True))
     assert figures["episodes in the study"] == len(env.repo.list_episodes(study_id=env.study.id)) == 2
-    assert figures["tags (episode and step)"] == 2
     assert figures["labellings done"] == 2 and figures["disputed steps"] == 1
+    assert figures["steps labelled by 2+ annotators"] == first.num_steps + 1
     assert len(at.get("image")) == 9  # the study's plots (st.pyplot), agreement ones included
     disputes = frame(at, "majority")
     assert disputes[["step", "labels"]].values.tolist() == [[4, f"{ALICE}: -; {BOB}: fall"]]
 
     at.selectbox(key="adj_pick").set_value(f"{first.id}/4").run()
-    at.multiselect(key=f"adj_labels_{first.id}/4").set_value([]).run()
+    at.multiselect(key=f"adj_labels_{first.id}/4").set_value(["fall"]).run()
     at.button(key="adj_save").click().run()
     tags = env.repo.get_episode(client_pb2.EpisodeRef(episode_id=first.id)).step_metadata
-    assert 4 not in tags or not tags[4].tags  # the consensus (no tag) is now the step's tags
-    assert frame(at, "majority")["consensus"].tolist() == ["-"]
+    assert [t.label for t in tags[4].tags] == ["fall"]  # the consensus is now the step's tags
+    assert frame(at, "majority")["consensus"].tolist() == ["fall"]
+    assert frame(at, "figure").set_index("figure").loc["tags (episode and step)", "value"] == 1
 
 
 def test_quality_page_shows_ui_plots_of_an_imported_study(data, monkeypatch):
