@@ -7,9 +7,10 @@ than the queue's overlap. Each annotator takes a numbered slot (0..overlap-1) an
 NOTHING, so a loser moves on to the next free slot or episode instead of failing. On SQLite a write
 transaction also holds the database's write lock (BEGIN IMMEDIATE).
 
-An annotator's own labels (`annotator_step_labels`) are the input of agreement: when an annotator marks an
-episode done, the step tags the episode has at that moment are recorded as theirs (what they signed off),
-unless they already wrote labels of their own with `set_step_label`.
+An annotator's own labels (`annotator_step_labels`, written with `set_step_label`) are the input of
+agreement, kept apart from the shared step tags so that overlapping annotators answer independently. For
+teams that tag on the Replay page instead, `mark_done` can record the episode's step tags at that moment as
+the annotator's labels (what they signed off).
 """
 
 from __future__ import annotations
