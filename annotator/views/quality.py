@@ -31,11 +31,19 @@ def show_plots(plots: list[Plot]) -> None:
 
 
 def figures_table(figures: dict) -> None:
-    st.dataframe(
+    """The report's key figures beside the few that say most at a glance."""
+    left, right = st.columns([3, 2])
+    left.dataframe(
         [{"figure": name, "value": value} for name, value in figures.values()],
         hide_index=True,
+        height=250,
         key="quality_figures",
     )
+    for key, label in (("agreement-alpha", "Krippendorff's alpha"), ("queue-done", "labellings done"),
+                       ("agreement-disagreements", "disputed steps")):  # fmt: skip
+        if key in figures and figures[key][1] is not None:
+            value = figures[key][1]
+            right.metric(label, f"{value:.3f}" if isinstance(value, float) else value)
 
 
 def adjudication(ops, report, keys: dict[str, str]) -> None:
