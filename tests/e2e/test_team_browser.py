@@ -1,6 +1,6 @@
-"""Team work in a real browser: the Label page over a queued episode and the Quality page's plots and agreement,
-served by `stepmark annotate` (Debian chromium through Playwright). With STEPMARK_SCREENSHOTS=DIR the two pages
-are saved as DIR/label.png and DIR/quality.png."""
+"""Team work in a real browser: the Label page over a queued episode and the Quality page's plots and
+agreement, served by `stepmark annotate` (Debian chromium through Playwright). With STEPMARK_SCREENSHOTS=DIR
+the two pages are saved as DIR/label.png and DIR/quality.png."""
 
 from __future__ import annotations
 
