@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 from pipelines.store import NotFound, PermissionDenied, Repository, StoreError, open_store, queue
+from pipelines.store.database import WRITE
 from pipelines.store.models import QueueAssignmentRow
 from pipelines.store.queue import QueueConfig
 from protos.rlds_creator import study_pb2
@@ -157,3 +160,23 @@ def test_the_database_refuses_a_second_taker_of_a_slot(repo: Repository) -> None
     with pytest.raises(sa.exc.IntegrityError), repo.engine.begin() as conn:
         conn.execute(sa.insert(QueueAssignmentRow.__table__).values(**row))
     assert queue.next_episode(repo, study_id, "bea") is None  # overlap 1, taken
+
+
+def test_a_taker_racing_an_uncommitted_slot_gets_nothing(repo: Repository) -> None:
+    """The race itself: one writer holds the last slot in an open transaction while another presses Next.
+    On PostgreSQL the second one reads the slot as free, its insert waits on the unique index and then does
+    nothing; on SQLite it waits for the write lock. Either way it ends with no slot, not a second one."""
+    study_id, ids = _study_with_episodes(repo, 1)
+    row = {"study_id": study_id, "episode_id": ids[0], "user": "ann", "slot": 0, "state": "open",
+           "assigned_time": datetime.now(UTC)}  # fmt: skip
+    result: list[object] = []
+    with repo.engine.execution_options(**{WRITE: True}).connect() as conn:
+        transaction = conn.begin()
+        conn.execute(sa.insert(QueueAssignmentRow.__table__).values(**row))
+        racer = threading.Thread(target=lambda: result.append(queue.next_episode(repo, study_id, "bea")))
+        racer.start()
+        racer.join(timeout=0.5)  # let it reach the insert (PostgreSQL) or the lock (SQLite)
+        transaction.commit()
+    racer.join(timeout=60)
+    assert result == [None]
+    assert [(a.user, a.slot) for a in queue.assignments(repo, study_id)] == [("ann", 0)]
