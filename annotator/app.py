@@ -31,6 +31,8 @@ navigation = st.navigation(
         st.Page(VIEWS / "record.py", title="Record"),
         st.Page(VIEWS / "studies.py", title="Studies"),
         st.Page(VIEWS / "export.py", title="Export"),
+        st.Page(VIEWS / "label.py", title="Label"),
+        st.Page(VIEWS / "quality.py", title="Quality"),
     ]
 )
 if not user:

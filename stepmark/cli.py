@@ -37,6 +37,10 @@ COMMAND_MODULES = {
     "record": "stepmark.cmd_record",
     "export": "stepmark.cmd_export",
     "annotate": "stepmark.cmd_annotate",
+    "queue": "stepmark.cmd_team",
+    "agreement": "stepmark.cmd_team",
+    "adjudicate": "stepmark.cmd_team",
+    "report": "stepmark.cmd_report",
 }
 
 

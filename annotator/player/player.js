@@ -25,6 +25,9 @@ class Player {
     this.setStateValue = setStateValue;
     this.setTriggerValue = setTriggerValue;
     this.base = `/api/replay/${data.ref}`;
+    // "labels" (the Label page): the annotator's own per-step labels, kept apart from the shared tags.
+    this.labels = data.mode === "labels";
+    this.tagsBase = this.labels ? `/api/labels/${data.ref}` : `${this.base}/tags`;
     this.headers = { "X-Stepmark-Token": data.token, "Content-Type": "application/json" };
     this.n = 0;
     this.cur = 0;
@@ -60,7 +63,14 @@ class Player {
     this.kind = meta.kind;
     this.rewards = meta.rewards || [];
     this.palette = meta.palette || [];
-    this.applyTags(meta);
+    if (this.labels) {
+      this.applyTags(await this.getJSON(this.tagsBase));
+      for (const sel of [".sm-seg", ".sm-undo-row", ".sm-ep-section"]) el(this.root, sel).hidden = true;
+      el(this.root, ".sm-tags-title").textContent = "Your labels on step";
+      el(this.root, ".sm-step-input").placeholder = "label this step";
+    } else {
+      this.applyTags(meta);
+    }
     let start = this.data.start || 0;
     if (!this.data.start_is_explicit) {
       // Back from another page: the browser knows the step it showed last better than the server does.
@@ -642,7 +652,9 @@ class Player {
     if (e.altKey || e.metaKey) return;
     const digit = /^(Digit|Numpad)([1-9])$/.exec(e.code || "");
     let handled = true;
-    if (e.ctrlKey) {
+    if (e.ctrlKey && this.labels) {
+      handled = false;
+    } else if (e.ctrlKey) {
       if (e.code === "KeyZ" && e.shiftKey) this.undoRedo(true);
       else if (e.code === "KeyZ") this.undoRedo(false);
       else if (e.code === "KeyY") this.undoRedo(true);
@@ -658,6 +670,7 @@ class Player {
     else if (digit) {
       const label = this.palette[Number(digit[2]) - 1];
       if (label === undefined) this.say(`No palette tag ${digit[2]} in this study (Studies page)`, true);
+      else if (e.shiftKey && this.labels) handled = false;
       else if (e.shiftKey) this.change({ op: "add", scope: "episode", label });
       else this.change({ op: "add", scope: "step", step: this.cur, label });
     } else handled = false;
@@ -824,7 +837,7 @@ class Player {
     this.pending++;
     this.queue = this.queue
       .then(async () => {
-        const response = await fetch(`${this.base}/${path}`, {
+        const response = await fetch(path === "tags" ? this.tagsBase : `${this.base}/${path}`, {
           method: "POST",
           headers: this.headers,
           body: JSON.stringify(body),
@@ -847,7 +860,7 @@ class Player {
 
   async refresh() {
     try {
-      this.applyTags(await this.getJSON(`${this.base}/tags`));
+      this.applyTags(await this.getJSON(this.tagsBase));
     } catch (err) {
       this.say(`Could not read the tags: ${err.message}`, true);
     }
@@ -856,7 +869,7 @@ class Player {
   async poll() {
     if (this.pending || this.disposed || document.hidden) return;
     try {
-      const body = await this.getJSON(`${this.base}/tags`);
+      const body = await this.getJSON(this.tagsBase);
       if (!this.pending && body.version !== this.tags.version) this.applyTags(body);
     } catch (err) {
       // The server may be restarting: say nothing until it answers again.

@@ -19,7 +19,7 @@ from annotator.operations import (
     ref_of,
 )
 from annotator.plain import md_escape
-from annotator.views import session
+from annotator.views import queue_panel, session
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import client_pb2
 
@@ -116,11 +116,13 @@ def delete_plan(ops, keys: list[str]) -> None:
 def render() -> None:
     ops = session.operations()
     st.title("Episodes")
+    chosen = filters(ops)
     try:
-        found = ops.episodes(filters(ops))
+        found = ops.episodes(chosen)
     except StepmarkError as exc:
         st.error(md_escape(str(exc)))
         return
+    queue_panel.render(ops, chosen.study_id)  # the study's work queue: progress, Next episode (N), done
     table = rows(found)
     st.caption(f"{len(table)} episode(s)")
     if table.empty:

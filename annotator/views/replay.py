@@ -82,7 +82,7 @@ def _start_step(key: str, num_steps: int) -> int:
     return max(0, min(start, max(0, num_steps - 1)))
 
 
-def _token(user: str) -> str:
+def token(user: str) -> str:
     """One token per session and user: the same data for the player on every rerun (so it is not rebuilt)."""
     cached = st.session_state.get("_player_token")
     if cached is None or cached[0] != user:
@@ -210,7 +210,7 @@ def render() -> None:
     with view:
         palette = ops.repo.get_palette(ops.replay.ref.study_id)
         explicit = st.session_state.get("_explicit_step", (None,))[0] == key
-        shown = player.show(key, _token(ops.user), start, palette, key=f"player_{key}", explicit=explicit)
+        shown = player.show(key, token(ops.user), start, palette, key=f"player_{key}", explicit=explicit)
     if shown.changed:  # an undo/redo in the player may have changed the state: read it again
         ops._refresh()
     step = shown.step if shown.step is not None else start

@@ -144,5 +144,11 @@ def tags_payload(episode: study_pb2.Episode) -> dict[str, Any]:
         "state": study_pb2.Episode.State.Name(episode.state),
         "notes_length": len(episode.notes),
     }
-    body["version"] = hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+    body["version"] = tags_payload_version(body)
     return body
+
+
+def tags_payload_version(body: dict[str, Any]) -> str:
+    """A short digest of what the player shows: it polls and redraws only when this changes."""
+    shown = {k: v for k, v in body.items() if k != "version"}
+    return hashlib.sha1(json.dumps(shown, sort_keys=True).encode()).hexdigest()[:16]

@@ -10,6 +10,8 @@ step index the browser sends: the step whose frame was on screen when the key wa
     GET  /api/replay/{study}/{session}/{episode}/tags            tags and state now (polled for live updates)
     POST /api/replay/{study}/{session}/{episode}/tags            add/remove a step, segment or episode tag
     POST /api/replay/{study}/{session}/{episode}/undo | /redo    this annotator's last change on this episode
+    GET  /api/labels/{study}/{session}/{episode}                  this annotator's own labels (the Label page)
+    POST /api/labels/{study}/{session}/{episode}                  add/remove one of them on a step
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pipelines.store.audit import describe
 from protos.rlds_creator import client_pb2
 
 PREFIX = "/api/replay/{study}/{session}/{episode}"
+LABELS = "/api/labels/{study}/{session}/{episode}"
 MAX_BODY = 16 * 1024
 MAX_LABEL = 256
 
@@ -201,6 +204,39 @@ def _undo_or_redo(redo: bool):
     return handler
 
 
+def _labels_payload(repo, episode_id: str, user: str) -> dict[str, Any]:
+    """The annotator's own labels in the player's tag shape (no episode tags: labels are per step)."""
+    from pipelines.store import queue
+
+    labels = queue.user_labels(repo, episode_id, user)
+    body = {"episode_tags": [], "step_tags": {str(k): v for k, v in sorted(labels.items())}, "state": ""}
+    body["version"] = player_data.tags_payload_version(body)
+    return body
+
+
+def _labels_now(request: Request, claims: context.Claims, where: Where) -> Response:
+    ref = _ref(request)
+    where.repo().get_episode(ref)  # NotFound for an unknown episode
+    return JSONResponse(_labels_payload(where.repo(), ref.episode_id, claims.user), headers={"cache-control": "no-store"})
+
+
+def _change_labels(request: Request, claims: context.Claims, where: Where) -> Response:
+    from pipelines.store import queue
+
+    ref = _ref(request)
+    body = _body(request)
+    op, label = body.get("op"), _label(body)
+    if op not in ("add", "remove") or body.get("scope", "step") != "step":
+        raise RequestError("op must be add/remove; labels are per step")
+    step = _int(body.get("step"), "step")
+    _, reader = where.open(ref)
+    if not 0 <= step < len(reader):
+        raise RequestError(f"step {step} is out of range: the episode has {len(reader)} steps")
+    ok = queue.set_step_label(where.repo(), ref.episode_id, claims.user, step, label, op == "add")
+    message = f"{'Labelled' if op == 'add' else 'Removed from'} step {step}: {label}" if ok else "Nothing changed"
+    return JSONResponse({"ok": ok, "message": message, **_labels_payload(where.repo(), ref.episode_id, claims.user)})
+
+
 def _with_body(handler, where: Where):
     """Read the body on the event loop (Starlette's stream), then hand over to the threaded handler."""
     guarded = _guarded(handler, where)
@@ -223,4 +259,6 @@ def routes(settings: context.Settings | None = None) -> list[BaseRoute]:
         Route(PREFIX + "/tags", _with_body(_change_tags, where), methods=["POST"]),
         Route(PREFIX + "/undo", _with_body(_undo_or_redo(redo=False), where), methods=["POST"]),
         Route(PREFIX + "/redo", _with_body(_undo_or_redo(redo=True), where), methods=["POST"]),
+        Route(LABELS, _guarded(_labels_now, where), methods=["GET"]),
+        Route(LABELS, _with_body(_change_labels, where), methods=["POST"]),
     ]

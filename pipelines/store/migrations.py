@@ -280,6 +280,73 @@ def _v4_palettes_reviewers_unique_names_reverts(conn: Connection) -> None:
     conn.execute(sa.text("ALTER TABLE audit_log ADD COLUMN reverts INTEGER"))
     conn.execute(sa.text("CREATE UNIQUE INDEX ux_audit_log_reverts ON audit_log (reverts)"))
     conn.execute(sa.text("CREATE INDEX ix_audit_log_undo_of ON audit_log (undo_of)"))
+def _v5_queue_agreement(conn: Connection) -> None:
+    """Version 5: work queues (`study_queues`, `queue_assignments`), per-annotator step labels, adjudications.
+
+    Creates four new tables only; no existing table or row changes (independent of version 4).
+    """
+    md = sa.MetaData()
+    id_ = sa.String(64)
+    email = sa.String(320)
+    label = sa.String(256)
+    time = sa.DateTime(timezone=True)
+    sa.Table("studies", md, sa.Column("id", id_, primary_key=True))
+    sa.Table("episodes", md, sa.Column("id", id_, primary_key=True))
+    tables = [
+        sa.Table(
+            "study_queues",
+            md,
+            sa.Column("study_id", id_, sa.ForeignKey("studies.id", ondelete="CASCADE"), primary_key=True),
+            sa.Column("overlap", sa.Integer, nullable=False),
+            sa.Column("environment_id", sa.String(128)),
+            sa.Column("states", sa.JSON(none_as_null=True)),
+            sa.Column("tag", label),
+            sa.Column("updated_by", email, nullable=False),
+            sa.Column("updated_time", time, nullable=False),
+        ),
+        sa.Table(
+            "queue_assignments",
+            md,
+            sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+            sa.Column("study_id", id_, sa.ForeignKey("studies.id", ondelete="CASCADE"), nullable=False),
+            sa.Column("episode_id", id_, sa.ForeignKey("episodes.id", ondelete="CASCADE"), nullable=False),
+            sa.Column("user", email, nullable=False),
+            sa.Column("slot", sa.Integer, nullable=False),
+            sa.Column("state", sa.String(16), nullable=False),
+            sa.Column("assigned_time", time, nullable=False),
+            sa.Column("done_time", time),
+            sa.UniqueConstraint("episode_id", "user", name="uq_queue_assignments_episode_user"),
+            sa.UniqueConstraint("episode_id", "slot", name="uq_queue_assignments_episode_slot"),
+            sa.Index("ix_queue_assignments_study_user", "study_id", "user"),
+        ),
+        sa.Table(
+            "annotator_step_labels",
+            md,
+            sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+            sa.Column("episode_id", id_, sa.ForeignKey("episodes.id", ondelete="CASCADE"), nullable=False),
+            sa.Column("user", email, nullable=False),
+            sa.Column("step_index", sa.Integer, nullable=False),
+            sa.Column("label", label, nullable=False),
+            sa.Column("created_time", time, nullable=False),
+            sa.UniqueConstraint(
+                "episode_id", "user", "step_index", "label",
+                name="uq_annotator_step_labels_episode_user_step_label",
+            ),
+        ),
+        sa.Table(
+            "adjudications",
+            md,
+            sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+            sa.Column("episode_id", id_, sa.ForeignKey("episodes.id", ondelete="CASCADE"), nullable=False),
+            sa.Column("step_index", sa.Integer, nullable=False),
+            sa.Column("labels", sa.JSON, nullable=False),
+            sa.Column("user", email, nullable=False),
+            sa.Column("time", time, nullable=False),
+            sa.UniqueConstraint("episode_id", "step_index", name="uq_adjudications_episode_step"),
+        ),
+    ]
+    for table in tables:
+        table.create(conn)
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -293,6 +360,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         "tag palettes, study reviewers, unique study names per creator, one undo/redo per audit entry",
         _v4_palettes_reviewers_unique_names_reverts,
     ),
+    # Issue 12 (work queue, agreement); numbered 5 so it merges after version 4. Independent of version 4.
+    Migration(5, "work queues, per-annotator step labels, adjudications", _v5_queue_agreement),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

@@ -205,3 +205,81 @@ class AuditRow(Base):
     # v4: the same id as `undo_of` on undo/redo entries written since version 4, under a unique index: two
     # concurrent undos can never both revert one entry. NULL on older entries and on every other action.
     reverts: Mapped[int | None] = mapped_column(Integer)
+
+
+# -- work queue, per-annotator labels and adjudication (issue 12; migration 5) -------------------------------
+
+
+class StudyQueueRow(Base):
+    """A study's work queue: how many annotators label each episode and which episodes are queued.
+
+    No row means overlap 1 over every episode of the study.
+    """
+
+    __tablename__ = "study_queues"
+
+    study_id: Mapped[str] = mapped_column(ID, ForeignKey("studies.id", ondelete="CASCADE"), primary_key=True)
+    overlap: Mapped[int] = mapped_column(Integer)
+    environment_id: Mapped[str | None] = mapped_column(String(128))
+    states: Mapped[list[str] | None] = mapped_column(JSON(none_as_null=True))  # Episode.State names
+    tag: Mapped[str | None] = mapped_column(LABEL)
+    updated_by: Mapped[str] = mapped_column(EMAIL)
+    updated_time: Mapped[datetime] = mapped_column(TIME)
+
+
+class QueueAssignmentRow(Base):
+    """One annotator's slot on one episode. `slot` runs 0..overlap-1; the unique (episode, slot) constraint is
+    what keeps two concurrent takers from both getting the last slot.
+    """
+
+    __tablename__ = "queue_assignments"
+    __table_args__ = (
+        UniqueConstraint("episode_id", "user", name="uq_queue_assignments_episode_user"),
+        UniqueConstraint("episode_id", "slot", name="uq_queue_assignments_episode_slot"),
+        Index("ix_queue_assignments_study_user", "study_id", "user"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study_id: Mapped[str] = mapped_column(ID, ForeignKey("studies.id", ondelete="CASCADE"))
+    episode_id: Mapped[str] = mapped_column(ID, ForeignKey("episodes.id", ondelete="CASCADE"))
+    user: Mapped[str] = mapped_column(EMAIL)
+    slot: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))  # "open" | "done"
+    assigned_time: Mapped[datetime] = mapped_column(TIME)
+    done_time: Mapped[datetime | None] = mapped_column(TIME)
+
+
+class AnnotatorStepLabelRow(Base):
+    """One annotator's own label on one step (agreement's input), kept apart from the shared step tags."""
+
+    __tablename__ = "annotator_step_labels"
+    __table_args__ = (
+        UniqueConstraint(
+            "episode_id",
+            "user",
+            "step_index",
+            "label",
+            name="uq_annotator_step_labels_episode_user_step_label",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    episode_id: Mapped[str] = mapped_column(ID, ForeignKey("episodes.id", ondelete="CASCADE"))
+    user: Mapped[str] = mapped_column(EMAIL)
+    step_index: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str] = mapped_column(LABEL)
+    created_time: Mapped[datetime] = mapped_column(TIME)
+
+
+class AdjudicationRow(Base):
+    """An adjudicator's decision on a disputed step: the consensus labels (also written as its step tags)."""
+
+    __tablename__ = "adjudications"
+    __table_args__ = (UniqueConstraint("episode_id", "step_index", name="uq_adjudications_episode_step"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    episode_id: Mapped[str] = mapped_column(ID, ForeignKey("episodes.id", ondelete="CASCADE"))
+    step_index: Mapped[int] = mapped_column(Integer)
+    labels: Mapped[list[str]] = mapped_column(JSON)
+    user: Mapped[str] = mapped_column(EMAIL)
+    time: Mapped[datetime] = mapped_column(TIME)

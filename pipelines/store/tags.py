@@ -42,7 +42,7 @@ def parse_time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _insert(s: Session, model: type, values: list[dict[str, Any]], returning: sa.Column) -> list[Any]:
+def insert_new(s: Session, model: type, values: list[dict[str, Any]], returning: sa.Column) -> list[Any]:
     """Insert rows, skipping those a unique constraint says exist; the `returning` values of those inserted."""
     table = model.__table__  # type: ignore[attr-defined]
     dialect = s.get_bind().dialect.name
@@ -89,7 +89,7 @@ def put_steps(
         "created_time": parse_time(tag.get("created_time")) or now,
     }
     if steps is None:
-        return [-1] if _insert(s, EpisodeTagRow, [base], EpisodeTagRow.id) else []
+        return [-1] if insert_new(s, EpisodeTagRow, [base], EpisodeTagRow.id) else []
     values = []
     for index in steps:
         value = dict(base, step_index=index)
@@ -98,7 +98,7 @@ def put_steps(
             value["user"] = own.get("user") or base["user"]
             value["created_time"] = parse_time(own.get("created_time")) or base["created_time"]
         values.append(value)
-    return sorted(_insert(s, StepTagRow, values, StepTagRow.step_index))
+    return sorted(insert_new(s, StepTagRow, values, StepTagRow.step_index))
 
 
 def take(s: Session, episode_id: str, step: int | None, label: str) -> dict[str, Any] | None:

@@ -227,3 +227,17 @@ def test_tags_payload_version_changes_with_the_tags(store):
     assert before["version"] != after["version"]
     assert after["step_tags"]["1"][-1] == "versioned"
     assert json.dumps(after)  # JSON-ready as sent
+
+
+def test_labels_are_the_annotators_own_and_apart_from_the_shared_tags(client, store):
+    _, env, _ = store
+    episode = env.episodes[0]
+    route = url(episode, "x").replace("/api/replay/", "/api/labels/").removesuffix("/x")
+    reply = client.post(route, json={"op": "add", "step": 6, "label": "ledge"}, headers=auth(BOB)).json()
+    assert reply["ok"] and reply["step_tags"] == {"6": ["ledge"]} and reply["episode_tags"] == []
+    assert client.get(route, headers=auth(ALICE)).json()["step_tags"] == {}  # Bob's labels are his alone
+    assert 6 not in env.repo.get_episode(ref_of(episode)).step_metadata  # not a shared tag
+    beyond = client.post(route, json={"op": "add", "step": 10_000, "label": "x"}, headers=auth(BOB))
+    assert beyond.status_code == 400 and "out of range" in beyond.json()["error"]
+    gone = client.post(route, json={"op": "remove", "step": 6, "label": "ledge"}, headers=auth(BOB)).json()
+    assert gone["ok"] and gone["step_tags"] == {}

@@ -1,0 +1,134 @@
+"""The annotator's side of team work: the work queue, agreement tables, adjudication and the quality plots.
+
+Thin helpers over `pipelines.store.queue`, `pipelines.store.agreement` and `pipelines.report`, shaped for the
+pages (episode keys as the other pages use them, pandas tables); every store change is made as `ops.user`.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from annotator.operations import ref_key, ref_of
+from pipelines.report.store_stats import StoreStats, import_folders, store_stats
+from pipelines.store import agreement
+from pipelines.store import queue as work_queue
+from pipelines.store.agreement import AgreementReport
+from pipelines.store.queue import Assignment, QueueConfig, QueueProgress
+from protos.rlds_creator import client_pb2
+
+
+def episode_keys(ops, study_id: str) -> dict[str, str]:
+    """Episode id -> the key the Replay page opens (study/session/episode)."""
+    return {e.id: ref_key(ref_of(e)) for e in ops.repo.list_episodes(study_id=study_id)}
+
+
+def progress(ops, study_id: str) -> QueueProgress:
+    return work_queue.progress(ops.repo, study_id)
+
+
+def progress_rows(ops, state: QueueProgress) -> pd.DataFrame:
+    keys = episode_keys(ops, state.config.study_id)
+    return pd.DataFrame(
+        [
+            {
+                "episode": keys.get(p.episode_id, p.episode_id),
+                "done": f"{p.done} of {p.overlap}",
+                "complete": p.complete,
+                "done by": ", ".join(p.done_by),
+                "in progress by": ", ".join(p.open_by),
+            }
+            for p in state.episodes.values()
+        ],
+        columns=["episode", "done", "complete", "done by", "in progress by"],
+    )
+
+
+def my_open(ops, study_id: str) -> Assignment | None:
+    return next((a for a in work_queue.assignments(ops.repo, study_id, ops.user) if a.state == "open"), None)
+
+
+def take_next(ops, study_id: str) -> str | None:
+    """Take (or resume) this user's next queued episode; its Replay key, or None when nothing is left."""
+    assignment = work_queue.next_episode(ops.repo, study_id, ops.user)
+    if assignment is None:
+        return None
+    episode = ops.repo.get_episode(client_pb2.EpisodeRef(episode_id=assignment.episode_id))
+    return ref_key(ref_of(episode))
+
+
+def mark_done(ops, episode_id: str) -> Assignment:
+    return work_queue.mark_done(ops.repo, episode_id, ops.user)
+
+
+def release(ops, episode_id: str) -> bool:
+    return work_queue.release(ops.repo, episode_id, ops.user)
+
+
+def set_queue(ops, config: QueueConfig) -> QueueConfig:
+    return work_queue.set_queue(ops.repo, config, ops.user)
+
+
+def quality(ops, study_id: str) -> StoreStats:
+    return store_stats(ops.repo, study_id)
+
+
+def adjudicate(ops, episode_id: str, step: int, labels: list[str]) -> list[str]:
+    return agreement.adjudicate(ops.repo, episode_id, step, labels, ops.user)
+
+
+def agreement_tables(report: AgreementReport) -> dict[str, pd.DataFrame]:
+    """The tables `stepmark agreement` prints, as data frames."""
+    return {
+        "labels": pd.DataFrame(
+            [{"label": a.label, "alpha": a.alpha, "marks": a.marks} for a in report.labels],
+            columns=["label", "alpha", "marks"],
+        ),
+        "pairs": pd.DataFrame(
+            [
+                {"label": p.label, "annotator A": p.user_a, "annotator B": p.user_b, "kappa": p.kappa,
+                 "steps": p.units}
+                for p in report.pairs
+            ],
+            columns=["label", "annotator A", "annotator B", "kappa", "steps"],
+        ),  # fmt: skip
+        "annotators": pd.DataFrame(
+            [
+                {"annotator": a.user, "steps": a.units, "with majority": a.with_majority, "agree": a.agree,
+                 "rate": a.rate}
+                for a in report.per_annotator
+            ],
+            columns=["annotator", "steps", "with majority", "agree", "rate"],
+        ),  # fmt: skip
+        "disagreements": pd.DataFrame(
+            [
+                {
+                    "episode": d.episode_id,
+                    "step": d.step_index,
+                    "labels": "; ".join(f"{u}: {', '.join(v) or '-'}" for u, v in d.labels.items()),
+                    "majority": "" if d.majority is None else ", ".join(d.majority) or "-",
+                    "consensus": "" if d.consensus is None else ", ".join(d.consensus) or "-",
+                }
+                for d in report.disagreements
+            ],
+            columns=["episode", "step", "labels", "majority", "consensus"],
+        ),
+    }
+
+
+def ui_folders(ops, study_id: str) -> list[str]:
+    """convert-ui output folders the study's UI episodes were imported from (for the UI plots)."""
+    return import_folders(ops.repo, study_id, ops.data_dir)
+
+
+def my_labels(ops, episode_id: str) -> dict[int, list[str]]:
+    return work_queue.user_labels(ops.repo, episode_id, ops.user)
+
+
+def set_label(ops, episode_id: str, step: int, label: str, present: bool) -> bool:
+    return work_queue.set_step_label(ops.repo, episode_id, ops.user, step, label, present)
+
+
+def done_and_next(ops, study_id: str, episode_id: str) -> str | None:
+    """Finish the episode labelled apart from the shared tags (no snapshot) and take the next one."""
+    work_queue.mark_done(ops.repo, episode_id, ops.user, snapshot=False)
+    return take_next(ops, study_id)

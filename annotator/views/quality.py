@@ -1,0 +1,131 @@
+"""Quality: the plots of `stepmark report` for a study (and the convert-ui output its UI episodes came from),
+the queue's agreement tables, and adjudication of the steps annotators disagree on."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from annotator import queue_ops
+from annotator.views import session
+from pipelines.errors import StepmarkError
+from pipelines.report.html import numbers
+from pipelines.report.plots import Plot, store_plots, ui_plots
+from pipelines.report.ui_stats import UiStats, ui_stats
+
+NONE = "(none)"
+
+
+@st.cache_data(ttl=300, max_entries=8, show_spinner="Counting the converted records…")
+def _ui_stats(folder: str) -> UiStats:
+    return ui_stats(folder)
+
+
+def show_plots(plots: list[Plot]) -> None:
+    for start in range(0, len(plots), 3):
+        for column, plot in zip(st.columns(3), plots[start : start + 3], strict=False):
+            with column:
+                st.markdown(f"**{plot.title}**")
+                st.pyplot(plot.figure, clear_figure=False)
+                if plot.caption:
+                    st.caption(plot.caption)
+
+
+def figures_table(figures: dict) -> None:
+    """The report's key figures beside the few that say most at a glance."""
+    left, right = st.columns([3, 2])
+    left.dataframe(
+        [{"figure": name, "value": value} for name, value in figures.values()],
+        hide_index=True,
+        height=250,
+        key="quality_figures",
+    )
+    for key, label in (("agreement-alpha", "Krippendorff's alpha"), ("queue-done", "labellings done"),
+                       ("agreement-disagreements", "disputed steps")):  # fmt: skip
+        if key in figures and figures[key][1] is not None:
+            value = figures[key][1]
+            right.metric(label, f"{value:.3f}" if isinstance(value, float) else value)
+
+
+def adjudication(ops, report, keys: dict[str, str]) -> None:
+    disputed = {f"{d.episode_id}/{d.step_index}": d for d in report.disagreements}
+    pick = st.selectbox(
+        "Adjudicate a step",
+        list(disputed),
+        index=None,
+        placeholder="Choose a disputed step",
+        format_func=lambda k: f"{k} · "
+        + "; ".join(f"{u}: {', '.join(v) or '-'}" for u, v in disputed[k].labels.items()),
+        key="adj_pick",
+    )
+    if pick is None:
+        return
+    d = disputed[pick]
+    options = sorted({label for labels in d.labels.values() for label in labels} | set(d.consensus or ()))
+    default = d.consensus if d.consensus is not None else (d.majority or [])
+    chosen = st.multiselect("Consensus labels (none: the step has no tag)", options, default=default,
+                            key=f"adj_labels_{pick}")  # fmt: skip
+    c1, c2 = st.columns(2)
+    if c1.button("Save consensus", key="adj_save", type="primary"):
+        try:
+            saved = queue_ops.adjudicate(ops, d.episode_id, d.step_index, chosen)
+        except StepmarkError as exc:
+            st.error(str(exc))
+        else:
+            session.confirm(f"Consensus of step {d.step_index}: {', '.join(saved) or 'no tag'}")
+            st.rerun()
+    if c2.button("Open in Replay", key="adj_replay", disabled=d.episode_id not in keys):
+        where = {"episode": keys[d.episode_id], "step": str(d.step_index)}
+        st.switch_page("views/replay.py", query_params=where)
+
+
+def render() -> None:
+    ops = session.operations()
+    st.title("Quality")
+    studies = {s.id: s.name for s in ops.all_studies()}
+    if not studies:
+        st.info("No study yet.")
+        return
+    study_id = st.selectbox("Study", list(studies), format_func=studies.get, key="quality_study")
+    try:
+        stats = queue_ops.quality(ops, study_id)
+    except StepmarkError as exc:
+        st.error(str(exc))
+        return
+    folders = queue_ops.ui_folders(ops, study_id)
+    ui = None
+    if folders:
+        folder = st.selectbox("convert-ui output of the UI episodes", [*folders, NONE], key="quality_folder")
+        if folder != NONE:
+            try:
+                ui = _ui_stats(folder)
+            except StepmarkError as exc:
+                st.error(str(exc))
+    figures_table(numbers(ui, stats))
+    if ui is not None:
+        st.header("UI data")
+        show_plots(ui_plots(ui))
+    st.header("Study")
+    show_plots(store_plots(stats))
+
+    st.header("Agreement")
+    report = stats.agreement
+    if report is None or not report.units:
+        st.caption("No episode is done by two or more annotators yet (Episodes page: Next episode).")
+        return
+    alpha = "n/a" if report.alpha is None else f"{report.alpha:.3f}"
+    st.caption(
+        f"{report.units} steps of {report.episodes} episode(s), annotators {', '.join(report.annotators)}; "
+        f"Krippendorff's alpha (label sets): {alpha}"
+    )
+    tables = queue_ops.agreement_tables(report)
+    c1, c2 = st.columns(2)
+    c1.dataframe(tables["labels"], hide_index=True, key="agree_labels")
+    c2.dataframe(tables["annotators"], hide_index=True, key="agree_annotators")
+    st.dataframe(tables["pairs"], hide_index=True, key="agree_pairs")
+    st.subheader(f"Disagreements ({len(report.disagreements)})")
+    st.dataframe(tables["disagreements"], hide_index=True, width="stretch", key="agree_disagreements")
+    adjudication(ops, report, queue_ops.episode_keys(ops, study_id))
+
+
+if __name__ == "__main__":  # run as a Streamlit page (importing it, e.g. in tests, renders nothing)
+    render()

@@ -1,0 +1,132 @@
+"""The quality report as one self-contained HTML file: key figures in tables, plots as embedded PNG.
+
+Every text that comes from data (app names, labels, users, paths) is escaped; nothing is loaded from
+elsewhere.
+`numbers()` is the one list of the key figures: the HTML shows them (each cell has an id `n-<key>`) and the
+Quality page and tests read them from there.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from datetime import UTC, datetime
+
+from pipelines.report.plots import Plot, store_plots, ui_plots
+from pipelines.report.store_stats import StoreStats
+from pipelines.report.ui_stats import UiStats
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5rem auto; max-width: 1400px; padding: 0 1rem; }
+h1 { margin-bottom: .2rem; } h2 { border-bottom: 1px solid #ddd; padding-bottom: .2rem; margin-top: 2rem; }
+table { border-collapse: collapse; margin: .5rem 0 1rem; } td, th { padding: .2rem .8rem; text-align: left; }
+tr:nth-child(even) { background: #f5f7fa; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
+.plots { display: flex; flex-wrap: wrap; gap: 1.2rem; align-items: flex-start; }
+figure { margin: 0; flex: 0 1 430px; } figure h3 { margin: .3rem 0; font-size: 1rem; }
+figure img { max-width: 100%; } figcaption { font-size: .85rem; color: #555; max-width: 36rem; }
+.meta { color: #666; font-size: .9rem; }
+"""
+
+
+def numbers(ui: UiStats | None, store: StoreStats | None) -> dict[str, tuple[str, float | int | None]]:
+    """Key figure id -> (what it is, value)."""
+    out: dict[str, tuple[str, float | int | None]] = {}
+    if ui is not None:
+        out |= {
+            "ui-episodes": ("UI episodes", ui.episodes),
+            "ui-steps": ("steps", ui.steps),
+            "ui-objects": ("objects", ui.objects),
+            "ui-steps-with-screenshot": ("steps with a screenshot", ui.steps_with_screenshot),
+            "ui-actionable": ("actionable objects", ui.actionable),
+            "ui-actions-with-target": ("actions resolved to an object", ui.actions_with_target),
+            "ui-target-resolution-rate": (
+                "target-resolution rate (on-screen actions)",
+                ui.target_resolution_rate,
+            ),
+            "ui-apps": ("apps", len(ui.apps)),
+        }
+        if ui.dead_letters is not None:
+            out["ui-dead-letters"] = ("dead letters", sum(ui.dead_letters.values()))
+    if store is not None:
+        out |= {
+            "study-episodes": ("episodes in the study", store.episodes),
+            "study-ui-episodes": ("of which UI episodes", store.ui_episodes),
+            "study-annotators": ("annotators (episode owners)", len(store.by_annotator)),
+            "study-tags": ("tags (episode and step)", sum(store.tags_by_label.values())),
+        }
+        for env, rate in sorted(store.success_rate.items()):
+            out[f"success-{env}"] = (f"success rate, {env}", rate)
+        if store.queue is not None:
+            out |= {
+                "queue-overlap": ("queue overlap", store.queue.config.overlap),
+                "queue-episodes": ("queued episodes", len(store.queue.episodes)),
+                "queue-complete": ("episodes done by all their annotators", store.queue.episodes_complete),
+                "queue-done": ("labellings done", store.queue.slots_done),
+                "queue-total": ("labellings planned", store.queue.slots_total),
+            }
+        if store.agreement is not None:
+            out |= {
+                "agreement-units": ("steps labelled by 2+ annotators", store.agreement.units),
+                "agreement-alpha": ("Krippendorff's alpha (label sets)", store.agreement.alpha),
+                "agreement-disagreements": ("disputed steps", len(store.agreement.disagreements)),
+            }
+    return out
+
+
+def _value(key: str, v: float | int | None) -> str:
+    if v is None:
+        return "n/a"
+    if "rate" in key or key.startswith("success-"):
+        return f"{v:.1%}"
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:.3f}"
+    return str(int(v))
+
+
+def _table(figures: dict[str, tuple[str, float | int | None]], prefix: tuple[str, ...]) -> str:
+    rows = [
+        f'<tr><td>{html.escape(name)}</td><td class="n" id="n-{html.escape(key)}">{_value(key, v)}</td></tr>'
+        for key, (name, v) in figures.items()
+        if key.startswith(prefix)
+    ]
+    return f"<table>{''.join(rows)}</table>" if rows else ""
+
+
+def _plots(plots: list[Plot]) -> str:
+    parts = []
+    for p in plots:
+        data = base64.b64encode(p.png()).decode("ascii")
+        parts.append(
+            f'<figure id="plot-{html.escape(p.key)}"><h3>{html.escape(p.title)}</h3>'
+            f'<img alt="{html.escape(p.title)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(p.caption)}</figcaption></figure>"
+        )
+    return f'<div class="plots">{"".join(parts)}</div>'
+
+
+def render(ui: UiStats | None, store: StoreStats | None) -> str:
+    """The whole report page."""
+    figures = numbers(ui, store)
+    title = "stepmark quality report"
+    sources = []
+    body = []
+    if ui is not None:
+        sources.append(f"convert-ui output {ui.path}")
+        body += ["<h2>UI data</h2>", _table(figures, ("ui-",)), _plots(ui_plots(ui))]
+    if store is not None:
+        sources.append(f"study {store.study_name} ({store.study_id})")
+        body += [
+            "<h2>Study</h2>",
+            _table(figures, ("study-", "success-")),
+            "<h2>Queue and agreement</h2>",
+            _table(figures, ("queue-", "agreement-")),
+            _plots(store_plots(store)),
+        ]
+    made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{title}</title><style>{_STYLE}</style></head><body>"
+        f'<h1>{title}</h1><p class="meta">{html.escape("; ".join(sources))} &middot; made {made}</p>'
+        + "".join(body)
+        + "</body></html>\n"
+    )
