@@ -922,6 +922,16 @@ _RESPONSE_FIELDS: dict[str, type] = {
 # UI steps: what the replay page draws (objects, screenshot, the action and where it touched).
 
 
+@dataclass(frozen=True)
+class Touch:
+    """Where the step's action touched (screenshot pixels); end_* set for swipes."""
+
+    x: int
+    y: int
+    end_x: int | None = None
+    end_y: int | None = None
+
+
 @dataclass
 class UiStepView:
     objects: list[Any]
@@ -936,7 +946,6 @@ class UiStepView:
 def ui_step_view(step: Any) -> UiStepView:
     """Pull the objects, screenshot and action out of a UI episode's `Step` (observation: llm4mobile TimeStep
     or Observation; action: stepmark `Action`)."""
-    from annotator.drawing import Touch
     from protos.stepmark import ui_episode_pb2
 
     observation = step.observation

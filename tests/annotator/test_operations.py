@@ -349,40 +349,6 @@ def test_reader_paths_are_under_the_data_dir(env_data):
                for e in env_data.episodes)  # fmt: skip
 
 
-def test_drawing_scales_boxes_with_the_screenshot(fixtures_dir):
-    import io
-
-    from PIL import Image
-
-    from annotator.drawing import HIGHLIGHT_COLOUR, Touch, render_step, shown_objects
-    from protos.llm4mobile import episode_pb2
-
-    shot = next(p for p in sorted((fixtures_dir / "rico").glob("*.jpg")) if Image.open(p).height == 1920)
-    data = shot.read_bytes()
-    objects = [
-        episode_pb2.Object(visible=True, is_leaf=True, is_actionable=True,
-                           bbox=episode_pb2.BoundingBox(left=100, top=200, right=700, bottom=600)),
-        episode_pb2.Object(visible=True, is_leaf=False,
-                           bbox=episode_pb2.BoundingBox(left=0, top=0, right=1080, bottom=1920)),
-        episode_pb2.Object(visible=False, bbox=episode_pb2.BoundingBox(left=0, top=0, right=10, bottom=10)),
-        episode_pb2.Object(visible=True, bbox=episode_pb2.BoundingBox(left=50, top=50, right=40, bottom=60)),
-    ]  # fmt: skip
-    assert shown_objects(objects, "all") == [0, 1]
-    assert shown_objects(objects, "actionable") == [0]
-    assert shown_objects(objects, "leaves") == [0]
-    assert shown_objects(objects, "none") == []
-    out = Image.open(io.BytesIO(render_step(data, objects, highlight=0, grid=True, touch=Touch(400, 400),
-                                            max_height=960)))  # fmt: skip
-    assert out.size == (540, 960)  # half of 1080x1920
-    # the highlighted box (100..700, 200..600 in full pixels) is tinted red at half scale
-    r, g, b = out.getpixel((int(600 / 2), int(250 / 2)))
-    plain = Image.open(io.BytesIO(data)).convert("RGB").resize((540, 960)).getpixel((300, 125))
-    assert r - g > plain[0] - plain[1] + 20  # tinted towards red
-    edge = out.getpixel((50, 150))  # the box's left edge (x=100 full size)
-    assert edge[0] > 180 and edge[2] < 120, edge  # HIGHLIGHT_COLOUR-ish (255, 0, 80)
-    assert HIGHLIGHT_COLOUR[0] == 255
-
-
 def test_notes_update_refuses_a_stale_editor(env_data):
     from annotator.operations import NotesConflict
 
@@ -412,25 +378,3 @@ def test_can_delete_in_listings_matches_the_store(tmp_path):
     assert [Operations(repo, tmp_path, u).episodes().episodes[0].can_delete for u in (ALICE, BOB, "c")] == [
         True, True, False
     ]  # fmt: skip
-
-
-def test_small_frames_are_enlarged_with_crisp_pixels(env_data):
-    """Procgen frames are 64x64: shown at 384 px they blurred; they are scaled by a whole factor instead."""
-    import io
-
-    from PIL import Image
-
-    from annotator.drawing import enlarge
-
-    reader = open_episode(env_data.episodes[0], env_data.data_dir)
-    frame = reader.step(0).image
-    reader.close()
-    small = Image.open(io.BytesIO(frame)).convert("RGB")
-    assert small.size == (64, 64)
-    big = Image.open(io.BytesIO(enlarge(frame)))
-    assert big.size == (256, 256)
-    assert big.getpixel((4 * 10 + 1, 4 * 20 + 2)) == small.getpixel((10, 20))  # nearest: same pixel values
-    large = Image.new("RGB", (300, 400))
-    buf = io.BytesIO()
-    large.save(buf, format="PNG")
-    assert enlarge(buf.getvalue()) == buf.getvalue()  # big enough already: unchanged
