@@ -363,10 +363,14 @@ def label_set(repo: Repository, study_id: str) -> list[str]:
 
 
 def orphans(annotations: Sequence[Annotation], ui_episode: Any) -> list[Orphan]:
-    """Annotations the converted episode can no longer place: the step is gone, or the object id is not among
-    the step's objects (drawn boxes and `no_target` name no converted object and are never orphans)."""
+    """Annotations the converted episode can no longer place: the step is gone, or the object id is neither
+    among the step's objects nor a box drawn on that step (drawn boxes and `no_target` are never orphans)."""
     steps = ui_episode.episode.time_steps
-    ids = {}
+    ids: dict[int, set[str]] = {}
+    drawn: dict[int, set[str]] = {}
+    for a in annotations:
+        if a.kind == BOX and a.object_id:
+            drawn.setdefault(a.step, set()).add(a.object_id)
     out = []
     for a in annotations:
         if not 0 <= a.step < len(steps):
@@ -375,7 +379,7 @@ def orphans(annotations: Sequence[Annotation], ui_episode: Any) -> list[Orphan]:
         if a.kind in (NO_TARGET, BOX):
             continue
         if a.step not in ids:
-            ids[a.step] = {o.id for o in steps[a.step].observation.objects}
+            ids[a.step] = {o.id for o in steps[a.step].observation.objects} | drawn.get(a.step, set())
         if a.object_id not in ids[a.step]:
             out.append(Orphan(a, f"object {a.object_id} is not on step {a.step} any more"))
     return out

@@ -148,7 +148,8 @@ def test_orphans_after_reconversion_are_reported(repo, ui):
     lost = obj(record, 1, 4)
     g.add(repo, ref, 0, g.LABEL, ALICE, object_id=keep.id, label="goal_element")
     g.add(repo, ref, 1, g.TARGET, ALICE, object_id=lost.id)
-    g.add(repo, ref, 1, g.BOX, ALICE, box=[0, 0, 9, 9])
+    drawn = g.add(repo, ref, 1, g.BOX, ALICE, box=[0, 0, 9, 9])
+    g.add(repo, ref, 1, g.LABEL, BOB, object_id=drawn.object_id, label="missing_text")
     annotations = g.for_episodes(repo, [ref.episode_id])[ref.episode_id]
     assert g.orphans(annotations, record) == []
     # a re-conversion where step 1's object changed (its id is a hash of its DOM path, class and box)
@@ -158,7 +159,7 @@ def test_orphans_after_reconversion_are_reported(repo, ui):
     (orphan,) = g.orphans(annotations, again)
     assert orphan.annotation.object_id == lost.id and "not on step 1" in orphan.reason
     del again.episode.time_steps[1:]
-    assert [o.reason for o in g.orphans(annotations, again)] == ["step 1 is not in the episode (1 steps)"] * 2
+    assert [o.reason for o in g.orphans(annotations, again)] == ["step 1 is not in the episode (1 steps)"] * 3
 
 
 def test_label_set_offers_defaults_then_labels_used_in_the_study(repo, ui):
