@@ -204,8 +204,8 @@ def _slot_row(s: Session, episode_id: str, value: dict[str, Any]) -> GroundingAn
     ).first()
 
 
-def _insert(s: Session, episode_id: str, value: dict[str, Any]) -> bool:
-    """Insert unless the author's slot is taken (race-free); True if inserted."""
+def _insert(s: Session, episode_id: str, value: dict[str, Any]) -> int | None:
+    """Insert unless the author's slot is taken (race-free); the new row's id, None if not inserted."""
     from pipelines.store import tags  # parse_time: one home for audit-log times
 
     values = {
@@ -218,13 +218,12 @@ def _insert(s: Session, episode_id: str, value: dict[str, Any]) -> bool:
     if dialect in ("sqlite", "postgresql"):
         insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
         stmt = insert(table).values(**values).on_conflict_do_nothing().returning(table.c.id)
-        return s.execute(stmt).first() is not None
+        return s.scalar(stmt)
     try:
         with s.begin_nested():
-            s.execute(sa.insert(table).values(**values))
+            return s.scalar(sa.insert(table).values(**values).returning(table.c.id))
     except sa.exc.IntegrityError:
-        return False
-    return True
+        return None
 
 
 def _now() -> datetime:
@@ -265,7 +264,7 @@ def swap(
                 f"cannot revert: {existing.user} has another {existing.kind} annotation on step "
                 f"{existing.step_index} of episode {episode.id!r} now"
             )
-        if existing is None and _insert(s, episode.id, target):
+        if existing is None and _insert(s, episode.id, target) is not None:
             created = dict(target)
     return removed, created
 
@@ -294,12 +293,11 @@ def add(
             before = _json(old)
             s.delete(old)
             s.flush()
-        new = GroundingAnnotationRow(
-            episode_id=row.id, step_index=step, kind=kind, object_id=object_id, slot=slot, payload=payload,
-            user=user, created_time=_now(),
-        )  # fmt: skip
-        s.add(new)
-        s.flush()
+        value = {"step": step, "kind": kind, "object_id": object_id, "slot": slot, "payload": payload, "user": user}
+        new_id = _insert(s, row.id, value)
+        if new_id is None:  # the same author wrote this slot in a concurrent transaction
+            raise Conflict(f"{user}'s {kind} annotation on step {step} changed meanwhile: try again")
+        new = s.get(GroundingAnnotationRow, new_id)
         repo._audit(s, user, ADD, **repo._where(row), step_index=step, before=before, after=_json(new))
         return _annotation(new)
 
