@@ -4,6 +4,7 @@ objects change."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,28 @@ def test_label_set_offers_defaults_then_labels_used_in_the_study(repo, ui):
     assert g.label_set(repo, ref.study_id) == list(g.DEFAULT_LABELS)
     g.add(repo, ref, 0, g.LABEL, BOB, object_id=obj(record, 0, 1).id, label="ad banner")
     assert g.label_set(repo, ref.study_id) == [*g.DEFAULT_LABELS, "ad banner"]
+
+
+def test_concurrent_annotators_on_one_step_all_land(repo, ui):
+    ref, record = ui
+    objects = record.episode.time_steps[4].observation.objects
+    users = [f"annotator{i}@example.com" for i in range(6)]
+
+    def annotate(user: str) -> None:
+        for k in range(3):
+            g.add(repo, ref, 4, g.LABEL, user, object_id=objects[k].id, label="decorative")
+        g.add(repo, ref, 4, g.TARGET, user, object_id=objects[1].id)
+
+    with ThreadPoolExecutor(max_workers=len(users)) as pool:
+        list(pool.map(annotate, users))
+    got = g.for_step(repo, ref, 4)
+    assert sorted((a.user, a.kind) for a in got) == sorted(
+        [(u, "label") for u in users for _ in range(3)] + [(u, "target") for u in users]
+    )
+
+
+def test_deleting_the_episode_deletes_its_annotations(repo, ui):
+    ref, record = ui
+    g.add(repo, ref, 0, g.NO_TARGET, ALICE)
+    assert repo.delete_episode(ref, ALICE)
+    assert g.for_episodes(repo, [ref.episode_id]) == {}
