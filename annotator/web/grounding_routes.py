@@ -17,6 +17,7 @@ Contract (PREFIX = /api/grounding/{study}/{session}/{episode}; {step} is the 0-b
                    "drawn": [{"i": int, "id": str, "box": [l,t,r,b], "type": str, "text": str, "user": str,
                               "annotation": int}],
                    "target": TARGET (everyone's annotations, newest wins), "my_target": TARGET (mine only),
+                   "consensus_target": TARGET (majority of the step's annotators),
                    "orphans": [{"annotation": ANNOTATION, "reason": str}], "labels": [str]}
            ANNOTATION = {"id": int, "episode_id": str, "step": int, "kind": str, "object_id": str|null,
                          "user": str, "time": ISO-8601 UTC, "mine": bool, "object_index": int|null,
@@ -114,6 +115,7 @@ def _step_payload(where: Where, ref, step: int, user: str) -> dict[str, Any]:
     if action is not None:
         out["target"] = apply.effective_target(action, objects, notes, "all")
         out["my_target"] = apply.effective_target(action, objects, notes, "mine", user)
+        out["consensus_target"] = apply.effective_target(action, objects, notes, "consensus")
     return out
 
 

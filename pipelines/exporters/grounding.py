@@ -184,7 +184,9 @@ def apply_step(
 
     def place(oid: str | None, what: str) -> int | None:
         index = where.get(oid or "")
-        if index is None:
+        if index is None and (oid or "").startswith(store.DRAWN_PREFIX):
+            info.warnings.append(f"grounding: {what} names drawn box {oid}, which this export leaves out: skipped")
+        elif index is None:
             info.warnings.append(f"grounding: {what} names object {oid}, which this step no longer has: skipped")
         return index
 
