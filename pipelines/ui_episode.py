@@ -25,9 +25,9 @@ from pipelines.hierarchy import (
     forest_json,
     grid_location,
     image_info,
-    object_at,
     parse,
     rescale,
+    targets,
 )
 from pipelines.traces.examples import ExampleError
 from pipelines.traces.files import display
@@ -276,9 +276,9 @@ def _recorded_target(raw: RawAction, obs: Observed) -> int | None:
 def resolve_action(raw: RawAction | None, obs: Observed) -> tuple[ui_episode_pb2.Action, list[str]]:
     """The proto Action for a raw action on this screen, with the target object resolved, plus warnings.
 
-    Target: a recorded target (DroidBot's view) is matched by box/class/resource id; otherwise, and as a
-    fallback, the deepest visible object under (x, y) (`object_at`; the start point for swipes). A `type`
-    action without a point targets the focused object.
+    Target (`hierarchy.targets.resolve`, rule in schemas/objects.md): a recorded target (DroidBot's view)
+    matched by box/class/resource id; otherwise, and as a fallback, the best object under (x, y) (the start
+    point for swipes). A `type` action without a point targets the focused object.
     """
     action = ui_episode_pb2.Action()
     warnings: list[str] = []
@@ -309,17 +309,18 @@ def resolve_action(raw: RawAction | None, obs: Observed) -> tuple[ui_episode_pb2
         action.end_x, action.end_y = end
     if raw.kind not in POINTED:
         return action, warnings
-    target = _recorded_target(raw, obs)
-    if target is None and raw.target_bounds is not None:
+    recorded = _recorded_target(raw, obs)
+    if recorded is None and raw.target_bounds is not None:
         warnings.append("recorded target view not found among the objects; target resolved by position")
-    if target is None and x is not None and y is not None:
-        target = object_at(obs.screen.objects, action.x, action.y)
-    if target is None and raw.kind == "type" and x is None:
-        focused = [o.index for o in obs.screen.objects if o.focused]
-        target = focused[-1] if focused else None
-    if target is not None:
-        action.target_index = target
-        action.target_id = obs.screen.objects[target].id
+    found = targets.resolve(
+        obs.screen.objects, (action.x, action.y) if x is not None and y is not None else None,
+        recorded=recorded, swipe=raw.kind == "swipe", typing=raw.kind == "type",
+    )  # fmt: skip
+    if found.index is not None:
+        action.target_index = found.index
+        action.target_id = obs.screen.objects[found.index].id
+        action.target_rule = found.rule
+        action.target_candidates.extend(found.runners_up)
     return action, warnings
 
 

@@ -11,8 +11,13 @@ from google.protobuf import json_format
 
 from pipelines import convert, ui_records
 from pipelines.errors import StepmarkError
+from pipelines.hierarchy import targets
 from pipelines.traces.files import display
 from protos.stepmark import ui_episode_pb2
+
+_A = ui_episode_pb2.Action
+#: Actions that point at the screen: `inspect` counts how their targets resolved.
+POINTED_TYPES = (_A.TAP, _A.LONG_PRESS, _A.SWIPE, _A.TYPE_TEXT)
 
 
 def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse.ArgumentParser]) -> None:
@@ -64,6 +69,7 @@ def folder_summary(path: str) -> dict:
     layouts: Counter[str] = Counter()
     packages: Counter[str] = Counter()
     actions: Counter[str] = Counter()
+    resolution: dict[str, Counter[str]] = {}
     episodes = steps = objects = targeted = with_screenshot = 0
     shards = ui_records.shard_paths(path)
     for e in ui_records.iter_episodes(path):
@@ -76,6 +82,9 @@ def folder_summary(path: str) -> dict:
             with_screenshot += bool(ts.observation.screenshot)
             actions[ui_episode_pb2.Action.Type.Name(action.type)] += 1
             targeted += action.HasField("target_index")
+            if action.type in POINTED_TYPES:
+                index = action.target_index if action.HasField("target_index") else None
+                resolution.setdefault(e.source, Counter())[targets.outcome(ts.observation.objects, index)] += 1
     out = {
         "path": path,
         "shards": len(shards),
@@ -85,6 +94,9 @@ def folder_summary(path: str) -> dict:
         "steps_with_screenshot": with_screenshot,
         "actions": dict(actions.most_common()),
         "actions_with_target": targeted,
+        "target_resolution": {
+            source: {k: counts[k] for k in targets.OUTCOMES} for source, counts in sorted(resolution.items())
+        },
         "episodes_by_layout": dict(layouts.most_common()),
         "app_packages": dict(packages.most_common(10)),
     }
@@ -106,6 +118,10 @@ def format_summary(s: dict) -> str:
         f"  actions: {counts(s['actions'])} ({s['actions_with_target']} resolved to an object)",
         f"  apps: {counts(s['app_packages'])}",
     ]
+    for source, outcome in s["target_resolution"].items():
+        total = sum(outcome.values())
+        parts = ", ".join(f"{k.replace('_', '-')} {v} ({v / total:.0%})" for k, v in outcome.items())
+        lines.append(f"  targets of pointed actions, {source}: {parts}")
     if "dead_letters" in s:
         lines.append(f"  dead letters: {s['dead_letters']} ({counts(s['dead_letters_by_reason'])})")
     return "\n".join(lines)

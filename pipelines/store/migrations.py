@@ -24,6 +24,7 @@ from pipelines.store.errors import SchemaVersionError
 # Tables stepmark owns; a database holding some of them but no version table is not ours to touch.
 _TABLES = (
     "studies", "environments", "sessions", "episodes", "episode_tags", "step_tags", "audit_log", "study_reviewers",
+    "grounding_annotations",
 )  # fmt: skip
 # Arbitrary constant for pg_advisory_xact_lock ("stepmark" in ASCII, truncated to fit a bigint).
 _PG_LOCK_KEY = 0x737465706D61726B
@@ -349,6 +350,30 @@ def _v5_queue_agreement(conn: Connection) -> None:
         table.create(conn)
 
 
+def _v6_grounding_annotations(conn: Connection) -> None:
+    """Version 6 (issue 11): grounding annotations on UI steps. Self-contained: one new table and its index."""
+    md = sa.MetaData()
+    sa.Table("episodes", md, sa.Column("id", sa.String(64), primary_key=True))  # the FK target, not created
+    table = sa.Table(
+        "grounding_annotations",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column(
+            "episode_id", sa.String(64), sa.ForeignKey("episodes.id", ondelete="CASCADE"), nullable=False
+        ),
+        sa.Column("step_index", sa.Integer, nullable=False),
+        sa.Column("kind", sa.String(32), nullable=False),
+        sa.Column("object_id", sa.String(64)),
+        sa.Column("slot", sa.String(320), nullable=False),
+        sa.Column("payload", sa.JSON, nullable=False),
+        sa.Column("user", sa.String(320), nullable=False),
+        sa.Column("created_time", sa.DateTime(timezone=True), nullable=False),
+        sa.UniqueConstraint("episode_id", "step_index", "user", "slot", name="uq_grounding_annotations_slot"),
+    )
+    sa.Index("ix_grounding_annotations_episode_step", table.c.episode_id, table.c.step_index)
+    table.create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _v1_initial),
     Migration(
@@ -362,6 +387,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     # Issue 12 (work queue, agreement); numbered 5 so it merges after version 4. Independent of version 4.
     Migration(5, "work queues, per-annotator step labels, adjudications", _v5_queue_agreement),
+    # Version 5 comes from another branch (issue 12); this one is self-contained and applies after it.
+    Migration(6, "grounding annotations on UI steps", _v6_grounding_annotations),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

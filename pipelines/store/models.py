@@ -283,3 +283,28 @@ class AdjudicationRow(Base):
     labels: Mapped[list[str]] = mapped_column(JSON)
     user: Mapped[str] = mapped_column(EMAIL)
     time: Mapped[datetime] = mapped_column(TIME)
+
+
+class GroundingAnnotationRow(Base):
+    """v6: one grounding annotation on a UI step (issue 11; rules in `pipelines/store/grounding.py`).
+
+    `object_id` is the stable `Object.id` the annotation is about (NULL for `no_target`; a fresh id for a drawn
+    `box`). `slot` names what a newer annotation by the same author replaces (`target` for target/no_target,
+    `label:<object id>:<label>`, `wrong_box:<object id>`, `box:<object id>`): one row per author and slot.
+    """
+
+    __tablename__ = "grounding_annotations"
+    __table_args__ = (
+        Index("ix_grounding_annotations_episode_step", "episode_id", "step_index"),
+        UniqueConstraint("episode_id", "step_index", "user", "slot", name="uq_grounding_annotations_slot"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    episode_id: Mapped[str] = mapped_column(ID, ForeignKey("episodes.id", ondelete="CASCADE"))
+    step_index: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    object_id: Mapped[str | None] = mapped_column(ID)
+    slot: Mapped[str] = mapped_column(String(320))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    user: Mapped[str] = mapped_column(EMAIL)
+    created_time: Mapped[datetime] = mapped_column(TIME)

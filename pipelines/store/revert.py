@@ -7,7 +7,7 @@ there first, this one is rolled back and the next candidate is taken (on Postgre
 for the other transaction, so "first" is decided by the database, not by a read that may be stale).
 
 Candidates (`user`'s own entries, optionally on one episode that still exists):
-- undo: the newest tag/segment/notes/state change or redo not reverted yet;
+- undo: the newest tag/segment/notes/state/grounding-annotation change or redo not reverted yet;
 - redo: the newest undo not redone yet that is newer than the user's newest change there (a new change clears
   the redo chain, as in editors).
 Reverting an entry takes the episode from its `after` to its `before`; the undo's own before/after are what it
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
-from pipelines.store import mapping, tags
+from pipelines.store import grounding, mapping, tags
 from pipelines.store.audit import UNDOABLE, AuditAction, AuditEntry
 from pipelines.store.errors import Conflict
 from pipelines.store.models import AuditRow, EpisodeRow
@@ -33,7 +33,8 @@ _ATTEMPTS = 200
 _TAG = {AuditAction.EPISODE_TAG_ADD, AuditAction.EPISODE_TAG_REMOVE, AuditAction.STEP_TAG_ADD,
         AuditAction.STEP_TAG_REMOVE}  # fmt: skip
 _SEGMENT = {AuditAction.STEP_SEGMENT_ADD, AuditAction.STEP_SEGMENT_REMOVE}
-_CHANGES = [str(a) for a in UNDOABLE]
+# Grounding annotations (issue 11) are undoable too; their own module says how (`grounding.swap`).
+_CHANGES = [str(a) for a in UNDOABLE] + list(grounding.AUDIT_ACTIONS)
 
 # (session, episode row, user, what) -> None or PermissionDenied: may `user` change others' tags/state here?
 Guard = Callable[[Session, EpisodeRow, str, str], None]
@@ -124,6 +125,8 @@ def _apply(
     s: Session, row: AuditRow, kind: str, episode: EpisodeRow, user: str, guard: Guard
 ) -> tuple[Any, Any]:
     """Take the episode from `row.after` back to `row.before`; returns (before, after) of that change."""
+    if kind in grounding.AUDIT_ACTIONS:  # issue 11 hook: an annotation is taken from `after` back to `before`
+        return grounding.swap(s, episode, row.after, row.before, user, guard)
     action = AuditAction(kind)
     target, current = row.before, row.after
     if action in _TAG:

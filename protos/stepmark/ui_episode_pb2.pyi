@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Action(_message.Message):
-    __slots__ = ("type", "x", "y", "end_x", "end_y", "target_index", "target_id", "text", "duration_ms", "raw_json", "instruction", "direction")
+    __slots__ = ("type", "x", "y", "end_x", "end_y", "target_index", "target_id", "text", "duration_ms", "raw_json", "instruction", "direction", "target_rule", "target_candidates", "target_source", "converter_target_index")
     class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ACTION_UNSPECIFIED: _ClassVar[Action.Type]
@@ -50,6 +50,10 @@ class Action(_message.Message):
     RAW_JSON_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
     DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_RULE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    TARGET_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CONVERTER_TARGET_INDEX_FIELD_NUMBER: _ClassVar[int]
     type: Action.Type
     x: int
     y: int
@@ -62,7 +66,29 @@ class Action(_message.Message):
     raw_json: str
     instruction: str
     direction: str
-    def __init__(self, type: _Optional[_Union[Action.Type, str]] = ..., x: _Optional[int] = ..., y: _Optional[int] = ..., end_x: _Optional[int] = ..., end_y: _Optional[int] = ..., target_index: _Optional[int] = ..., target_id: _Optional[str] = ..., text: _Optional[str] = ..., duration_ms: _Optional[int] = ..., raw_json: _Optional[str] = ..., instruction: _Optional[str] = ..., direction: _Optional[str] = ...) -> None: ...
+    target_rule: str
+    target_candidates: _containers.RepeatedScalarFieldContainer[int]
+    target_source: str
+    converter_target_index: int
+    def __init__(self, type: _Optional[_Union[Action.Type, str]] = ..., x: _Optional[int] = ..., y: _Optional[int] = ..., end_x: _Optional[int] = ..., end_y: _Optional[int] = ..., target_index: _Optional[int] = ..., target_id: _Optional[str] = ..., text: _Optional[str] = ..., duration_ms: _Optional[int] = ..., raw_json: _Optional[str] = ..., instruction: _Optional[str] = ..., direction: _Optional[str] = ..., target_rule: _Optional[str] = ..., target_candidates: _Optional[_Iterable[int]] = ..., target_source: _Optional[str] = ..., converter_target_index: _Optional[int] = ...) -> None: ...
+
+class ObjectAnnotation(_message.Message):
+    __slots__ = ("object_index", "object_id", "labels", "human_drawn", "box_corrected", "original_bbox", "authors")
+    OBJECT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    HUMAN_DRAWN_FIELD_NUMBER: _ClassVar[int]
+    BOX_CORRECTED_FIELD_NUMBER: _ClassVar[int]
+    ORIGINAL_BBOX_FIELD_NUMBER: _ClassVar[int]
+    AUTHORS_FIELD_NUMBER: _ClassVar[int]
+    object_index: int
+    object_id: str
+    labels: _containers.RepeatedScalarFieldContainer[str]
+    human_drawn: bool
+    box_corrected: bool
+    original_bbox: _episode_pb2.BoundingBox
+    authors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, object_index: _Optional[int] = ..., object_id: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ..., human_drawn: bool = ..., box_corrected: bool = ..., original_bbox: _Optional[_Union[_episode_pb2.BoundingBox, _Mapping]] = ..., authors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WindowInfo(_message.Message):
     __slots__ = ("id", "type", "layer", "title", "focused", "active", "accessibility_focused", "picture_in_picture", "display_id", "first_object", "num_objects")
@@ -91,7 +117,7 @@ class WindowInfo(_message.Message):
     def __init__(self, id: _Optional[int] = ..., type: _Optional[str] = ..., layer: _Optional[int] = ..., title: _Optional[str] = ..., focused: bool = ..., active: bool = ..., accessibility_focused: bool = ..., picture_in_picture: bool = ..., display_id: _Optional[int] = ..., first_object: _Optional[int] = ..., num_objects: _Optional[int] = ...) -> None: ...
 
 class StepInfo(_message.Message):
-    __slots__ = ("index", "hierarchy_path", "screenshot_path", "hierarchy_width", "hierarchy_height", "scale_x", "scale_y", "screenshot_format", "warnings", "rotation", "hierarchy_format", "windows")
+    __slots__ = ("index", "hierarchy_path", "screenshot_path", "hierarchy_width", "hierarchy_height", "scale_x", "scale_y", "screenshot_format", "warnings", "rotation", "hierarchy_format", "windows", "object_annotations")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     HIERARCHY_PATH_FIELD_NUMBER: _ClassVar[int]
     SCREENSHOT_PATH_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +130,7 @@ class StepInfo(_message.Message):
     ROTATION_FIELD_NUMBER: _ClassVar[int]
     HIERARCHY_FORMAT_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     index: int
     hierarchy_path: str
     screenshot_path: str
@@ -116,7 +143,8 @@ class StepInfo(_message.Message):
     rotation: int
     hierarchy_format: str
     windows: _containers.RepeatedCompositeFieldContainer[WindowInfo]
-    def __init__(self, index: _Optional[int] = ..., hierarchy_path: _Optional[str] = ..., screenshot_path: _Optional[str] = ..., hierarchy_width: _Optional[int] = ..., hierarchy_height: _Optional[int] = ..., scale_x: _Optional[float] = ..., scale_y: _Optional[float] = ..., screenshot_format: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., rotation: _Optional[int] = ..., hierarchy_format: _Optional[str] = ..., windows: _Optional[_Iterable[_Union[WindowInfo, _Mapping]]] = ...) -> None: ...
+    object_annotations: _containers.RepeatedCompositeFieldContainer[ObjectAnnotation]
+    def __init__(self, index: _Optional[int] = ..., hierarchy_path: _Optional[str] = ..., screenshot_path: _Optional[str] = ..., hierarchy_width: _Optional[int] = ..., hierarchy_height: _Optional[int] = ..., scale_x: _Optional[float] = ..., scale_y: _Optional[float] = ..., screenshot_format: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., rotation: _Optional[int] = ..., hierarchy_format: _Optional[str] = ..., windows: _Optional[_Iterable[_Union[WindowInfo, _Mapping]]] = ..., object_annotations: _Optional[_Iterable[_Union[ObjectAnnotation, _Mapping]]] = ...) -> None: ...
 
 class UiEpisode(_message.Message):
     __slots__ = ("episode_id", "episode", "actions", "step_info", "app_package", "source", "source_path", "goal", "metadata")

@@ -64,6 +64,10 @@ def test_inspect_folder(sample_output: Path, capsys) -> None:
         "step_folder": 1,
     }
     assert data["actions"]["SWIPE"] == 1
+    # every tap/swipe of the samples lands on something a person can press (NEXT, not the pager behind it)
+    assert data["target_resolution"]["rico_trace"] == {"actionable": 6, "non_actionable": 0, "unresolved": 0}
+    assert data["target_resolution"]["droidbot"] == {"actionable": 3, "non_actionable": 0, "unresolved": 0}
+    assert "targets of pointed actions, rico_trace: actionable 6 (100%), non-actionable 0 (0%)" in text
 
 
 def test_inspect_one_shard(sample_output: Path, capsys) -> None:

@@ -21,7 +21,10 @@ from tests.pipelines.store.conftest import env_episode, study_spec
 
 
 def _study_with_episodes(repo: Repository, n: int, creator: str = "lead") -> tuple[str, list[str]]:
-    study = repo.create_study(study_spec(), creator)
+    # A creator's study names are unique (schema version 4): one name per study made here.
+    taken = {s.name for s in repo.list_studies(creator=creator)}
+    name = next(f"Maze study {i}" for i in range(1, 1000) if f"Maze study {i}" not in taken)
+    study = repo.create_study(study_spec(name), creator)
     session = repo.create_session(study.id, creator)
     ids = []
     for i in range(n):
