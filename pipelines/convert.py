@@ -41,9 +41,10 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from pipelines import tfrecord
 from pipelines.beam_options import pipeline_options, runner_name
+from pipelines.convert_guarded import EPISODE_TIMEOUT, Converted, convert_within
 from pipelines.errors import StepmarkError
-from pipelines.traces import DeadLetter, EpisodeSource, IgnoredFile, discover, files, read_episode
-from pipelines.ui_episode import EpisodeResult, convert_episode
+from pipelines.traces import DeadLetter, EpisodeSource, IgnoredFile, discover, files
+from pipelines.traces.files import ReadPolicy
 from pipelines.ui_records import DEAD_LETTERS, SHARD_GLOB, SUMMARY, read_summary
 
 NAMESPACE = "stepmark"
@@ -187,27 +188,23 @@ class ConvertShard(beam.DoFn):
     """(shard, [EpisodeSource]) -> one temporary TFRecord file of serialized UiEpisodes + dead letters.
 
     Each episode's bytes are read inside this DoFn, converted, serialized at once and appended, so only one
-    episode is in memory at a time. A failure anywhere in one episode is a dead letter, never a crash.
+    episode is in memory at a time. A failure anywhere in one episode is a dead letter, never a crash; so is
+    an episode that takes longer than `timeout` seconds (`convert_guarded`).
     """
 
-    def __init__(self, temp_dir: str, drop_invisible: bool = False, progress: bool = True) -> None:
+    def __init__(self, temp_dir: str, drop_invisible: bool = False, progress: bool = True,
+                 policy: ReadPolicy = files.ANYWHERE, timeout: float = EPISODE_TIMEOUT) -> None:  # fmt: skip
         self.temp_dir = temp_dir
         self.drop_invisible = drop_invisible
         self.progress = progress
+        self.policy, self.timeout = policy, timeout
         self.episodes = Metrics.counter(NAMESPACE, "episodes")
         self.steps = Metrics.counter(NAMESPACE, "steps")
         self.objects = Metrics.counter(NAMESPACE, "objects")
         self.mismatches = Metrics.counter(NAMESPACE, "screenshot_mismatch_steps")
 
-    def convert(self, source: EpisodeSource) -> EpisodeResult:
-        try:
-            raw = read_episode(source, files.read_bytes)
-            return convert_episode(raw, files.read_bytes, drop_invisible=self.drop_invisible)
-        except Exception as exc:  # a reader bug or an unreadable layout file: dead-letter the episode
-            message = f"{source.source_path}: {type(exc).__name__}: {exc}"
-            return EpisodeResult(
-                None, [DeadLetter(source.source_path, None, "internal_error", message, source.episode_id)]
-            )
+    def convert(self, source: EpisodeSource) -> Converted:
+        return convert_within(source, self.policy, self.drop_invisible, self.timeout)
 
     def process(self, element: tuple[int, Iterable[EpisodeSource]]) -> Iterator:
         shard, sources = element
@@ -223,17 +220,17 @@ class ConvertShard(beam.DoFn):
                     Metrics.counter(NAMESPACE, f"dead_letter_{dead.reason}").inc()
                     yield pvalue.TaggedOutput(DEAD, dead)
                 n = 0
-                if result.episode is not None:
-                    record = tfrecord.encode(result.episode.SerializeToString(deterministic=True))
+                if result.record is not None:
+                    record = tfrecord.encode(result.record)
                     out.write(record)
-                    n = len(result.episode.episode.time_steps)
-                    episodes, steps, objects = episodes + 1, steps + n, objects + result.num_objects
+                    n = result.steps
+                    episodes, steps, objects = episodes + 1, steps + n, objects + result.objects
                     mismatched += result.mismatches
                     size += len(record)
                     layouts[source.layout] += 1
                     self.episodes.inc()
                     self.steps.inc(n)
-                    self.objects.inc(result.num_objects)
+                    self.objects.inc(result.objects)
                     self.mismatches.inc(result.mismatches)
                     Metrics.counter(NAMESPACE, f"episodes_{source.layout}").inc()
                 if progress is not None:
@@ -351,10 +348,13 @@ class ConvertUiTraces(beam.PTransform):
     """PBegin -> {"shards": ShardWritten, "dead_letters": DeadLetter, "reports": DiscoveryReport}."""
 
     def __init__(self, input_path: str, temp_dir: str, num_shards: int, drop_invisible: bool = False,
-                 progress: bool = True, exclude: tuple[str, ...] = ()) -> None:  # fmt: skip
+                 progress: bool = True, exclude: tuple[str, ...] = (), follow_links: bool = False,
+                 timeout: float = EPISODE_TIMEOUT) -> None:  # fmt: skip
         super().__init__()
         self.input_path, self.temp_dir, self.num_shards = input_path, temp_dir, num_shards
         self.drop_invisible, self.progress, self.exclude = drop_invisible, progress, exclude
+        self.policy = ReadPolicy(files.input_roots(input_path), follow_links)
+        self.timeout = timeout
 
     def expand(self, pbegin):
         num_shards = self.num_shards
@@ -371,9 +371,9 @@ class ConvertUiTraces(beam.PTransform):
             | "KeyByShard" >> beam.Map(lambda s: (shard_of(s, num_shards), s))
             | "GroupByShard" >> beam.GroupByKey()
             | "ConvertShard"
-            >> beam.ParDo(ConvertShard(self.temp_dir, self.drop_invisible, self.progress)).with_outputs(
-                DEAD, main="shards"
-            )
+            >> beam.ParDo(
+                ConvertShard(self.temp_dir, self.drop_invisible, self.progress, self.policy, self.timeout)
+            ).with_outputs(DEAD, main="shards")
         )
         dead = (
             found.dead_letters | "OnlyDiscoveryDead" >> OnlyType(DeadLetter),
@@ -437,9 +437,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drop-invisible", action="store_true", help="drop invisible objects")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier conversion in OUTPUT")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="read files that symlinks under INPUT lead to outside INPUT (refused as outside_input otherwise)",
+    )
+    parser.add_argument(
+        "--episode-timeout",
+        type=float,
+        default=EPISODE_TIMEOUT,
+        metavar="SECONDS",
+        help=f"time budget of one episode; past it the episode is a `timeout` dead letter (default: {EPISODE_TIMEOUT:g})",
+    )
 
 
-OWN_FLAGS = ("--shards", "--drop-invisible", "--overwrite", "--quiet")
+OWN_FLAGS = ("--shards", "--drop-invisible", "--overwrite", "--quiet", "--follow-links", "--episode-timeout")
 
 
 def check_misspelled(beam_args: Sequence[str]) -> None:
@@ -574,6 +586,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     check_misspelled(beam_args)
     if args.shards < 1:
         raise StepmarkError(f"--shards must be at least 1 (got {args.shards})")
+    if not 0 < args.episode_timeout < float("inf"):
+        raise StepmarkError(f"--episode-timeout must be a positive number of seconds (got {args.episode_timeout})")
     input_path, output = files.strip_slash(args.input), files.strip_slash(args.output)
     check_input(input_path)
     prepare_output(output, args.overwrite)
@@ -596,6 +610,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         args.drop_invisible,
         progress=not args.quiet,
         exclude=output_inside_input(input_path, output),
+        follow_links=args.follow_links,
+        timeout=args.episode_timeout,
     )
     results | "WriteOutput" >> WriteOutput(output, temp_dir, args.shards, summary)
     with _Heartbeat(30.0 if not args.quiet else 1e9):

@@ -102,7 +102,8 @@ def test_convert_shard_transform(tmp_path: Path, fixtures_dir: Path) -> None:
 
 
 def convert(input_path: Path, output: Path, *extra: str) -> dict:
-    assert run([str(input_path), str(output), "--quiet", *extra]) == 0
+    # --follow-links: the inputs are symlinks to ../shared/fixtures, outside INPUT
+    assert run([str(input_path), str(output), "--quiet", "--follow-links", *extra]) == 0
     return ui_records.read_summary(str(output))
 
 

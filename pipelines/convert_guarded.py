@@ -1,0 +1,103 @@
+"""One discovered episode converted within its limits: every file read bounded (`files.read_limited` with the
+run's ReadPolicy), the episode's bytes bounded (MAX_EPISODE_BYTES, before and after conversion) and its time
+bounded (`--episode-timeout`, in a child process: `pipelines.deadline`). Whatever goes wrong is a dead letter
+naming the file; nothing escapes to stop the job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipelines.deadline import ChildFailed, DeadlineExceeded, run_with_deadline
+from pipelines.traces import DeadLetter, EpisodeSource, files, read_episode
+from pipelines.traces.files import ReadPolicy
+from pipelines.ui_episode import convert_episode
+
+#: Largest episode (sum of its files, and its serialized UiEpisode) converted: reason `too_large`. Protobuf
+#: refuses messages of 2 GiB, and the record is built, serialized and written whole in one worker.
+MAX_EPISODE_BYTES = 256 * 2**20
+#: Default wall-time budget of one episode, in seconds (`--episode-timeout`).
+EPISODE_TIMEOUT = 300.0
+
+
+@dataclass
+class Converted:
+    """What converting one episode produced, in a form that crosses a process boundary cheaply."""
+
+    record: bytes | None  # serialized UiEpisode
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    steps: int = 0
+    objects: int = 0
+    mismatches: int = 0
+
+
+def _dead(source: EpisodeSource, reason: str, message: str) -> Converted:
+    return Converted(None, [DeadLetter(source.source_path, None, reason, message, source.episode_id)])
+
+
+def episode_bytes(source: EpisodeSource, policy: ReadPolicy) -> int:
+    """Sum of the sizes of the episode's files that can be read (refused ones are dead-lettered later, each
+    naming its file), from the file system's metadata: nothing is opened."""
+    total = 0
+    for path in source.files:
+        try:
+            total += files.check_file(path, files.limit_for(path), policy)
+        except Exception:
+            continue
+    return total
+
+
+def convert_source(source: EpisodeSource, policy: ReadPolicy, drop_invisible: bool = False) -> Converted:
+    """Read, convert and serialize one episode in this process (no time limit)."""
+
+    def read(path: str) -> bytes:
+        return files.read_limited(path, files.limit_for(path), policy)
+
+    where = files.display(source.source_path)
+    try:
+        size = episode_bytes(source, policy)
+        if size > MAX_EPISODE_BYTES:
+            return _dead(
+                source,
+                "too_large",
+                f"{where}: the episode's files hold {size} bytes; an episode may have at most {MAX_EPISODE_BYTES}",
+            )
+        raw = read_episode(source, read)
+        result = convert_episode(raw, read, drop_invisible=drop_invisible)
+    except Exception as exc:  # a reader bug or an unreadable layout file: dead-letter the episode
+        return _dead(source, "internal_error", f"{where}: {type(exc).__name__}: {exc}")
+    if result.episode is None:
+        return Converted(None, result.dead_letters)
+    record = result.episode.SerializeToString(deterministic=True)
+    if len(record) > MAX_EPISODE_BYTES:
+        return Converted(
+            None,
+            [
+                *result.dead_letters,
+                DeadLetter(
+                    source.source_path,
+                    None,
+                    "too_large",
+                    f"{where}: the converted episode has {len(record)} bytes; at most {MAX_EPISODE_BYTES}",
+                    source.episode_id,
+                ),
+            ],
+        )
+    steps = len(result.episode.episode.time_steps)
+    return Converted(record, result.dead_letters, steps, result.num_objects, result.mismatches)
+
+
+def convert_within(
+    source: EpisodeSource, policy: ReadPolicy, drop_invisible: bool = False, timeout: float = EPISODE_TIMEOUT
+) -> Converted:
+    """`convert_source` in a child process given `timeout` seconds: past it the episode is a `timeout` dead
+    letter; a child that dies (out of memory, a crash in C code) makes an `internal_error` one."""
+    where = files.display(source.source_path)
+    try:
+        return run_with_deadline(lambda: convert_source(source, policy, drop_invisible), timeout)
+    except DeadlineExceeded:
+        return _dead(
+            source, "timeout", f"{where}: not converted within {timeout:g} s (--episode-timeout): stopped"
+        )
+    except ChildFailed as exc:
+        return _dead(source, "internal_error", f"{where}: {exc}")
