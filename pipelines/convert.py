@@ -587,7 +587,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     if args.shards < 1:
         raise StepmarkError(f"--shards must be at least 1 (got {args.shards})")
     if not 0 < args.episode_timeout < float("inf"):
-        raise StepmarkError(f"--episode-timeout must be a positive number of seconds (got {args.episode_timeout})")
+        raise StepmarkError(
+            f"--episode-timeout must be a positive number of seconds (got {args.episode_timeout})"
+        )
     input_path, output = files.strip_slash(args.input), files.strip_slash(args.output)
     check_input(input_path)
     prepare_output(output, args.overwrite)

@@ -46,7 +46,8 @@ _CHAR_REF = re.compile(r"&#(x[0-9A-Fa-f]+|[0-9]+);")
 # in the text: one anchored at a line start (leading blanks never span lines, so no backtracking across lines)
 # and plain phrases found anywhere; the line holding the first hit is the message.
 _ERROR_LINE_START = re.compile(
-    r"^[^\S\n]*(?:ERROR:|Exception in thread |java\.[\w.$]+(?:Exception|Error)\b)", re.MULTILINE | re.IGNORECASE
+    r"^[^\S\n]*(?:ERROR:|Exception in thread |java\.[\w.$]+(?:Exception|Error)\b)",
+    re.MULTILINE | re.IGNORECASE,
 )
 _ERROR_PHRASE = re.compile(r"could not get idle state|null root node returned", re.IGNORECASE)
 
