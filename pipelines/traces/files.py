@@ -12,15 +12,25 @@ import os
 import stat
 from dataclasses import dataclass
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
 from pipelines.errors import StepmarkError
 from pipelines.hierarchy.errors import HierarchyError
 from pipelines.hierarchy.objects import MAX_BYTES
 from pipelines.hierarchy.screenshot import MAX_SCREENSHOT_BYTES
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
+
+
+class _LazyFileSystems:
+    """Beam's `FileSystems`, imported on first use: reading a local study spec must not pay ~1 s for Beam."""
+
+    def __getattr__(self, name: str):
+        from apache_beam.io.filesystems import FileSystems as fs
+
+        return getattr(fs, name)
+
+
+FileSystems = _LazyFileSystems()
+
 _CHUNK = 1 << 20
 
 
@@ -44,7 +54,7 @@ ANYWHERE = ReadPolicy()
 
 def input_roots(input_path: str) -> tuple[str, ...] | None:
     """The real folder INPUT stands for (one file: itself and its folder); None off the local disk."""
-    if FileSystems.get_scheme(input_path) is not None:
+    if not _is_local(input_path):
         return None
     real = os.path.realpath(input_path)
     if os.path.isdir(real):
@@ -59,7 +69,7 @@ def limit_for(path: str) -> int:
 
 
 def _is_local(path: str) -> bool:
-    return FileSystems.get_scheme(path) is None
+    return "://" not in path or FileSystems.get_scheme(path) is None
 
 
 def _too_large(path: str, size: int | str, limit: int) -> FileRefused:
@@ -127,7 +137,7 @@ def read_limited(path: str, limit: int, policy: ReadPolicy = ANYWHERE) -> bytes:
     make the read wait."""
     size = check_file(path, limit, policy)
     if not _is_local(path):
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        with FileSystems.open(path, compression_type="uncompressed") as f:  # CompressionTypes.UNCOMPRESSED
             return _read_capped(f, path, limit, size)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(fd, "rb") as f:
