@@ -20,6 +20,7 @@ everything).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -40,7 +41,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 from pipelines import tfrecord
-from pipelines.beam_options import pipeline_options, runner_name
+from pipelines.beam_options import check_runner, pipeline_options, runner_name
 from pipelines.convert_guarded import EPISODE_TIMEOUT, Converted, convert_within
 from pipelines.errors import StepmarkError
 from pipelines.traces import DeadLetter, EpisodeSource, IgnoredFile, discover, files
@@ -54,6 +55,8 @@ SHARD_NAME = "episodes-{shard:05d}-of-{count:05d}.tfrecord"
 TMP_PREFIX = ".stepmark-tmp-"
 PROGRESS_SECONDS = 5.0
 COPY_CHUNK = 1 << 20
+#: Most shards a conversion writes (`--shards`): each is a file and a conversion task.
+MAX_SHARDS = 10_000
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -115,6 +118,19 @@ class Summary:
 
 # ----------------------------------------------------------------------------------------------------------
 # Transforms
+
+
+@contextlib.contextmanager
+def writing(path: str) -> Iterator:
+    """`FileSystems.create(path)`, with any OSError (a full or read-only disk) re-raised naming `path`: the
+    error crosses the runner as text, and the command line prints it as one line (`stepmark.cli`)."""
+    try:
+        with FileSystems.create(path) as out:
+            yield out
+    except OSError as exc:
+        if exc.errno is None or exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), files.display(path)) from exc
 
 
 class OnlyType(beam.PTransform):
@@ -213,7 +229,7 @@ class ConvertShard(beam.DoFn):
         episodes = steps = objects = mismatched = size = 0
         layouts: Counter[str] = Counter()
         progress = _Progress(shard, len(ordered)) if self.progress else None
-        with FileSystems.create(path) as out:
+        with writing(path) as out:
             for source in ordered:
                 result = self.convert(source)
                 for dead in result.dead_letters:
@@ -249,7 +265,7 @@ class WriteDeadLetters(beam.DoFn):
     def process(self, element: tuple[int, Iterable[DeadLetter]]) -> Iterator[DeadLettersWritten]:
         path = files.join(self.temp_dir, f"dead-letters-{uuid.uuid4().hex}.jsonl")
         reasons: Counter[str] = Counter()
-        with FileSystems.create(path) as out:
+        with writing(path) as out:
             for dead in element[1]:
                 out.write(dead.to_json().encode("utf-8") + b"\n")
                 reasons[dead.reason] += 1
@@ -269,7 +285,7 @@ def delete_tree(path: str) -> None:
 
 
 def _write_text(path: str, text: str) -> None:
-    with FileSystems.create(path) as out:
+    with writing(path) as out:
         out.write(text.encode("utf-8"))
 
 
@@ -323,7 +339,7 @@ class CommitOutput(beam.DoFn):
             FileSystems.rename([dead_files[0].temp_path], [dead_final])
         else:  # none (write an empty file) or several parts: concatenate them in part order
             merged = files.join(self.temp_dir, "dead-letters-merged.jsonl")
-            with FileSystems.create(merged) as out:
+            with writing(merged) as out:
                 for d in dead_files:
                     with FileSystems.open(
                         d.temp_path, compression_type=CompressionTypes.UNCOMPRESSED
@@ -580,20 +596,37 @@ def output_inside_input(input_path: str, output: str) -> tuple[str, ...]:
     return (output,) if output.startswith(input_path.rstrip("/") + "/") else ()
 
 
+def shard_count(requested: int, input_path: str, exclude: tuple[str, ...], quiet: bool = False) -> int:
+    """`--shards`, but never more than INPUT has episodes (counted from file names, as discovery does): a
+    shard per episode is already the most parallel conversion, and empty shards are only files."""
+    episodes = sum(isinstance(item, EpisodeSource) for item in discover(input_path, exclude))
+    count = min(requested, max(1, episodes))
+    if count < requested and not quiet:
+        print(
+            f"stepmark convert-ui: {episodes} episode(s) found: writing {count} shard(s), not {requested}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return count
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse arguments, build and run the pipeline, print the summary. Returns 0."""
     args, beam_args = parse_args(argv)
     check_misspelled(beam_args)
-    if args.shards < 1:
-        raise StepmarkError(f"--shards must be at least 1 (got {args.shards})")
+    if not 1 <= args.shards <= MAX_SHARDS:
+        raise StepmarkError(f"--shards must be between 1 and {MAX_SHARDS} (got {args.shards})")
     if not 0 < args.episode_timeout < float("inf"):
         raise StepmarkError(
             f"--episode-timeout must be a positive number of seconds (got {args.episode_timeout})"
         )
     input_path, output = files.strip_slash(args.input), files.strip_slash(args.output)
-    check_input(input_path)
-    prepare_output(output, args.overwrite)
     options = pipeline_options(beam_args)
+    check_runner(options)
+    check_input(input_path)
+    exclude = output_inside_input(input_path, output)
+    num_shards = shard_count(args.shards, input_path, exclude, quiet=args.quiet)
+    prepare_output(output, args.overwrite)
     temp_dir = files.join(output, f"{TMP_PREFIX}{uuid.uuid4().hex}")
     make_folder(temp_dir)
     summary = Summary(
@@ -608,17 +641,22 @@ def run(argv: Sequence[str] | None = None) -> int:
     results = pipeline | "ConvertUiTraces" >> ConvertUiTraces(
         input_path,
         temp_dir,
-        args.shards,
+        num_shards,
         args.drop_invisible,
         progress=not args.quiet,
-        exclude=output_inside_input(input_path, output),
+        exclude=exclude,
         follow_links=args.follow_links,
         timeout=args.episode_timeout,
     )
-    results | "WriteOutput" >> WriteOutput(output, temp_dir, args.shards, summary)
+    results | "WriteOutput" >> WriteOutput(output, temp_dir, num_shards, summary)
     with _Heartbeat(30.0 if not args.quiet else 1e9):
-        result = pipeline.run()
-        result.wait_until_finish()
+        try:
+            result = pipeline.run()
+            result.wait_until_finish()
+        except BaseException:  # a full disk, an interrupt: leave no half-written conversion behind
+            with contextlib.suppress(Exception):
+                delete_tree(temp_dir)
+            raise
     # The DaskRunner opens its own distributed.Client and never closes it; close it so it does not keep
     # reconnecting to a cluster the caller may shut down next.
     client_close = getattr(getattr(result, "client", None), "close", None)
