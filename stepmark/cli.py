@@ -57,6 +57,11 @@ COMMAND_MODULES = {
 _ERRNO_TEXT = re.compile(r"\[Errno (\d+)\] ([^\[\]\n]*?)(?:: '([^'\n]*)')?(?: \[while running|$|\n)")
 
 
+# Errors that libraries (TensorFlow's file writers) report as text only, without an errno.
+_DISK_ERRNOS = {os.strerror(n): n for n in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EIO)}
+_STRERROR_TEXT = re.compile(rf"(\S+); ({'|'.join(map(re.escape, _DISK_ERRNOS))})")
+
+
 def io_error_line(exc: BaseException) -> str | None:
     """One line naming the path and the errno of the operating-system error behind `exc` (a full or read-only
     disk, a missing permission), looked for in its chain and in a Beam runner's re-raised message; None when
@@ -71,10 +76,14 @@ def io_error_line(exc: BaseException) -> str | None:
         if isinstance(e, OSError) and e.errno is not None:
             return _errno_line(e.errno, e.strerror or "", e.filename)
         todo += [e.__cause__, e.__context__]
-    found = _ERRNO_TEXT.search(str(exc))
-    if found is None:
-        return None
-    return _errno_line(int(found.group(1)), found.group(2), found.group(3))
+    text = str(exc)
+    found = _ERRNO_TEXT.search(text)
+    if found is not None:
+        return _errno_line(int(found.group(1)), found.group(2), found.group(3))
+    found = _STRERROR_TEXT.search(text)  # TensorFlow's "<path>; No space left on device"
+    if found is not None:
+        return _errno_line(_DISK_ERRNOS[found.group(2)], found.group(2), found.group(1))
+    return None
 
 
 def _errno_line(number: int, strerror: str, filename: object) -> str:
