@@ -5,8 +5,8 @@
 1. Failed-dump detection on pathological text: time for N and 2N lines of each shape, new detector vs the old
    `^\\s*(...)$` MULTILINE pattern (the old one only at a small N: it is quadratic). A ratio near 2 is linear,
    near 4 quadratic.
-2. The per-episode time budget: each fixture episode converted in a forked child with a deadline
-   (`convert_within`) vs in-process (`convert_source`): the price of being able to stop a stuck episode.
+2. The per-episode time budget: the fixture episodes converted in a forked worker with a deadline per episode
+   (`GuardedConverter`) vs in-process (`convert_source`): the price of being able to stop a stuck episode.
 3. Peak RSS of convert-ui against dataset size: fresh processes on N, 2N and 4N episodes; the pipeline process
    itself and the largest per-episode child. Flat memory means ratios near 1.0.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipelines.convert_guarded import convert_source, convert_within  # noqa: E402
+from pipelines.convert_guarded import GuardedConverter, convert_source  # noqa: E402
 from pipelines.hierarchy import HierarchyError, parse  # noqa: E402
 from pipelines.hierarchy.uiautomator import failed_dump_message  # noqa: E402
 from pipelines.traces import EpisodeSource, discover  # noqa: E402
@@ -99,10 +99,13 @@ def bench_budget(inp: Path) -> None:
     for s in sources:  # warm the file cache and lazy imports for both sides
         convert_source(s, policy)
     timings = {}
-    for name, fn in (("in-process", convert_source), ("forked child + deadline", convert_within)):
-        start = time.perf_counter()
-        steps = sum(fn(s, policy).steps for s in sources)
-        timings[name] = (time.perf_counter() - start, steps)
+    start = time.perf_counter()
+    steps = sum(convert_source(s, policy).steps for s in sources)
+    timings["in-process"] = (time.perf_counter() - start, steps)
+    start = time.perf_counter()
+    with GuardedConverter(policy) as convert:  # one forked worker for the batch, as ConvertShard does
+        steps = sum(convert(s).steps for s in sources)
+    timings["forked worker + deadline"] = (time.perf_counter() - start, steps)
     base = timings["in-process"][0]
     print(f"2. per-episode time budget over {len(sources)} episodes ({timings['in-process'][1]} steps)")
     for name, (secs, _steps) in timings.items():

@@ -42,7 +42,7 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from pipelines import tfrecord
 from pipelines.beam_options import check_runner, pipeline_options, runner_name
-from pipelines.convert_guarded import EPISODE_TIMEOUT, Converted, convert_within
+from pipelines.convert_guarded import EPISODE_TIMEOUT, GuardedConverter
 from pipelines.errors import StepmarkError
 from pipelines.traces import DeadLetter, EpisodeSource, IgnoredFile, discover, files
 from pipelines.traces.files import ReadPolicy
@@ -219,9 +219,6 @@ class ConvertShard(beam.DoFn):
         self.objects = Metrics.counter(NAMESPACE, "objects")
         self.mismatches = Metrics.counter(NAMESPACE, "screenshot_mismatch_steps")
 
-    def convert(self, source: EpisodeSource) -> Converted:
-        return convert_within(source, self.policy, self.drop_invisible, self.timeout)
-
     def process(self, element: tuple[int, Iterable[EpisodeSource]]) -> Iterator:
         shard, sources = element
         ordered = sorted(sources, key=lambda s: s.episode_id)
@@ -229,9 +226,12 @@ class ConvertShard(beam.DoFn):
         episodes = steps = objects = mismatched = size = 0
         layouts: Counter[str] = Counter()
         progress = _Progress(shard, len(ordered)) if self.progress else None
-        with writing(path) as out:
+        with (
+            writing(path) as out,
+            GuardedConverter(self.policy, self.drop_invisible, self.timeout) as convert,
+        ):
             for source in ordered:
-                result = self.convert(source)
+                result = convert(source)
                 for dead in result.dead_letters:
                     Metrics.counter(NAMESPACE, f"dead_letter_{dead.reason}").inc()
                     yield pvalue.TaggedOutput(DEAD, dead)

@@ -1,14 +1,15 @@
 """One discovered episode converted within its limits: every file read bounded (`files.read_limited` with the
 run's ReadPolicy), the episode's bytes bounded (MAX_EPISODE_BYTES, before and after conversion) and its time
-bounded (`--episode-timeout`, in a child process: `pipelines.deadline`). Whatever goes wrong is a dead letter
+bounded (`--episode-timeout`, in a forked worker process: `pipelines.deadline`). Whatever goes wrong is a dead letter
 naming the file; nothing escapes to stop the job.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
-from pipelines.deadline import ChildFailed, DeadlineExceeded, run_with_deadline
+from pipelines.deadline import ChildFailed, DeadlineExceeded, DeadlineWorker
 from pipelines.traces import DeadLetter, EpisodeSource, files, read_episode
 from pipelines.traces.files import ReadPolicy
 from pipelines.ui_episode import convert_episode
@@ -87,17 +88,34 @@ def convert_source(source: EpisodeSource, policy: ReadPolicy, drop_invisible: bo
     return Converted(record, result.dead_letters, steps, result.num_objects, result.mismatches)
 
 
-def convert_within(
-    source: EpisodeSource, policy: ReadPolicy, drop_invisible: bool = False, timeout: float = EPISODE_TIMEOUT
-) -> Converted:
-    """`convert_source` in a child process given `timeout` seconds: past it the episode is a `timeout` dead
-    letter; a child that dies (out of memory, a crash in C code) makes an `internal_error` one."""
-    where = files.display(source.source_path)
-    try:
-        return run_with_deadline(lambda: convert_source(source, policy, drop_invisible), timeout)
-    except DeadlineExceeded:
-        return _dead(
-            source, "timeout", f"{where}: not converted within {timeout:g} s (--episode-timeout): stopped"
+class GuardedConverter:
+    """Converts episodes one after another in a forked worker process (`DeadlineWorker`), each given `timeout`
+    seconds: past it the episode is a `timeout` dead letter and the next one gets a fresh worker; a worker that
+    dies (out of memory, a crash in C code) makes an `internal_error` one. Use as a context manager."""
+
+    def __init__(
+        self, policy: ReadPolicy, drop_invisible: bool = False, timeout: float = EPISODE_TIMEOUT
+    ) -> None:
+        self.timeout = timeout
+        self.worker = DeadlineWorker(
+            functools.partial(convert_source, policy=policy, drop_invisible=drop_invisible)
         )
-    except ChildFailed as exc:
-        return _dead(source, "internal_error", f"{where}: {exc}")
+
+    def __enter__(self) -> GuardedConverter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.close()
+
+    def __call__(self, source: EpisodeSource) -> Converted:
+        where = files.display(source.source_path)
+        try:
+            return self.worker.call(source, self.timeout)
+        except DeadlineExceeded:
+            return _dead(
+                source,
+                "timeout",
+                f"{where}: not converted within {self.timeout:g} s (--episode-timeout): stopped",
+            )
+        except ChildFailed as exc:
+            return _dead(source, "internal_error", f"{where}: {exc}")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.deadline import ChildFailed, DeadlineExceeded, run_with_deadline
+from pipelines.deadline import ChildFailed, DeadlineExceeded, DeadlineWorker, run_with_deadline
 from pipelines.hierarchy import parse
 from pipelines.hierarchy.screenshot import MAX_SCREENSHOT_BYTES, MAX_SCREENSHOT_PIXELS
 from pipelines.hierarchy.uiautomator import failed_dump_message
@@ -157,6 +157,31 @@ def test_deadline_returns_large_results_and_reports_crashes() -> None:
         run_with_deadline(lambda: os.kill(os.getpid(), signal.SIGKILL), 120)
     with pytest.raises(ChildFailed, match="ZeroDivisionError"):
         run_with_deadline(lambda: 1 / 0, 120)
+
+
+def stuck_or_quick(text: str) -> int:
+    """Catastrophic backtracking in C for "a...a", instant otherwise; the worker process's pid."""
+    re.match(r"(a*)*b", text)
+    return os.getpid()
+
+
+def die(_: object) -> None:
+    os._exit(3)
+
+
+def test_deadline_worker_recovers_from_stuck_and_failing_calls() -> None:
+    with DeadlineWorker(stuck_or_quick) as worker:
+        first = worker.call("b", 120)
+        assert first != os.getpid() and worker.call("xb", 120) == first  # one worker for many calls
+        with pytest.raises(DeadlineExceeded):
+            worker.call("a" * 60, 1.0)
+        fresh = worker.call("b", 120)
+        assert fresh not in (first, os.getpid())  # the stuck worker was replaced
+        with pytest.raises(ChildFailed, match="TypeError"):
+            worker.call(None, 120)  # an exception is reported, and the worker goes on
+        assert worker.call("b", 120) == fresh
+    with DeadlineWorker(die) as worker, pytest.raises(ChildFailed, match="status 3"):
+        worker.call(None, 120)
 
 
 # ---------------------------------------------------------------------------------------------------------
