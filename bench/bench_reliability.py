@@ -140,7 +140,7 @@ def bench_memory(fixtures: Path, tmp: Path, copies: int) -> None:
     for episodes, own, child in rows:
         print(
             f"   {episodes:5d} episodes: pipeline {own:6.0f} MB (x{own / rows[0][1]:.2f}), "
-            f"largest episode child {child:6.0f} MB (x{child / rows[0][2]:.2f})"
+            f"largest worker {child:6.0f} MB (pages shared with the pipeline included) (x{child / rows[0][2]:.2f})"
         )
 
 
