@@ -19,6 +19,10 @@ from pipelines.ui_episode import convert_episode
 MAX_EPISODE_BYTES = 256 * 2**20
 #: Default wall-time budget of one episode, in seconds (`--episode-timeout`).
 EPISODE_TIMEOUT = 300.0
+#: Memory (address space) a conversion worker may add to what it shares with the pipeline: far above what an
+#: episode of MAX_EPISODE_BYTES needs; a conversion that needs more fails alone (MemoryError) instead of the
+#: machine running out of memory.
+WORKER_MEMORY = 4 * 2**30
 
 
 @dataclass
@@ -65,6 +69,8 @@ def convert_source(source: EpisodeSource, policy: ReadPolicy, drop_invisible: bo
             )
         raw = read_episode(source, read)
         result = convert_episode(raw, read, drop_invisible=drop_invisible)
+    except MemoryError:
+        return _dead(source, "too_large", f"{where}: converting the episode ran out of memory")
     except Exception as exc:  # a reader bug or an unreadable layout file: dead-letter the episode
         return _dead(source, "internal_error", f"{where}: {type(exc).__name__}: {exc}")
     if result.episode is None:
@@ -94,12 +100,15 @@ class GuardedConverter:
     dies (out of memory, a crash in C code) makes an `internal_error` one. Use as a context manager."""
 
     def __init__(
-        self, policy: ReadPolicy, drop_invisible: bool = False, timeout: float = EPISODE_TIMEOUT
+        self,
+        policy: ReadPolicy,
+        drop_invisible: bool = False,
+        timeout: float = EPISODE_TIMEOUT,
+        memory_bytes: int = WORKER_MEMORY,
     ) -> None:
-        self.timeout = timeout
-        self.worker = DeadlineWorker(
-            functools.partial(convert_source, policy=policy, drop_invisible=drop_invisible)
-        )
+        self.timeout, self.memory_bytes = timeout, memory_bytes
+        convert = functools.partial(convert_source, policy=policy, drop_invisible=drop_invisible)
+        self.worker = DeadlineWorker(convert, memory_bytes)
 
     def __enter__(self) -> GuardedConverter:
         return self
@@ -118,4 +127,8 @@ class GuardedConverter:
                 f"{where}: not converted within {self.timeout:g} s (--episode-timeout): stopped",
             )
         except ChildFailed as exc:
+            if str(exc).startswith("MemoryError"):
+                return _dead(
+                    source, "too_large", f"{where}: needed more than {self.memory_bytes} bytes of memory"
+                )
             return _dead(source, "internal_error", f"{where}: {exc}")

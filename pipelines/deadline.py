@@ -69,8 +69,11 @@ class DeadlineWorker(Generic[A, T]):
     batch instead of once per call keeps the budget cheap (a fork of a Beam worker costs tens of milliseconds);
     a call past its deadline kills the child, and the next call forks a fresh one. Use as a context manager."""
 
-    def __init__(self, fn: Callable[[A], T]) -> None:
+    def __init__(self, fn: Callable[[A], T], memory_bytes: int | None = None) -> None:
+        """`memory_bytes`: address space the child may add to what it inherits (RLIMIT_AS); past it the call
+        fails with MemoryError (a ChildFailed naming it) instead of the machine running out of memory."""
         self.fn = fn
+        self.memory_bytes = memory_bytes
         self.pid: int | None = None
         self.requests = self.answers = -1
 
@@ -112,6 +115,7 @@ class DeadlineWorker(Generic[A, T]):
         if pid == 0:  # child: serve requests until the parent closes its end; never returns
             os.close(req_w)
             os.close(ans_r)
+            _limit_memory(self.memory_bytes)
             _serve(self.fn, req_r, ans_w)
         os.close(req_r)
         os.close(ans_w)
@@ -129,6 +133,20 @@ class DeadlineWorker(Generic[A, T]):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         return _reap(pid)
+
+
+def _limit_memory(extra: int | None) -> None:
+    """Cap this process's address space at its current size plus `extra` bytes (Linux; no-op elsewhere)."""
+    if extra is None:
+        return
+    try:
+        import resource
+
+        with open("/proc/self/statm") as f:
+            current = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (current + extra, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    except (OSError, ValueError, ImportError):
+        pass  # no /proc or a hard limit already lower: leave it
 
 
 def _serve(fn: Callable[[object], object], requests: int, answers: int) -> None:

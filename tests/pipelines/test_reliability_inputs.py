@@ -184,6 +184,18 @@ def test_deadline_worker_recovers_from_stuck_and_failing_calls() -> None:
         worker.call(None, 120)
 
 
+def allocate(size: int) -> int:
+    return len(bytearray(size))
+
+
+def test_deadline_worker_memory_cap_fails_the_call_not_the_machine() -> None:
+    with DeadlineWorker(allocate, memory_bytes=256 << 20) as worker:
+        assert worker.call(16 << 20, 120) == 16 << 20
+        with pytest.raises(ChildFailed, match="MemoryError"):
+            worker.call(4 * GIB, 120)
+        assert worker.call(16 << 20, 120) == 16 << 20  # the same worker goes on
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Bounded reads
 
