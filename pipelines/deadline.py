@@ -40,28 +40,8 @@ def can_isolate() -> bool:
 
 def run_with_deadline(work: Callable[[], T], seconds: float) -> T:
     """`work()`'s result, computed in a child process given `seconds` of wall time. The result must pickle."""
-    if not can_isolate():
-        return work()
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never returns
-        os.close(read_fd)
-        _child(work, write_fd)
-    os.close(write_fd)
-    try:
-        payload = _read_answer(read_fd, time.monotonic() + seconds)
-    except DeadlineExceeded:
-        _kill(pid)
-        raise
-    finally:
-        os.close(read_fd)
-    status = _reap(pid)
-    if payload is None:
-        raise ChildFailed(_describe_status(status))
-    ok, value = pickle.loads(payload)
-    if not ok:
-        raise ChildFailed(value)
-    return value
+    with DeadlineWorker(lambda _: work()) as worker:
+        return worker.call(None, seconds)
 
 
 class DeadlineWorker(Generic[A, T]):
@@ -115,6 +95,7 @@ class DeadlineWorker(Generic[A, T]):
         if pid == 0:  # child: serve requests until the parent closes its end; never returns
             os.close(req_w)
             os.close(ans_r)
+            _die_with_parent()
             _limit_memory(self.memory_bytes)
             _serve(self.fn, req_r, ans_w)
         os.close(req_r)
@@ -133,6 +114,17 @@ class DeadlineWorker(Generic[A, T]):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         return _reap(pid)
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this child when the parent dies (kill -9 of the job must not leave a stuck worker)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _limit_memory(extra: int | None) -> None:
@@ -202,17 +194,6 @@ def _exit(code: int) -> None:
         os._exit(code)  # no atexit handlers, no finalizers of the parent's objects
 
 
-def _child(work: Callable[[], object], fd: int) -> None:
-    code = 0
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # the parent decides about Ctrl-C
-        _write_message(fd, _answer(work))
-    except BaseException:
-        code = 70
-    finally:
-        _exit(code)
-
-
 def _read_answer(fd: int, deadline: float) -> bytes | None:
     """The child's whole answer, None when it closed the pipe without one; DeadlineExceeded at the deadline."""
     chunks: list[bytes] = []
@@ -235,14 +216,6 @@ def _read_answer(fd: int, deadline: float) -> bytes | None:
             chunks = [head]
             need = _HEADER.unpack_from(head)[0]
     return b"".join(chunks)[_HEADER.size :]
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    _reap(pid)
 
 
 def _reap(pid: int) -> int:

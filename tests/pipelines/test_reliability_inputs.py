@@ -20,6 +20,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 import zlib
 from pathlib import Path
 
@@ -182,6 +183,36 @@ def test_deadline_worker_recovers_from_stuck_and_failing_calls() -> None:
         assert worker.call("b", 120) == fresh
     with DeadlineWorker(die) as worker, pytest.raises(ChildFailed, match="status 3"):
         worker.call(None, 120)
+
+
+def test_a_stuck_worker_dies_with_its_job() -> None:
+    """kill -9 of the job must not leave a worker spinning in a regular expression."""
+    job = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(
+            """
+            from pipelines.deadline import DeadlineWorker
+            from tests.pipelines.test_reliability_inputs import stuck_or_quick
+            worker = DeadlineWorker(stuck_or_quick)
+            worker._start()
+            print(worker.pid, flush=True)
+            worker.call("a" * 60, 600)
+            """
+        )],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )  # fmt: skip
+    child = int(job.stdout.readline())
+    job.kill()
+    job.wait()
+    for _ in range(300):  # gone, or a zombie nobody reaps in this container: either way not running
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail(f"worker {child} still running (state {state}) after its job was killed")
 
 
 def allocate(size: int) -> int:
