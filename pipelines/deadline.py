@@ -91,11 +91,12 @@ class DeadlineWorker(Generic[A, T]):
     def _start(self) -> None:
         req_r, req_w = os.pipe()
         ans_r, ans_w = os.pipe()
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # child: serve requests until the parent closes its end; never returns
             os.close(req_w)
             os.close(ans_r)
-            _die_with_parent()
+            _die_with_parent(parent)
             _limit_memory(self.memory_bytes)
             _serve(self.fn, req_r, ans_w)
         os.close(req_r)
@@ -116,8 +117,9 @@ class DeadlineWorker(Generic[A, T]):
         return _reap(pid)
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this child when the parent dies (kill -9 of the job must not leave a stuck worker)."""
+def _die_with_parent(parent: int) -> None:
+    """Linux: SIGKILL this child when the parent dies (kill -9 of the job must not leave a stuck worker); exit
+    at once if it died before the request was made."""
     try:
         import ctypes
 
@@ -125,6 +127,8 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 def _limit_memory(extra: int | None) -> None:
