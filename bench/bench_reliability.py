@@ -48,7 +48,7 @@ def shapes(lines: int) -> dict[str, str]:
     }
 
 
-def timed(fn, text: str) -> float:
+def timed(fn, text: str | bytes) -> float:
     """CPU seconds of fn(text)."""
     start = time.process_time()
     fn(text)
@@ -73,6 +73,36 @@ def bench_regex(lines: int) -> None:
     _parse_quietly(data)
     seconds = time.process_time() - start
     print(f"   parse() of '<x' + {lines:,} CRLF + 'y': {seconds:.3f} s CPU")
+
+
+NODE = b'<node class="a.B" bounds="[0,0][10,10]" text="x"/>'
+HIERARCHIES = {
+    "xml siblings": lambda n: b"<hierarchy>" + NODE * n + b"</hierarchy>",
+    "xml nested": lambda n: (
+        b"<hierarchy>"
+        + b'<node class="a" bounds="[0,0][9,9]">' * (n // 50)
+        + b"</node>" * (n // 50)
+        + b"</hierarchy>"
+    ),
+    "xml long text": lambda n: (
+        b'<hierarchy><node class="a" bounds="[0,0][1,1]" text="' + b"x" * (n * 50) + b'"/></hierarchy>'
+    ),
+    "xml appended dumps": lambda n: (
+        (b"<?xml version='1.0'?><hierarchy>" + NODE + b"</hierarchy>\n") * (n // 10)
+    ),
+    "rico siblings": lambda n: json.dumps(
+        {"activity": {"root": {"class": "a", "bounds": [0, 0, 9, 9], "children": [{"class": "b"}] * n}}}
+    ).encode(),
+}
+
+
+def bench_shapes(n: int) -> None:
+    print(f"1b. parse() of hierarchy shapes at N={n:,} and 2N (CPU seconds; ~2 is linear)")
+    for name, build in HIERARCHIES.items():
+        small, large = build(n), build(2 * n)
+        a = timed(_parse_quietly, small)
+        b = timed(_parse_quietly, large)
+        print(f"   {name:20s} {a:8.4f} {b:8.4f} ratio {b / max(a, 1e-9):5.2f}  ({len(small):,} bytes at N)")
 
 
 def _parse_quietly(data: bytes) -> None:
@@ -152,6 +182,7 @@ def main() -> int:
     parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
     bench_regex(args.lines)
+    bench_shapes(min(args.lines, 40_000))  # MAX_OBJECTS (100,000) caps the sibling shapes
     with tempfile.TemporaryDirectory() as tmp:
         bench_budget(replicate(args.fixtures, Path(tmp) / "budget", 1))
         if not args.skip_memory:
