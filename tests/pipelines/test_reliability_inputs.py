@@ -322,6 +322,13 @@ def hostile_input(root: Path, outside: Path) -> None:
     (root / "bomb.png").write_bytes(png_header(12000, 12000) + iend())
     (outside / "secret.txt").write_text("root:$6$SECRETHASH:19000:0:99999:7:::\n")
     os.symlink(outside / "secret.txt", root / "secret.xml")
+    # Layout files that are FIFOs: the episode keeps its screens, without actions.
+    copy(RICO_JSON, root / "trace" / "view_hierarchies" / "33600.json")
+    copy(RICO_JPG, root / "trace" / "screenshots" / "33600.jpg")
+    make_fifo(root / "trace" / "gestures.json")
+    copy(RICO_JSON, root / "steps" / "0.json")
+    copy(RICO_JSON, root / "steps" / "1.json")
+    make_fifo(root / "steps" / "actions.jsonl")
     # An episode whose files would make a 300 MiB record: refused before any of it is read.
     for i in range(10):
         copy(RICO_JSON, root / "huge" / f"{i}.json")
@@ -335,7 +342,7 @@ def test_convert_ui_dead_letters_hostile_files_without_reading_them(tmp_path: Pa
     hostile_input(inp, outside)
     summary = convert_capped(inp, tmp_path / "out")  # 3 GiB of address space: no file may be read whole
     dead = summary["dead"]
-    assert summary["episodes"] == 1 and summary["steps"] == 1  # good.json
+    assert summary["episodes"] == 3 and summary["steps"] == 4  # good.json, the trace and the step folder
     expected = {
         "0.xml": "not_regular",
         "fifo_shot.png": "not_regular",
@@ -347,6 +354,8 @@ def test_convert_ui_dead_letters_hostile_files_without_reading_them(tmp_path: Pa
         "bomb.png": "too_large",
         "secret.xml": "outside_input",
         "huge": "too_large",
+        "gestures.json": "bad_gestures",
+        "actions.jsonl": "bad_action",
     }
     for name, reason in expected.items():
         assert dead[name][0] == reason, (name, dead[name])
@@ -354,8 +363,9 @@ def test_convert_ui_dead_letters_hostile_files_without_reading_them(tmp_path: Pa
     assert "SECRETHASH" not in summary["dead_text"]  # nothing read from outside INPUT is quoted
     assert "12000x12000" in dead["bomb.png"][1]
     # Every discovered episode is accounted for: converted or dead-lettered.
-    assert summary["discovered_episodes"] == 11
-    assert summary["dead_letters_by_reason"].get("no_steps", 0) == summary["discovered_episodes"] - 2
+    assert "FIFO" in dead["gestures.json"][1] and "FIFO" in dead["actions.jsonl"][1]
+    assert summary["discovered_episodes"] == 13
+    assert summary["dead_letters_by_reason"].get("no_steps", 0) == summary["discovered_episodes"] - 4
 
 
 def test_follow_links_reads_link_targets_but_never_devices(tmp_path: Path) -> None:
