@@ -60,7 +60,7 @@ def plain_loop(inp: Path, out: Path) -> tuple[float, int, int]:
 
 def pipeline(inp: Path, out: Path, extra: list[str]) -> tuple[float, int, int]:
     start = time.perf_counter()
-    run([str(inp), str(out), "--shards", "4", "--quiet", *extra])
+    run([str(inp), str(out), "--shards", "4", "--quiet", "--follow-links", *extra])  # symlinked fixtures
     seconds = time.perf_counter() - start
     summary = json.loads((out / "summary.json").read_text())
     return seconds, summary["episodes"], summary["steps"]
@@ -70,7 +70,7 @@ def peak_rss_mb(inp: Path, out: Path) -> float:
     """Peak RSS (MB) of a fresh process running the pipeline on `inp`."""
     code = (
         "import resource, sys; from pipelines.convert import run; "
-        f"run([{str(inp)!r}, {str(out)!r}, '--quiet']); "
+        f"run([{str(inp)!r}, {str(out)!r}, '--quiet', '--follow-links']); "
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from pipelines.errors import StepmarkError
+
 #: Registered short name of apache_beam.runners.portability.fn_api_runner.FnApiRunner (checked in Beam 2.77).
 DEFAULT_RUNNER = "FnApiRunner"
 
@@ -31,3 +33,16 @@ def runner_name(options: PipelineOptions) -> str:
     """The runner as the user would name it (last dotted component)."""
     runner = options.view_as(StandardOptions).runner or DEFAULT_RUNNER
     return runner if isinstance(runner, str) else type(runner).__name__
+
+
+def check_runner(options: PipelineOptions) -> None:
+    """A StepmarkError naming `--runner` when Beam cannot create that runner (a typo, a missing extra), before
+    anything is written; Beam would raise it from `pipeline.run()` with a traceback."""
+    from apache_beam.runners.runner import create_runner
+
+    runner = options.view_as(StandardOptions).runner
+    if isinstance(runner, str):
+        try:
+            create_runner(runner)
+        except (ValueError, ImportError) as exc:
+            raise StepmarkError(f"--runner={runner}: {exc}") from None

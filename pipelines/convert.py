@@ -20,6 +20,7 @@ everything).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -40,13 +41,14 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 from pipelines import tfrecord
-from pipelines.beam_options import pipeline_options, runner_name
+from pipelines.beam_options import check_runner, pipeline_options, runner_name
+from pipelines.convert_guarded import EPISODE_TIMEOUT, GuardedConverter
 from pipelines.convert_records import ReadRecordInputs
 from pipelines.errors import StepmarkError
-from pipelines.traces import DeadLetter, EpisodeSource, IgnoredFile, discover, files, read_episode
+from pipelines.traces import DeadLetter, EpisodeSource, IgnoredFile, discover, files
 from pipelines.traces.discover import RECORD_FILE
+from pipelines.traces.files import ReadPolicy
 from pipelines.traces.model import RecordEpisode
-from pipelines.ui_episode import EpisodeResult, convert_episode, convert_record_episode
 from pipelines.ui_records import DEAD_LETTERS, SHARD_GLOB, SUMMARY, read_summary
 
 NAMESPACE = "stepmark"
@@ -56,6 +58,8 @@ SHARD_NAME = "episodes-{shard:05d}-of-{count:05d}.tfrecord"
 TMP_PREFIX = ".stepmark-tmp-"
 PROGRESS_SECONDS = 5.0
 COPY_CHUNK = 1 << 20
+#: Most shards a conversion writes (`--shards`): each is a file and a conversion task.
+MAX_SHARDS = 10_000
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -117,6 +121,19 @@ class Summary:
 
 # ----------------------------------------------------------------------------------------------------------
 # Transforms
+
+
+@contextlib.contextmanager
+def writing(path: str) -> Iterator:
+    """`FileSystems.create(path)`, with any OSError (a full or read-only disk) re-raised naming `path`: the
+    error crosses the runner as text, and the command line prints it as one line (`stepmark.cli`)."""
+    try:
+        with FileSystems.create(path) as out:
+            yield out
+    except OSError as exc:
+        if exc.errno is None or exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), files.display(path)) from exc
 
 
 class OnlyType(beam.PTransform):
@@ -190,29 +207,20 @@ class ConvertShard(beam.DoFn):
     """(shard, [EpisodeSource]) -> one temporary TFRecord file of serialized UiEpisodes + dead letters.
 
     Each episode's bytes are read inside this DoFn, converted, serialized at once and appended, so only one
-    episode is in memory at a time. A failure anywhere in one episode is a dead letter, never a crash.
+    episode is in memory at a time. A failure anywhere in one episode is a dead letter, never a crash; so is
+    an episode that takes longer than `timeout` seconds (`convert_guarded`).
     """
 
-    def __init__(self, temp_dir: str, drop_invisible: bool = False, progress: bool = True) -> None:
+    def __init__(self, temp_dir: str, drop_invisible: bool = False, progress: bool = True,
+                 policy: ReadPolicy = files.ANYWHERE, timeout: float = EPISODE_TIMEOUT) -> None:  # fmt: skip
         self.temp_dir = temp_dir
         self.drop_invisible = drop_invisible
         self.progress = progress
+        self.policy, self.timeout = policy, timeout
         self.episodes = Metrics.counter(NAMESPACE, "episodes")
         self.steps = Metrics.counter(NAMESPACE, "steps")
         self.objects = Metrics.counter(NAMESPACE, "objects")
         self.mismatches = Metrics.counter(NAMESPACE, "screenshot_mismatch_steps")
-
-    def convert(self, source: EpisodeSource | RecordEpisode) -> EpisodeResult:
-        try:
-            if isinstance(source, RecordEpisode):  # AndroidControl / AITW: the bytes came with it
-                return convert_record_episode(source, drop_invisible=self.drop_invisible)
-            raw = read_episode(source, files.read_bytes)
-            return convert_episode(raw, files.read_bytes, drop_invisible=self.drop_invisible)
-        except Exception as exc:  # a reader bug or an unreadable layout file: dead-letter the episode
-            message = f"{source.source_path}: {type(exc).__name__}: {exc}"
-            return EpisodeResult(
-                None, [DeadLetter(source.source_path, None, "internal_error", message, source.episode_id)]
-            )
 
     def process(self, element: tuple[int, Iterable[EpisodeSource | RecordEpisode]]) -> Iterator:
         shard, sources = element
@@ -221,24 +229,27 @@ class ConvertShard(beam.DoFn):
         episodes = steps = objects = mismatched = size = 0
         layouts: Counter[str] = Counter()
         progress = _Progress(shard, len(ordered)) if self.progress else None
-        with FileSystems.create(path) as out:
+        with (
+            writing(path) as out,
+            GuardedConverter(self.policy, self.drop_invisible, self.timeout) as convert,
+        ):
             for source in ordered:
-                result = self.convert(source)
+                result = convert(source)
                 for dead in result.dead_letters:
                     Metrics.counter(NAMESPACE, f"dead_letter_{dead.reason}").inc()
                     yield pvalue.TaggedOutput(DEAD, dead)
                 n = 0
-                if result.episode is not None:
-                    record = tfrecord.encode(result.episode.SerializeToString(deterministic=True))
+                if result.record is not None:
+                    record = tfrecord.encode(result.record)
                     out.write(record)
-                    n = len(result.episode.episode.time_steps)
-                    episodes, steps, objects = episodes + 1, steps + n, objects + result.num_objects
+                    n = result.steps
+                    episodes, steps, objects = episodes + 1, steps + n, objects + result.objects
                     mismatched += result.mismatches
                     size += len(record)
                     layouts[source.layout] += 1
                     self.episodes.inc()
                     self.steps.inc(n)
-                    self.objects.inc(result.num_objects)
+                    self.objects.inc(result.objects)
                     self.mismatches.inc(result.mismatches)
                     Metrics.counter(NAMESPACE, f"episodes_{source.layout}").inc()
                 if progress is not None:
@@ -257,7 +268,7 @@ class WriteDeadLetters(beam.DoFn):
     def process(self, element: tuple[int, Iterable[DeadLetter]]) -> Iterator[DeadLettersWritten]:
         path = files.join(self.temp_dir, f"dead-letters-{uuid.uuid4().hex}.jsonl")
         reasons: Counter[str] = Counter()
-        with FileSystems.create(path) as out:
+        with writing(path) as out:
             for dead in element[1]:
                 out.write(dead.to_json().encode("utf-8") + b"\n")
                 reasons[dead.reason] += 1
@@ -277,7 +288,7 @@ def delete_tree(path: str) -> None:
 
 
 def _write_text(path: str, text: str) -> None:
-    with FileSystems.create(path) as out:
+    with writing(path) as out:
         out.write(text.encode("utf-8"))
 
 
@@ -331,7 +342,7 @@ class CommitOutput(beam.DoFn):
             FileSystems.rename([dead_files[0].temp_path], [dead_final])
         else:  # none (write an empty file) or several parts: concatenate them in part order
             merged = files.join(self.temp_dir, "dead-letters-merged.jsonl")
-            with FileSystems.create(merged) as out:
+            with writing(merged) as out:
                 for d in dead_files:
                     with FileSystems.open(
                         d.temp_path, compression_type=CompressionTypes.UNCOMPRESSED
@@ -356,10 +367,13 @@ class ConvertUiTraces(beam.PTransform):
     """PBegin -> {"shards": ShardWritten, "dead_letters": DeadLetter, "reports": DiscoveryReport}."""
 
     def __init__(self, input_path: str, temp_dir: str, num_shards: int, drop_invisible: bool = False,
-                 progress: bool = True, exclude: tuple[str, ...] = ()) -> None:  # fmt: skip
+                 progress: bool = True, exclude: tuple[str, ...] = (), follow_links: bool = False,
+                 timeout: float = EPISODE_TIMEOUT) -> None:  # fmt: skip
         super().__init__()
         self.input_path, self.temp_dir, self.num_shards = input_path, temp_dir, num_shards
         self.drop_invisible, self.progress, self.exclude = drop_invisible, progress, exclude
+        self.policy = ReadPolicy(files.input_roots(input_path), follow_links)
+        self.timeout = timeout
 
     def expand(self, pbegin):
         num_shards = self.num_shards
@@ -385,9 +399,9 @@ class ConvertUiTraces(beam.PTransform):
             | "KeyByShard" >> beam.Map(lambda s: (shard_of(s, num_shards), s))
             | "GroupByShard" >> beam.GroupByKey()
             | "ConvertShard"
-            >> beam.ParDo(ConvertShard(self.temp_dir, self.drop_invisible, self.progress)).with_outputs(
-                DEAD, main="shards"
-            )
+            >> beam.ParDo(
+                ConvertShard(self.temp_dir, self.drop_invisible, self.progress, self.policy, self.timeout)
+            ).with_outputs(DEAD, main="shards")
         )
         dead = (
             found.dead_letters | "OnlyDiscoveryDead" >> OnlyType(DeadLetter),
@@ -454,9 +468,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drop-invisible", action="store_true", help="drop invisible objects")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier conversion in OUTPUT")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="read files that symlinks under INPUT lead to outside INPUT (refused as outside_input otherwise)",
+    )
+    parser.add_argument(
+        "--episode-timeout",
+        type=float,
+        default=EPISODE_TIMEOUT,
+        metavar="SECONDS",
+        help=f"time budget of one episode; past it the episode is a `timeout` dead letter (default: {EPISODE_TIMEOUT:g})",
+    )
 
 
-OWN_FLAGS = ("--shards", "--drop-invisible", "--overwrite", "--quiet")
+OWN_FLAGS = ("--shards", "--drop-invisible", "--overwrite", "--quiet", "--follow-links", "--episode-timeout")
 
 
 def check_misspelled(beam_args: Sequence[str]) -> None:
@@ -585,16 +611,37 @@ def output_inside_input(input_path: str, output: str) -> tuple[str, ...]:
     return (output,) if output.startswith(input_path.rstrip("/") + "/") else ()
 
 
+def shard_count(requested: int, input_path: str, exclude: tuple[str, ...], quiet: bool = False) -> int:
+    """`--shards`, but never more than INPUT has episodes (counted from file names, as discovery does): a
+    shard per episode is already the most parallel conversion, and empty shards are only files."""
+    episodes = sum(isinstance(item, EpisodeSource) for item in discover(input_path, exclude))
+    count = min(requested, max(1, episodes))
+    if count < requested and not quiet:
+        print(
+            f"stepmark convert-ui: {episodes} episode(s) found: writing {count} shard(s), not {requested}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return count
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse arguments, build and run the pipeline, print the summary. Returns 0."""
     args, beam_args = parse_args(argv)
     check_misspelled(beam_args)
-    if args.shards < 1:
-        raise StepmarkError(f"--shards must be at least 1 (got {args.shards})")
+    if not 1 <= args.shards <= MAX_SHARDS:
+        raise StepmarkError(f"--shards must be between 1 and {MAX_SHARDS} (got {args.shards})")
+    if not 0 < args.episode_timeout < float("inf"):
+        raise StepmarkError(
+            f"--episode-timeout must be a positive number of seconds (got {args.episode_timeout})"
+        )
     input_path, output = files.strip_slash(args.input), files.strip_slash(args.output)
-    check_input(input_path)
-    prepare_output(output, args.overwrite)
     options = pipeline_options(beam_args)
+    check_runner(options)
+    check_input(input_path)
+    exclude = output_inside_input(input_path, output)
+    num_shards = shard_count(args.shards, input_path, exclude, quiet=args.quiet)
+    prepare_output(output, args.overwrite)
     temp_dir = files.join(output, f"{TMP_PREFIX}{uuid.uuid4().hex}")
     make_folder(temp_dir)
     summary = Summary(
@@ -609,15 +656,22 @@ def run(argv: Sequence[str] | None = None) -> int:
     results = pipeline | "ConvertUiTraces" >> ConvertUiTraces(
         input_path,
         temp_dir,
-        args.shards,
+        num_shards,
         args.drop_invisible,
         progress=not args.quiet,
-        exclude=output_inside_input(input_path, output),
+        exclude=exclude,
+        follow_links=args.follow_links,
+        timeout=args.episode_timeout,
     )
-    results | "WriteOutput" >> WriteOutput(output, temp_dir, args.shards, summary)
+    results | "WriteOutput" >> WriteOutput(output, temp_dir, num_shards, summary)
     with _Heartbeat(30.0 if not args.quiet else 1e9):
-        result = pipeline.run()
-        result.wait_until_finish()
+        try:
+            result = pipeline.run()
+            result.wait_until_finish()
+        except BaseException:  # a full disk, an interrupt: leave no half-written conversion behind
+            with contextlib.suppress(Exception):
+                delete_tree(temp_dir)
+            raise
     # The DaskRunner opens its own distributed.Client and never closes it; close it so it does not keep
     # reconnecting to a cluster the caller may shut down next.
     client_close = getattr(getattr(result, "client", None), "close", None)

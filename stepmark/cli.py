@@ -7,10 +7,12 @@ those modules only parse arguments, call down into `pipelines`/`annotator` and p
 from __future__ import annotations
 
 import argparse
+import errno
 import getpass
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -26,6 +28,17 @@ class _QuietBeamImport(logging.Filter):
 
 
 logging.getLogger().addFilter(_QuietBeamImport())
+
+
+class _QuietIoErrors(logging.Filter):
+    """Beam logs a failing DoFn's traceback before re-raising it; an operating-system error (a full disk) is
+    reported once, as one line, by `main`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "[Errno " not in record.getMessage()
+
+
+logging.getLogger("apache_beam.runners.common").addFilter(_QuietIoErrors())
 
 # Command -> the module that registers it. Only the chosen command's module is imported, so a store command
 # does not pay for importing Apache Beam (about 1 s); `stepmark --help` imports them all to list them.
@@ -44,6 +57,45 @@ COMMAND_MODULES = {
 }
 
 
+# "OSError: [Errno 28] No space left on device: '/out/x'" as a runner re-raises it (as text, in a RuntimeError).
+_ERRNO_TEXT = re.compile(r"\[Errno (\d+)\] ([^\[\]\n]*?)(?:: '([^'\n]*)')?(?: \[while running|$|\n)")
+
+
+# Errors that libraries (TensorFlow's file writers) report as text only, without an errno.
+_DISK_ERRNOS = {os.strerror(n): n for n in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EIO)}
+_STRERROR_TEXT = re.compile(rf"(\S+); ({'|'.join(map(re.escape, _DISK_ERRNOS))})")
+
+
+def io_error_line(exc: BaseException) -> str | None:
+    """One line naming the path and the errno of the operating-system error behind `exc` (a full or read-only
+    disk, a missing permission), looked for in its chain and in a Beam runner's re-raised message; None when
+    `exc` is not one. The traceback and the records a runner quotes are left out."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno is not None:
+            return _errno_line(e.errno, e.strerror or "", e.filename)
+        todo += [e.__cause__, e.__context__]
+    text = str(exc)
+    found = _ERRNO_TEXT.search(text)
+    if found is not None:
+        return _errno_line(int(found.group(1)), found.group(2), found.group(3))
+    found = _STRERROR_TEXT.search(text)  # TensorFlow's "<path>; No space left on device"
+    if found is not None:
+        return _errno_line(_DISK_ERRNOS[found.group(2)], found.group(2), found.group(1))
+    return None
+
+
+def _errno_line(number: int, strerror: str, filename: object) -> str:
+    name = errno.errorcode.get(number, str(number))
+    where = f"{filename}: " if filename else ""
+    return f"{where}{strerror or os.strerror(number)} ({name}, errno {number})"
+
+
 def default_user() -> str:
     """The login name, used when no --user is given."""
     try:
@@ -60,7 +112,9 @@ def store_parent() -> argparse.ArgumentParser:
         default=os.environ.get("STEPMARK_DATA", "./stepmark-data"),
         help="data directory for the embedded store and episode files (default: ./stepmark-data)",
     )
-    p.add_argument("--store", default=os.environ.get("STEPMARK_STORE"), help="SQLAlchemy URL of another database")
+    p.add_argument(
+        "--store", default=os.environ.get("STEPMARK_STORE"), help="SQLAlchemy URL of another database"
+    )
     p.add_argument("--user", default=None, help="who is acting (default: the login name)")
     return p
 
@@ -92,6 +146,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StepmarkError as exc:
         print(f"stepmark {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        line = io_error_line(exc)
+        if line is None:
+            raise
+        print(f"stepmark {args.command}: error: {line}", file=sys.stderr)
+        return 1
     return int(code or 0)
 
 

@@ -56,6 +56,8 @@ def run_convert(args: argparse.Namespace) -> int:
         ["--drop-invisible"] * args.drop_invisible
         + ["--overwrite"] * args.overwrite
         + ["--quiet"] * args.quiet
+        + ["--follow-links"] * args.follow_links
+        + ["--episode-timeout", repr(args.episode_timeout)]
     )
     return convert.run(argv + list(args.beam_args))
 

@@ -13,6 +13,9 @@ from pathlib import Path
 
 from pipelines.errors import StepmarkError
 
+#: Largest --seed: environments (Gymnasium, ALE, Procgen) take 32-bit unsigned seeds; numpy refuses negatives.
+MAX_SEED = 2**32 - 1
+
 
 def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
@@ -80,6 +83,8 @@ def record(args: argparse.Namespace) -> int:
         raise StepmarkError(f"--episodes must be >= 1, got {args.episodes}")
     if args.max_steps is not None and args.max_steps < 1:
         raise StepmarkError(f"--max-steps must be >= 1, got {args.max_steps}")
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
+        raise StepmarkError(f"--seed must be between 0 and {MAX_SEED} (2**32 - 1), got {args.seed}")
     data_dir = Path(args.data).expanduser().resolve()
     try:
         data_dir.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import stat
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from pipelines.errors import StepmarkError
@@ -17,6 +18,27 @@ from pipelines.errors import StepmarkError
 
 class UnsafeArchivePath(StepmarkError):
     """A member path that would escape the folder the archive is written from or extracted to."""
+
+
+class ArchiveTooLarge(StepmarkError):
+    """An archive that would inflate beyond its limits (a ZIP bomb, or simply more than the caller allows)."""
+
+
+@dataclass(frozen=True)
+class ExtractLimits:
+    """What `safe_extract` accepts. The defaults fit exported datasets (stored members, ratio 1; a few GB)
+    and refuse a 1 MB archive that inflates to 1 GiB (ratio ~1000)."""
+
+    total_bytes: int = 32 * 2**30
+    member_bytes: int = 16 * 2**30
+    members: int = 1_000_000
+    #: Largest inflated/compressed size of one member; members under `RATIO_FLOOR` bytes are exempt (a small
+    #: text file of one repeated character compresses 100-fold and harms no one).
+    ratio: float = 100.0
+
+
+RATIO_FLOOR = 1 << 20
+_COPY_CHUNK = 1 << 20
 
 
 def check_member_name(name: str, *, archive: str | os.PathLike[str] = "") -> PurePosixPath:
@@ -78,12 +100,43 @@ def check_zip(zip_path: str | os.PathLike[str]) -> list[zipfile.ZipInfo]:
     return infos
 
 
-def safe_extract(zip_path: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:
-    """Extracts `zip_path` into `dest`, refusing the whole archive if any member is unsafe.
+def check_sizes(
+    zip_path: str | os.PathLike[str], infos: list[zipfile.ZipInfo], limits: ExtractLimits
+) -> None:
+    """Refuse the archive when its members' declared sizes break `limits` (checked before anything is
+    written; `zipfile` then never inflates a member past its declared size)."""
+    if len(infos) > limits.members:
+        raise ArchiveTooLarge(f"{zip_path}: {len(infos)} members; at most {limits.members} are extracted")
+    total = 0
+    for info in infos:
+        if info.file_size > limits.member_bytes:
+            raise ArchiveTooLarge(
+                f"{zip_path}: member {info.filename!r} inflates to {info.file_size} bytes; "
+                f"at most {limits.member_bytes} per member"
+            )
+        if info.file_size > RATIO_FLOOR and info.file_size > limits.ratio * max(info.compress_size, 1):
+            raise ArchiveTooLarge(
+                f"{zip_path}: member {info.filename!r} inflates {info.file_size / max(info.compress_size, 1):.0f}"
+                f"-fold ({info.compress_size} -> {info.file_size} bytes); at most {limits.ratio:g}-fold (a ZIP bomb?)"
+            )
+        total += info.file_size
+        if total > limits.total_bytes:
+            raise ArchiveTooLarge(
+                f"{zip_path}: members inflate to more than {limits.total_bytes} bytes in all; "
+                f"at most {limits.total_bytes} are extracted"
+            )
 
-    All names are checked before anything is written, so a malicious archive leaves `dest` untouched.
+
+def safe_extract(
+    zip_path: str | os.PathLike[str], dest: str | os.PathLike[str], limits: ExtractLimits = ExtractLimits()
+) -> Path:
+    """Extracts `zip_path` into `dest`, refusing the whole archive if any member is unsafe or too large.
+
+    All names and declared sizes are checked before anything is written, so a malicious archive leaves
+    `dest` untouched; while extracting, each member is also cut off at its declared size.
     """
-    check_zip(zip_path)
+    infos = check_zip(zip_path)
+    check_sizes(zip_path, infos, limits)
     target = Path(dest).resolve()
     target.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(zip_path) as zf:
@@ -91,5 +144,15 @@ def safe_extract(zip_path: str | os.PathLike[str], dest: str | os.PathLike[str])
             out = (target / info.filename).resolve()
             if out != target and target not in out.parents:  # belt and braces after the name checks
                 raise UnsafeArchivePath(f"{zip_path}: member {info.filename!r} resolves outside {target}")
-            zf.extract(info, target)
+            if info.is_dir():
+                out.mkdir(parents=True, exist_ok=True)
+                continue
+            out.parent.mkdir(parents=True, exist_ok=True)
+            written = 0
+            with zf.open(info) as src, open(out, "wb") as dst:
+                while chunk := src.read(_COPY_CHUNK):
+                    written += len(chunk)
+                    if written > info.file_size:  # zipfile stops at the declared size; never trust it blindly
+                        raise ArchiveTooLarge(f"{zip_path}: member {info.filename!r} inflates past its size")
+                    dst.write(chunk)
     return target

@@ -14,7 +14,10 @@ REASONS: dict[str, str] = {
     "empty": "no bytes, or only whitespace",
     "malformed": "not well-formed XML/JSON, or the structure is not a view hierarchy",
     "too_deep": "nesting deeper than the documented limit (MAX_DEPTH)",
-    "too_large": "more views than MAX_OBJECTS or more bytes than MAX_BYTES in one screen",
+    "too_large": "more views than MAX_OBJECTS or more bytes than MAX_BYTES in one screen; a file, screenshot "
+    "(bytes or pixels) or episode beyond its limit",
+    "not_regular": "a FIFO, device, socket or folder where a file was expected (never opened)",
+    "outside_input": "a symlink leading out of INPUT (read only with --follow-links)",
     "forbidden_entity": "XML with a DOCTYPE or entity declarations (external entities, expansion bombs)",
     "unknown_format": "bytes that are none of the supported hierarchy formats",
     "bad_screenshot": "screenshot bytes that are not a readable PNG/JPEG/WebP/GIF image",

@@ -17,6 +17,13 @@ _MAGIC = (
 )
 _PIL_FORMATS = {"PNG": "png", "JPEG": "jpeg", "GIF": "gif", "WEBP": "webp"}
 
+#: Largest screenshot file read (reason `too_large`): phone screenshots are 0.1-5 MB; 64 MiB PNGs made a
+#: 34-step episode of 2.3 GB that took the converter down.
+MAX_SCREENSHOT_BYTES = 32 * 2**20
+#: Most pixels a screenshot may claim in its header (reason `too_large`): 6000x6000, above any phone or tablet
+#: screen (1440x3200 is 4.6 million). A 12000x12000 image decodes to 576 MB of RGBA: a decompression bomb.
+MAX_SCREENSHOT_PIXELS = 36_000_000
+
 
 @dataclass(frozen=True)
 class ImageInfo:
@@ -37,6 +44,10 @@ def sniff_format(data: bytes) -> str | None:
 
 def image_info(data: bytes) -> ImageInfo:
     """Format and size read from the header (Pillow's `open` does not decode pixels); `bad_screenshot` else."""
+    if len(data) > MAX_SCREENSHOT_BYTES:
+        raise HierarchyError(
+            "too_large", f"screenshot of {len(data)} bytes; at most {MAX_SCREENSHOT_BYTES} are accepted"
+        )
     data = bytes(data)
     if not data:
         raise HierarchyError("bad_screenshot", "the screenshot file is empty")
@@ -58,4 +69,10 @@ def image_info(data: bytes) -> ImageInfo:
     name = _PIL_FORMATS.get(pil_format or "", sniffed)
     if width <= 0 or height <= 0:
         raise HierarchyError("bad_screenshot", f"{name} image with size {width}x{height}")
+    if width * height > MAX_SCREENSHOT_PIXELS:
+        raise HierarchyError(
+            "too_large",
+            f"{name} image of {width}x{height} pixels; at most {MAX_SCREENSHOT_PIXELS} pixels are accepted "
+            "(decoding it would take {:.1f} GB)".format(width * height * 4 / 1e9),
+        )
     return ImageInfo(name, width, height)

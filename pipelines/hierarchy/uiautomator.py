@@ -42,12 +42,14 @@ _DECLARED_ENCODING = re.compile(rb"""encoding\s*=\s*["']([A-Za-z0-9._-]+)["']"""
 _INVALID_RAW = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 _CHAR_REF = re.compile(r"&#(x[0-9A-Fa-f]+|[0-9]+);")
 # What `uiautomator dump` prints instead of a hierarchy: "ERROR: ..." lines, the idle-state failure (also seen
-# without its "ERROR:" prefix) and Java exceptions from the dump tool.
-_ERROR_LINE = re.compile(
-    r"^\s*(ERROR:.*|.*could not get idle state.*|.*null root node returned.*"
-    r"|(?:Exception in thread .*|java\.[\w.$]+(?:Exception|Error)\b.*))$",
+# without its "ERROR:" prefix) and Java exceptions from the dump tool. Two patterns that each run in time linear
+# in the text: one anchored at a line start (leading blanks never span lines, so no backtracking across lines)
+# and plain phrases found anywhere; the line holding the first hit is the message.
+_ERROR_LINE_START = re.compile(
+    r"^[^\S\n]*(?:ERROR:|Exception in thread |java\.[\w.$]+(?:Exception|Error)\b)",
     re.MULTILINE | re.IGNORECASE,
 )
+_ERROR_PHRASE = re.compile(r"could not get idle state|null root node returned", re.IGNORECASE)
 
 _local = threading.local()
 
@@ -215,8 +217,12 @@ def _parser() -> tuple[etree.XMLParser, _Collector]:
 
 def failed_dump_message(text: str) -> str | None:
     """The dump tool's error line when `text` holds one (e.g. "ERROR: could not get idle state."), else None."""
-    error = _ERROR_LINE.search(text)
-    return error.group(1).strip() if error is not None else None
+    hits = [m.start() for m in (_ERROR_LINE_START.search(text), _ERROR_PHRASE.search(text)) if m is not None]
+    if not hits:
+        return None
+    at = min(hits)
+    end = text.find("\n", at)
+    return text[text.rfind("\n", 0, at) + 1 : end if end >= 0 else len(text)].strip()
 
 
 def _valid_xml_char(code: int) -> bool:

@@ -47,7 +47,8 @@ class StudyRoles:
             creator = s.scalar(sa.select(StudyRow.creator).where(StudyRow.id == row.study_id))
             raise PermissionDenied(
                 f"{user} may not {what} on episode {row.id!r} of {row.user}: only the episode's user, the "
-                f"study's creator ({creator}) or a reviewer of study {row.study_id!r} may"
+                f"study's creator ({creator}) or a reviewer of study {row.study_id!r} may do that (the study's "
+                f"creator adds reviewers on the Studies page)"
             )
 
     def can_review(self, ref: EpisodeRef, user: str) -> bool:

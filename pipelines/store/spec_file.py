@@ -20,6 +20,7 @@ from google.protobuf import json_format
 from pipelines.store.errors import InvalidSpec
 from pipelines.store.repository import validate_spec
 from pipelines.store.spec_schema import build_schema
+from pipelines.traces.files import FileRefused, read_limited
 from protos.rlds_creator import study_pb2
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schemas" / "study_spec.schema.json"
@@ -128,10 +129,12 @@ def load_study_spec(path: str | Path) -> study_pb2.StudySpec:
     path = Path(path)
     if path.suffix.lower() not in SUFFIXES:
         raise InvalidSpec(f"{path}: a study spec file must end in .json, .yaml or .yml")
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            raise InvalidSpec(f"{path}: larger than {MAX_BYTES >> 20} MiB: not a study spec")
-        text = path.read_text(encoding="utf-8")
+    try:  # bounded: a FIFO, a device or a huge file is refused before (or while) reading
+        text = read_limited(str(path), MAX_BYTES).decode("utf-8")
+    except FileRefused as exc:
+        if exc.reason == "too_large":
+            raise InvalidSpec(f"{path}: larger than {MAX_BYTES >> 20} MiB: not a study spec") from exc
+        raise InvalidSpec(f"{exc.message}: not a study spec") from exc
     except FileNotFoundError as exc:
         raise InvalidSpec(f"{path}: no such file") from exc
     except (OSError, UnicodeDecodeError) as exc:

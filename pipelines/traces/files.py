@@ -1,14 +1,150 @@
 """File access for trace layouts through Beam's filesystem registry, so INPUT may be local, gs://, s3://, ...
 
-Only `FileSystems` is used here (no `os`/`pathlib`): the same code lists and reads on any Beam filesystem.
+Listing and reading go through `FileSystems`, so the same code works on any Beam filesystem. The one exception
+is `read_limited` on local paths: it asks the operating system first (`os.stat`, never `open`) so that FIFOs,
+devices, sockets, files larger than their limit and symlinks leading out of INPUT are refused before a byte
+is read. This module is the one home of bounded reads (hierarchies, screenshots, layout files, study specs).
 """
 
 from __future__ import annotations
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
+import os
+import stat
+from dataclasses import dataclass
 
 from pipelines.errors import StepmarkError
+from pipelines.hierarchy.errors import HierarchyError
+from pipelines.hierarchy.objects import MAX_BYTES
+from pipelines.hierarchy.screenshot import MAX_SCREENSHOT_BYTES
+
+IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
+
+
+class _LazyFileSystems:
+    """Beam's `FileSystems`, imported on first use: reading a local study spec must not pay ~1 s for Beam."""
+
+    def __getattr__(self, name: str):
+        from apache_beam.io.filesystems import FileSystems as fs
+
+        return getattr(fs, name)
+
+
+FileSystems = _LazyFileSystems()
+
+_CHUNK = 1 << 20
+
+
+class FileRefused(HierarchyError):
+    """A file that is not read at all, or only up to its limit: `too_large`, `not_regular`, `outside_input`.
+    A HierarchyError, so the converter dead-letters the step naming the file and the reason."""
+
+
+@dataclass(frozen=True)
+class ReadPolicy:
+    """Where reads may lead. `roots`: real (symlink-resolved) local folders a file must lie in once its
+    symlinks are followed (None: anywhere); `follow_links` lifts that rule (`--follow-links`)."""
+
+    roots: tuple[str, ...] | None = None
+    follow_links: bool = False
+
+
+#: No symlink rule: what reads outside a conversion use.
+ANYWHERE = ReadPolicy()
+
+
+def input_roots(input_path: str) -> tuple[str, ...] | None:
+    """The real folder INPUT stands for (one file: itself and its folder); None off the local disk."""
+    if not _is_local(input_path):
+        return None
+    real = os.path.realpath(input_path)
+    if os.path.isdir(real):
+        return (real,)
+    return (real, os.path.realpath(os.path.dirname(os.path.abspath(input_path))))  # the file and its folder
+
+
+def limit_for(path: str) -> int:
+    """The byte limit of a trace file: screenshots MAX_SCREENSHOT_BYTES, everything else (hierarchies, layout
+    files) the hierarchy limit MAX_BYTES."""
+    return MAX_SCREENSHOT_BYTES if stem_and_ext(split(path)[1])[1] in IMAGE_EXTS else MAX_BYTES
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or FileSystems.get_scheme(path) is None
+
+
+def _too_large(path: str, size: int | str, limit: int) -> FileRefused:
+    return FileRefused(
+        "too_large", f"{display(path)}: {size} bytes; at most {limit} are read from such a file"
+    )
+
+
+def check_file(path: str, limit: int, policy: ReadPolicy = ANYWHERE) -> int:
+    """The file's size after checking, without opening it, that it is a regular file of at most `limit` bytes
+    inside the policy's roots. Raises FileRefused (or OSError: missing, no permission)."""
+    if not _is_local(path):
+        found = FileSystems.match([path])[0].metadata_list
+        if not found:
+            raise FileNotFoundError(f"{display(path)}: no such file")
+        size = found[0].size_in_bytes
+    else:
+        if policy.roots is not None and not policy.follow_links:
+            real = os.path.realpath(path)
+            if not any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in policy.roots):
+                raise FileRefused(
+                    "outside_input",
+                    f"{display(path)}: a symlink to {display(real)}, outside INPUT: not read "
+                    "(pass --follow-links to read files that links lead to)",
+                )
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileRefused(
+                "not_regular", f"{display(path)}: {_kind(st.st_mode)}, not a regular file: not read"
+            )
+        size = st.st_size
+    if size > limit:
+        raise _too_large(path, size, limit)
+    return size
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):  # fmt: skip
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def _read_capped(f, path: str, limit: int, expected: int) -> bytes:
+    """At most `limit` bytes from `f`; FileRefused as soon as there are more (a file growing while read)."""
+    first = f.read(min(expected, limit) + 1)
+    if len(first) <= min(expected, limit):
+        return first  # the usual case: the whole file in one read
+    chunks, total = [first], len(first)
+    while total <= limit:
+        chunk = f.read(min(_CHUNK, limit + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    if total > limit:
+        raise _too_large(path, f"more than {limit}", limit)
+    return b"".join(chunks)
+
+
+def read_limited(path: str, limit: int, policy: ReadPolicy = ANYWHERE) -> bytes:
+    """The file's bytes, refused before reading (`check_file`) and stopped at `limit` while reading. Local
+    files are opened non-blocking and checked again once open, so a file swapped for a FIFO in between cannot
+    make the read wait."""
+    size = check_file(path, limit, policy)
+    if not _is_local(path):
+        with FileSystems.open(path, compression_type="uncompressed") as f:  # CompressionTypes.UNCOMPRESSED
+            return _read_capped(f, path, limit, size)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FileRefused("not_regular", f"{display(path)}: {_kind(mode)}, not a regular file: not read")
+        return _read_capped(f, path, limit, size)
 
 
 def strip_slash(path: str) -> str:
@@ -36,9 +172,9 @@ def list_files(root: str) -> list[str]:
 
 
 def read_bytes(path: str) -> bytes:
-    """The file's bytes exactly as stored (no decompression guessed from the name)."""
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return f.read()
+    """A trace file's bytes exactly as stored (no decompression guessed from the name), bounded by `limit_for`
+    its kind; no symlink rule (see `read_limited` with a ReadPolicy for that)."""
+    return read_limited(path, limit_for(path))
 
 
 def split(path: str) -> tuple[str, str]:

@@ -29,12 +29,12 @@ def test_dask_cluster_gives_the_same_episodes(tmp_path: Path, fixtures_dir: Path
     link(fixtures_dir / "uiautomator" / "banjen_ui_hierarchy.xml", inp / "screens" / "banjen.xml")
     (inp / "screens" / "empty.xml").write_bytes(b"")
 
-    assert run([str(inp), str(tmp_path / "fnapi"), "--shards", "3", "--quiet"]) == 0
+    assert run([str(inp), str(tmp_path / "fnapi"), "--shards", "3", "--quiet", "--follow-links"]) == 0
     logging.getLogger("distributed").setLevel(logging.ERROR)
     with distributed.LocalCluster(
         n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
     ) as cluster:
-        argv = [str(inp), str(tmp_path / "dask"), "--shards", "3", "--quiet"]
+        argv = [str(inp), str(tmp_path / "dask"), "--shards", "3", "--quiet", "--follow-links"]
         argv += [f"--runner={DASK_RUNNER}", f"--dask_client_address={cluster.scheduler_address}"]
         assert run(argv) == 0
 

@@ -72,7 +72,7 @@ def import_ui_traces(data_dir: Path, fixtures: Path, repo) -> str:  # type: igno
             if src.exists():
                 (screens / src.name).symlink_to(src)
     out = data_dir / "converted"
-    code = convert.run([str(screens), str(out), "--runner=FnApiRunner"])
+    code = convert.run([str(screens), str(out), "--runner=FnApiRunner", "--follow-links"])  # rico: symlinks
     assert code in (0, None), f"convert-ui failed with {code}"
     return ui_import.import_ui(repo, str(out), study_name=UI_STUDY, user=ALICE).id
 

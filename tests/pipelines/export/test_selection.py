@@ -35,7 +35,10 @@ def test_parse_state_and_ref_errors_name_the_input() -> None:
 
 def _study_with(repo, env: study_pb2.EnvironmentSpec, episode: study_pb2.Episode) -> study_pb2.Episode:  # type: ignore[no-untyped-def]
     """A new study with one environment and one registration of `episode`'s files under it."""
-    spec = study_pb2.StudySpec(name=f"grouping {env.id}")
+    # A creator's study names are unique (schema version 4): number the twins.
+    taken = {s.name for s in repo.list_studies(creator=ALICE)}
+    name = next(n for n in (f"grouping {env.id} {i}" for i in range(1, 100)) if n not in taken)
+    spec = study_pb2.StudySpec(name=name)
     spec.environment_specs.append(env)
     study = repo.create_study(spec, ALICE)
     session = repo.create_session(study.id, ALICE)

@@ -43,6 +43,7 @@ def study(tmp_path_factory):
     first = client_pb2.EpisodeRef(episode_id=env.episodes[0].id)
     repo.add_episode_tag(first, "clean", ALICE)
     third = client_pb2.EpisodeRef(episode_id=env.episodes[2].id)
+    repo.set_reviewers(env.study.id, [BOB], ALICE)  # Bob may change Alice's episodes' states
     repo.set_episode_state(third, study_pb2.Episode.STATE_REJECTED, BOB)
     queue.set_queue(repo, QueueConfig(env.study.id, overlap=2), ALICE)
     for user, steps in ((ALICE, (1, 2)), (BOB, (2, 5))):
