@@ -25,6 +25,7 @@ def _component():
         css=(_HERE / "player.css").read_text(encoding="utf-8"),
         # `typing()` and `el()` are shared with the live recorder (annotator/web/browser_common.js).
         js=(_HERE.parent / "web" / "browser_common.js").read_text(encoding="utf-8")
+        + (_HERE / "grounding.js").read_text(encoding="utf-8")
         + (_HERE / "player.js").read_text(encoding="utf-8"),
     )
 

@@ -81,6 +81,10 @@ class Player {
     el(this.root, ".sm-frame").classList.toggle("sm-pixelated", this.kind !== "ui");
     el(this.root, ".sm-ui-controls").hidden = this.kind !== "ui";
     el(this.root, ".sm-objects").hidden = this.kind !== "ui";
+    if (this.kind === "ui" && !this.labels) {
+      this.grounding = new Grounding(this);
+      this.grounding.start();
+    }
     this.buildPalette();
     this.bind();
     this.show(this.cur);
@@ -133,7 +137,14 @@ class Player {
       this.on(el(r, sel), "change", () => this.drawOverlay());
     }
     const overlay = el(r, ".sm-overlay");
+    this.on(overlay, "mousedown", (e) => {
+      if (this.grounding && this.grounding.pointer("down", e)) e.preventDefault();
+    });
+    this.on(overlay, "mouseup", (e) => {
+      if (this.grounding && this.grounding.pointer("up", e)) this.justDrew = true;
+    });
     this.on(overlay, "mousemove", (e) => {
+      if (this.grounding && this.grounding.pointer("move", e)) return;
       const hit = this.objectAt(e);
       if (hit !== this.hovered) {
         this.hovered = hit;
@@ -147,6 +158,10 @@ class Player {
       this.markRows();
     });
     this.on(overlay, "click", (e) => {
+      if (this.justDrew) {
+        this.justDrew = false;
+        return;
+      }
       this.selected = this.objectAt(e);
       this.drawOverlay();
       this.markRows(true);
@@ -390,6 +405,7 @@ class Player {
   }
 
   renderStepInfo() {
+    if (this.grounding) this.grounding.load(this.cur, true);
     const info = el(this.root, ".sm-stepinfo");
     const s = this.steps.get(this.cur);
     info.replaceChildren();
@@ -486,7 +502,8 @@ class Player {
     const y = ((event.clientY - rect.top) / rect.height) * s.size[1];
     let best = null;
     let bestArea = Infinity;
-    for (const o of s.objects || []) {
+    const drawn = this.grounding ? this.grounding.drawn(this.cur).map((d) => ({ ...d, visible: true })) : [];
+    for (const o of (s.objects || []).concat(drawn)) {
       if (!o.box || !o.visible) continue;
       const [l, t, r, b] = o.box;
       if (x < l || x > r || y < t || y > b) continue;
@@ -523,8 +540,10 @@ class Player {
       ctx.strokeStyle = o.actionable ? "rgb(255,140,0)" : "rgb(0,160,255)";
       ctx.strokeRect(...rect(o));
     }
+    if (this.grounding) this.grounding.paint(ctx, k, line);
     const active = this.selected ?? this.hovered ?? s.target;
-    const obj = (s.objects || []).find((o) => o.i === active);
+    const drawnNow = this.grounding ? this.grounding.drawn(this.cur) : [];
+    const obj = (s.objects || []).concat(drawnNow).find((o) => o.i === active);
     if (obj && obj.box) {
       ctx.fillStyle = "rgba(255,0,80,0.22)";
       ctx.strokeStyle = "rgb(255,0,80)";
@@ -704,6 +723,10 @@ class Player {
     const b = e.target.closest ? e.target.closest("[data-act]") : null;
     if (!b) return;
     const act = b.dataset.act;
+    if (act.startsWith("g-")) {
+      if (this.grounding) this.grounding.onAct(act);
+      return;
+    }
     if (act === "first") this.go(0);
     else if (act === "prev") this.go(this.cur - 1);
     else if (act === "next") this.go(this.cur + 1);
@@ -847,6 +870,7 @@ class Player {
         if (!response.ok) throw new Error(reply.error || `${response.status} ${response.statusText}`);
         this.applyTags(reply);
         this.say(reply.message || "");
+        if (path !== "tags" && this.grounding) this.grounding.load(this.cur, true);
         if (path !== "tags") this.setTriggerValue("changed", reply.version || "");
       })
       .catch((err) => {

@@ -103,6 +103,12 @@ def describe(entry: AuditEntry, episode_label: str | None = None) -> str:
         # An undo's before/after are the reverse of the change it names; a redo's are the change itself.
         if entry.action == AuditAction.UNDO:
             original = AuditEntry(**{**entry.__dict__, "before": entry.after, "after": entry.before})
+    if action.startswith("grounding."):  # grounding annotations (issue 11) say themselves what they are
+        from pipelines.store import grounding  # imports this module: imported here, when needed
+
+        value = original.after if action == grounding.ADD else original.before
+        where = episode_label or f"episode {_short(entry.episode_id)}"
+        return f"{prefix}{grounding.describe(action, value, entry.step_index)} ({where})"
     side = original.after or original.before or {}
     state_before = (original.before or {}).get("state", "?") if isinstance(original.before, dict) else "?"
     state_after = (original.after or {}).get("state", "?") if isinstance(original.after, dict) else "?"

@@ -235,6 +235,50 @@ def test_tag_a_ui_step_select_objects_and_find_the_tag_after_reload(server, brow
     page.close()
 
 
+def test_grounding_retarget_label_and_draw_on_a_ui_step_then_undo(server, browser):
+    from pipelines.store import grounding
+
+    url, data_dir, study = server
+    repo = open_store(None, data_dir)
+    episode = repo.list_episodes(study_id=study.id)[-1]
+    ref = ref_of(episode)
+    page = open_replay(browser, url, episode, step=1)
+    page.locator(".sm-g-target").filter(has_text="Target:").wait_for(timeout=30_000)
+    rows = page.locator(".sm-table tbody tr")
+    rows.first.wait_for(timeout=30_000)
+    target_row = page.locator(".sm-table tbody tr:not(.sm-target)").nth(2)
+    chosen = int(target_row.get_attribute("data-i"))
+    target_row.click()
+    page.get_by_role("button", name="Target = selected").click()
+    player_message(page, "target set")
+    rows.nth(0).click()
+    page.locator(".sm-g-label").select_option("goal_element")
+    page.get_by_role("button", name="Label selected").click()
+    player_message(page, "labelled 'goal_element'")
+    page.get_by_role("button", name="Draw missing box").click()
+    overlay = page.locator(".sm-overlay").bounding_box()
+    x0, y0 = overlay["x"] + overlay["width"] * 0.1, overlay["y"] + overlay["height"] * 0.2
+    page.mouse.move(x0, y0)
+    page.mouse.down()
+    page.mouse.move(x0 + overlay["width"] * 0.3, y0 + overlay["height"] * 0.1, steps=5)
+    page.mouse.up()
+    player_message(page, "box drawn")
+    kinds = lambda: sorted(a.kind for a in grounding.for_step(repo, ref, 1))  # noqa: E731
+    wait_store(lambda: kinds() == ["box", "label", "target"])
+    target = next(a for a in grounding.for_step(repo, ref, 1) if a.kind == "target")
+    assert (target.payload["object_index"], target.user) == (chosen, ALICE)
+
+    page.reload()
+    page.wait_for_function(f"() => ({FRAME_STEP_JS})() === 1", timeout=60_000)
+    page.locator(".sm-g-list div").nth(2).wait_for(timeout=30_000)
+    assert page.locator(".sm-g-target").inner_text().startswith(f"Target: object #{chosen} (annotator")
+    page.locator(".sm-frame").click()
+    page.keyboard.press("Control+z")  # the newest change on this episode: the drawn box
+    player_message(page, "Undid: box drawn")
+    wait_store(lambda: kinds() == ["label", "target"])
+    page.close()
+
+
 def test_undo_acts_on_the_episode_on_screen_redo_restores_and_authors_are_kept(server, browser):
     url, data_dir, _ = server
     repo, (episode_a, episode_b) = env_episodes(data_dir)
