@@ -9,6 +9,7 @@ const STEP_CHUNK = 100; // steps of per-step data fetched per request
 const POLL_MS = 1000; // how often the tags are re-read (changes by other annotators)
 const STATE_DEBOUNCE_MS = 600; // the step is reported to Python once it has been still this long
 const PARALLEL = 6;
+const INFO_DELAY_MS = 80; // a UI step's text, table and grounding are rebuilt once the keys pause this long
 const HOLD_DELAY_MS = 300; // a held arrow key starts repeating after this long ...
 const HOLD_EVERY_MS = 50; // ... and then moves a step this often, whatever the system's key repeat rate is
 
@@ -289,14 +290,15 @@ class Player {
     this.drawTimeline();
     this.prefetch();
     this.scheduleReport();
-    // The step's text and object table can wait for the frame to be painted (a table of a few hundred rows
-    // costs tens of milliseconds of layout); quick presses coalesce into one rebuild.
+    // The step's text, object table and grounding can wait for the frame to be painted (a table of a few
+    // hundred rows costs tens of milliseconds of layout): rebuilt once the keys pause, so quick presses and
+    // playback never wait for it.
     cancelAnimationFrame(this.infoFrame);
     clearTimeout(this.infoTimer);
     this.infoFrame = requestAnimationFrame(() => {
       this.infoTimer = setTimeout(() => {
         if (!this.disposed) this.renderStepInfo();
-      }, 0);
+      }, this.kind === "ui" ? INFO_DELAY_MS : 0);
     });
   }
 
