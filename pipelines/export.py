@@ -204,6 +204,7 @@ class ExportEpisodeFn(beam.DoFn):
 
     RESULT = "result"
     DEAD_LETTER = "dead_letter"
+    SKIPPED = "skipped"
 
     def __init__(self, jobs: dict[str, DatasetJob]) -> None:
         self.jobs = jobs
@@ -236,8 +237,11 @@ class ExportEpisodeFn(beam.DoFn):
         episode = study_pb2.Episode.FromString(blob)
         try:
             exported = read_and_transform(index, episode, job, split)
-        except NoTransition as exc:
-            yield self._dead(dataset, episode, "no_transition", exc)
+        except NoTransition as exc:  # not an error: nothing to train on; listed in the summary's `skipped`
+            Metrics.counter(NAMESPACE, "skipped.no_transition").inc()
+            _mark_done(job.progress_dir, f"{dataset}-{index}")
+            skipped = {"episode": episode_name(episode), "reason": f"no_transition: {exc}"}
+            yield self.SKIPPED, dataset, json.dumps(skipped)
             return
         except MissingStatistic as exc:
             yield self._dead(dataset, episode, "missing_statistic", exc)
@@ -695,8 +699,9 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         if not request.archive:  # the folder becomes the dataset (the pid in its name still guards it)
             (staging / OWNER_FILE).unlink()
         summary.bytes = _folder_size(root)
-        # Without `out`: the same selection and options give byte-identical files wherever they are written.
-        written = {k: v for k, v in summary.to_dict().items() if k != "out"}
+        # Without `out` and the runner's counters (runners differ in reporting them): the same selection and
+        # options give byte-identical files wherever and on whichever runner they are written.
+        written = {k: v for k, v in summary.to_dict().items() if k not in ("out", "counters")}
         (root / SUMMARY_FILE).write_text(json.dumps(written, indent=2) + "\n", encoding="utf-8")
         if request.archive:
             zip_tmp = staging / "dataset.zip"
@@ -774,11 +779,18 @@ def _finish_dataset(
         for o in outcomes
         if o["outcome"] == ExportEpisodeFn.DEAD_LETTER
     ]
-    if len(results) + len(dead) != len(group.episodes):  # a runner that dropped work must not look finished
+    skipped = [
+        {"episode": o["episode"], "reason": o["reason"]}
+        for o in outcomes
+        if o["outcome"] == ExportEpisodeFn.SKIPPED
+    ]
+    reported = len(results) + len(dead) + len(skipped)
+    if reported != len(group.episodes):  # a runner that dropped work must not look finished
         raise StepmarkError(
-            f"dataset {group.name}: the runner reported {len(results) + len(dead)} of {len(group.episodes)} "
+            f"dataset {group.name}: the runner reported {reported} of {len(group.episodes)} "
             "episodes; the export is incomplete and was not written"
         )
+    summary.skipped.extend(sorted(skipped, key=lambda s: s["episode"]))
     mismatched = [d for d in dead if d.reason == "spec_mismatch"]
     if mismatched:
         raise StepmarkError(
