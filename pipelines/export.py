@@ -374,7 +374,14 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
 
 
 def _folder_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    """Bytes of the dataset files under `path` (the export's own work files, progress markers and owner file
+    left out: they vary from run to run and are removed before publishing)."""
+    transient = {WORK_DIR, "progress", OWNER_FILE}
+    return sum(
+        p.stat().st_size
+        for p in path.rglob("*")
+        if p.is_file() and not transient.intersection(p.relative_to(path).parts)
+    )
 
 
 def _count_done(progress_dir: str) -> int:
