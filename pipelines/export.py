@@ -94,6 +94,7 @@ class ExportRequest:
     split_by_spec: bool = False
     splits: str = ""  # --split train=0.8,val=0.1,test=0.1 (empty: one split, train)
     split_seed: int = 0
+    lossless_images: bool = False  # TFDS: keep raw frame arrays (and `image`) instead of the recorded JPEG
     beam_args: list[str] = field(default_factory=list)
 
     @classmethod
@@ -642,7 +643,10 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             signature = envlogger_writer.episode_signature(sample)
             features_json = ""
             if tfds_writer is not None:
-                features_json = tfds_writer.features_to_json(tfds_writer.build_features(sample, options))
+                features = tfds_writer.build_features(
+                    sample, options, lossless_images=request.lossless_images
+                )
+                features_json = tfds_writer.features_to_json(features)
             work_dir = str(staging / WORK_DIR / "tfds" / group.name) if tfds_writer is not None else ""
             job = dataclasses.replace(
                 job, expected_signature=signature, features_json=features_json, work_dir=work_dir
@@ -896,6 +900,11 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         help="split episodes by a hash of their id, e.g. train=0.8,val=0.1,test=0.1 (stable when episodes are added)",
     )
     how.add_argument("--split-seed", type=int, default=0, help="seed of the split hash (default 0)")
+    how.add_argument(
+        "--lossless-images",
+        action="store_true",
+        help="TFDS: keep image observations as raw arrays (default: the recorded JPEG frames, stored once)",
+    )
 
 
 def request_from_args(args: argparse.Namespace, beam_args: Sequence[str]) -> ExportRequest:
@@ -916,6 +925,7 @@ def request_from_args(args: argparse.Namespace, beam_args: Sequence[str]) -> Exp
         split_by_spec=args.split_by_spec,
         splits=args.splits,
         split_seed=args.split_seed,
+        lossless_images=args.lossless_images,
         beam_args=list(beam_args),
     )
 

@@ -34,13 +34,40 @@ from pipelines.exporters.transform import (
 )
 
 
+class _DropAbslWarnings(logging.Filter):
+    """TFDS logs deprecation warnings of its own internals through absl (`TensorInfo.dtype is deprecated`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+
+def _without_stderr(fn: Any) -> Any:
+    """Runs `fn` with file descriptor 2 pointed at /dev/null: TensorFlow's C++ start-up lines (oneDNN, CPU
+    features) are written before absl's logging is initialised, whatever TF_CPP_MIN_LOG_LEVEL says."""
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        return fn()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def quiet_tensorflow() -> None:
-    """No TensorFlow log lines on a normal export: C++ logs, absl/Python logs and deprecation warnings."""
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    warnings.filterwarnings("ignore", module="tensorflow.*")
-    warnings.filterwarnings("ignore", module="tensorflow_datasets.*")
-    for name in ("tensorflow", "absl", "tensorflow_datasets"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    """No TensorFlow log lines on a normal export: C++ start-up logs, absl/Python logs, deprecation warnings.
+    Errors still surface (an import error is raised after stderr is restored)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="tensorflow.*")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="tensorflow_datasets.*")
+    logging.getLogger("absl").addFilter(_DropAbslWarnings())
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    try:
+        _without_stderr(lambda: __import__("tensorflow"))
+    except ImportError:
+        pass  # reported by require_tfds()
 
 
 quiet_tensorflow()
@@ -152,16 +179,74 @@ def _ui_action_features(strip: bool) -> Any:
     return tfds.features.FeaturesDict(fields)
 
 
-def build_features(sample: ExportEpisode, options: TransformOptions) -> Any:
-    """The dataset's `FeaturesDict`, from one transformed episode of the dataset (all share its spec)."""
+def frame_leaf(sample: ExportEpisode) -> tuple[str, ...] | None:
+    """The observation leaf the recorded JPEG frames depict: a uint8 (H, W, 3) array of the frames' size (the
+    first such leaf by name; () for a bare array observation); None when there is none or no JPEG frame."""
+    from pipelines.hierarchy.screenshot import image_info
+
+    jpeg = next((s.image for s in sample.steps if s.image), None)
+    if jpeg is None:
+        return None
+    try:
+        info = image_info(jpeg)
+    except Exception:  # noqa: BLE001 - a frame we cannot read: keep the raw arrays
+        return None
+    if info.format != "jpeg":
+        return None
+    stack: list[tuple[tuple[str, ...], Any]] = [((), sample.steps[0].observation)]
+    found = []
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((path + (str(k),), v) for k, v in value.items())
+        elif isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.shape == (info.height, info.width, 3):
+            found.append(path)
+    return min(found) if found else None
+
+
+def _with_frame_feature(observation: Any, leaf: tuple[str, ...], shape: tuple[int, ...]) -> Any:
+    image = tfds.features.Image(shape=shape, encoding_format="jpeg")
+    if not leaf:
+        return image
+    items = dict(observation.items())
+    items[leaf[0]] = _with_frame_feature(items[leaf[0]], leaf[1:], shape)
+    return tfds.features.FeaturesDict(items)
+
+
+def image_leaf_of(features: Any) -> tuple[str, ...] | None:
+    """Where `build_features` put the recorded frames (an Image feature in the observation), if anywhere."""
+    stack: list[tuple[tuple[str, ...], Any]] = [((), features["steps"].feature["observation"])]
+    while stack:
+        path, feature = stack.pop()
+        if isinstance(feature, tfds.features.Image):
+            return path
+        if isinstance(feature, tfds.features.FeaturesDict):
+            stack.extend((path + (k,), f) for k, f in feature.items())
+    return None
+
+
+def build_features(sample: ExportEpisode, options: TransformOptions, *, lossless_images: bool = False) -> Any:
+    """The dataset's `FeaturesDict`, from one transformed episode of the dataset (all share its spec).
+
+    Compact images (default): the observation leaf that the recorded JPEG frames depict (`frame_leaf`) is an
+    encoded `Image` feature holding the recorded JPEG bytes as they are (not re-encoded), and the step's
+    separate `image` field is left out (not stored twice). `lossless_images` keeps the raw arrays and `image`.
+    """
     require_tfds()
     strip = options.strip_internal_metadata
+    leaf = None
     if sample.meta.kind == KIND_UI:
         observation = _ui_observation_features()
         action = _ui_action_features(strip)
     else:
         first = sample.steps[0]
         observation = _feature_of(first.observation, "observation")
+        leaf = None if lossless_images else frame_leaf(sample)
+        if leaf is not None:
+            frame = first.observation
+            for key in leaf:
+                frame = frame[key]
+            observation = _with_frame_feature(observation, leaf, tuple(frame.shape))
         act = next((s.action for s in sample.steps if s.action is not None), None)
         if act is None:
             raise StepmarkError(
@@ -189,7 +274,8 @@ def build_features(sample: ExportEpisode, options: TransformOptions) -> Any:
     for label in options.step_tag_labels:
         step[f"tag:{label}"] = np.bool_
     if not strip:
-        step["image"] = tfds.features.Tensor(shape=(), dtype=np.object_)
+        if leaf is None:
+            step["image"] = tfds.features.Tensor(shape=(), dtype=np.object_)
         step["keys"] = tfds.features.Sequence(tfds.features.Text())
     text = tfds.features.Text()
     episode: dict[str, Any] = {
@@ -240,14 +326,28 @@ def _zeros(feature: Any) -> Any:
     return np.zeros(feature.shape, dtype=dtype)
 
 
-def _step_example(step: ExportStep, step_features: Any, strip: bool) -> dict[str, Any]:
+def _with_frame(observation: Any, leaf: tuple[str, ...], jpeg: bytes | None) -> Any:
+    """The observation with its frame leaf replaced by the recorded JPEG bytes (a step without a recorded
+    frame keeps its array, which the Image feature then encodes)."""
+    if jpeg is None:
+        return observation
+    if not leaf:
+        return jpeg
+    out = dict(observation)
+    out[leaf[0]] = _with_frame(out[leaf[0]], leaf[1:], jpeg)
+    return out
+
+
+def _step_example(
+    step: ExportStep, step_features: Any, strip: bool, leaf: tuple[str, ...] | None = None
+) -> dict[str, Any]:
     action_feature = step_features["action"]
     action = step.action if step.action is not None else _zeros(action_feature)
     info: dict[str, Any] = {"episode": dict(step.episode)}
     if not strip:
         info["json"] = info_json(step.info)
     ex: dict[str, Any] = {
-        "observation": step.observation,
+        "observation": step.observation if leaf is None else _with_frame(step.observation, leaf, step.image),
         "action": action,
         "reward": np.float64(step.reward),
         "discount": np.float64(step.discount),
@@ -258,7 +358,8 @@ def _step_example(step: ExportStep, step_features: Any, strip: bool) -> dict[str
         **{k: bool(v) for k, v in step.tags.items()},
     }
     if not strip:
-        ex["image"] = bytes(step.image) if step.image is not None else b""
+        if leaf is None:
+            ex["image"] = bytes(step.image) if step.image is not None else b""
         ex["keys"] = list(step.keys or [])
     return ex
 
@@ -268,7 +369,8 @@ def episode_example(episode: ExportEpisode, features: Any) -> dict[str, Any]:
     strip = "keys" not in step_features  # the features were built with or without internal metadata
     meta = episode.meta.to_dict()
     ex = {k: meta[k] for k in features.keys() if k != "steps"}
-    ex["steps"] = [_step_example(s, step_features, strip) for s in episode.steps]
+    leaf = image_leaf_of(features)
+    ex["steps"] = [_step_example(s, step_features, strip, leaf) for s in episode.steps]
     return ex
 
 

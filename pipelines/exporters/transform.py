@@ -429,9 +429,9 @@ def transform_episode(
             reward = 0.0 if last else float(step.reward)
             discount = 0.0 if last else float(step.discount)
             terminal = last and cut_at is None and bool(step.is_terminal)
-        image = None
-        if not strip and step is not None and kind != KIND_UI:  # UI: the screenshot is the observation's
-            image = step.image
+        # Kept when stripped too: the writers leave the `image` field out then, but TFDS may still store the
+        # recorded JPEG as the observation's frame. UI: the screenshot is the observation's.
+        image = step.image if step is not None and kind != KIND_UI else None
         out_steps.append(
             ExportStep(
                 observation=observation,

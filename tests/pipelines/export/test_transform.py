@@ -112,7 +112,8 @@ def test_strip_keeps_ids_and_statistics_only(export_data: ExportData) -> None:
     steps, meta = steps_of(export_data, episode)
     assert any(s.image for s in steps) and episode.tags and episode.notes
     out = transform_episode(0, episode, steps, TransformOptions(strip_internal_metadata=True), meta)
-    assert all(s.image is None and s.keys is None and s.info is None for s in out.steps)
+    # Stripped: no keys or info; the frames stay for the writers (TFDS stores them as the observation).
+    assert all(s.keys is None and s.info is None for s in out.steps)
     assert out.meta.tags is None and out.meta.notes is None
     d = out.meta.to_dict()
     assert "tags" not in d and "notes" not in d
