@@ -66,7 +66,7 @@ from pipelines.exporters.transform import (
 from pipelines.store import open_store
 from protos.rlds_creator import client_pb2, study_pb2
 
-FORMATS = ("envlogger", "tfds")
+FORMATS = ("envlogger", "tfds", "parquet")
 SUMMARY_FILE = "stepmark_export.json"
 DEAD_LETTERS_FILE = "dead_letters.jsonl"
 WORK_DIR = "_work"
@@ -191,6 +191,7 @@ class DatasetJob:
     splits: SplitSpec | None = None
     features_json: str = ""  # TFDS only
     work_dir: str = ""  # TFDS only: per-episode files until the last step names the shards
+    parquet_schema: bytes = b""  # Parquet only: the one Arrow schema of every file
 
 
 class ExportEpisodeFn(beam.DoFn):
@@ -221,6 +222,10 @@ class ExportEpisodeFn(beam.DoFn):
                 from pipelines.exporters import tfds_writer  # TensorFlow only on the TFDS path
 
                 self._serializers[name] = tfds_writer.EpisodeSerializer(job.features_json)
+            elif job.format == "parquet":
+                from pipelines.exporters import parquet_writer
+
+                self._serializers[name] = parquet_writer.schema_from_bytes(job.parquet_schema)
 
     def _dead(
         self, dataset: str, episode: study_pb2.Episode, reason: str, exc: BaseException
@@ -263,6 +268,10 @@ class ExportEpisodeFn(beam.DoFn):
                 from pipelines.exporters import tfds_writer
 
                 size = tfds_writer.write_episode(self._serializers[dataset], exported, job.work_dir)
+            elif job.format == "parquet":
+                from pipelines.exporters import parquet_writer
+
+                size = parquet_writer.write_episode(exported, self._serializers[dataset], job.staging_dir)
             else:
                 size = envlogger_writer.write_episode_shard(exported, job.staging_dir).num_bytes
         except Exception as exc:  # noqa: BLE001
@@ -654,11 +663,21 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             assigned = {
                 i: (split_spec.split_of(e.id) if split_spec else "") for i, e in enumerate(group.episodes)
             }
+            env_specs = specs or _derived_specs(sample)
+            if request.format == "parquet":
+                from pipelines.exporters import parquet_writer, transform
+
+                info = _export_info(group, job, env_specs, environment_specs[group.name])
+                frame = None if request.lossless_images else transform.frame_leaf(sample)
+                schema = parquet_writer.schema_for(
+                    sample, frame, options.strip_internal_metadata, info
+                )
+                job = dataclasses.replace(job, parquet_schema=parquet_writer.schema_to_bytes(schema))
             plans.append(
                 _Plan(
                     group=group,
                     job=job,
-                    env_specs=specs or _derived_specs(sample),
+                    env_specs=env_specs,
                     splits=assigned,
                     environment_spec=environment_specs[group.name],
                 )
@@ -769,6 +788,23 @@ def _derived_specs(sample: ExportEpisode) -> dict[str, Any] | None:
     return envlogger_writer.specs_from_episode(sample)
 
 
+def _export_info(
+    group: SpecGroup, job: DatasetJob, env_specs: dict[str, Any] | None, environment_spec: str
+) -> dict[str, Any]:
+    """`stepmark_export`: the dataset-level metadata every format carries (schemas/dataset_spec.md)."""
+    return {
+        "format_version": 2,
+        "kind": group.kind,
+        "environment_id": group.environment_id or (UI_ENVIRONMENT_ID if group.kind == KIND_UI else ""),
+        "strip_internal_metadata": job.options.strip_internal_metadata,
+        "end_of_episode_tags": list(job.options.end_of_episode_tags),
+        "step_tags": list(job.options.step_tag_labels),
+        "splits": job.splits.to_dict() if job.splits else {},
+        "environment_spec": environment_spec,
+        **spaces.spaces_metadata(env_specs),
+    }
+
+
 def _finish_dataset(
     plan: _Plan, outcomes: list[dict[str, Any]], summary: ExportSummary, num_groups: int
 ) -> DatasetSummary:
@@ -818,17 +854,7 @@ def _finish_dataset(
         f"stepmark export of {dataset.episodes} episode(s) ({group.environment_id or group.kind}); "
         "fields: schemas/dataset_spec.md"
     )
-    export_info = {
-        "format_version": 2,
-        "kind": group.kind,
-        "environment_id": group.environment_id or (UI_ENVIRONMENT_ID if group.kind == KIND_UI else ""),
-        "strip_internal_metadata": job.options.strip_internal_metadata,
-        "end_of_episode_tags": list(job.options.end_of_episode_tags),
-        "step_tags": list(job.options.step_tag_labels),
-        "splits": job.splits.to_dict() if job.splits else {},
-        "environment_spec": plan.environment_spec,
-        **spaces.spaces_metadata(plan.env_specs),
-    }
+    export_info = _export_info(group, job, plan.env_specs, plan.environment_spec)
     if job.format == "tfds":
         from pipelines.exporters import tfds_writer
 
@@ -842,8 +868,9 @@ def _finish_dataset(
             raise StepmarkError(
                 f"dataset {group.name}: wrote {written} episodes, expected {dataset.episodes}"
             )
-    else:
+    elif job.format == "envlogger":
         envlogger_writer.write_dataset_metadata(job.staging_dir, plan.env_specs, {"stepmark_export": export_info})
+    # Parquet: the workers' files are the dataset; the metadata is in their schema.
     dataset.bytes = _folder_size(Path(job.staging_dir))
     return dataset
 
@@ -874,7 +901,8 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         "--format",
         choices=FORMATS,
         default="envlogger",
-        help="envlogger (Riegeli, for envlogger.Reader; default) or tfds (TFDS/RLDS folder; needs the [tfds] extra)",
+        help="envlogger (Riegeli, for envlogger.Reader; default), tfds (TFDS/RLDS folder; needs the [tfds] "
+        "extra) or parquet (one table of steps for pyarrow, pandas, Hugging Face datasets)",
     )
     how.add_argument("--out", required=True, help="dataset folder (or ZIP file with --archive) to create")
     how.add_argument("--archive", action="store_true", help="write one ZIP file instead of a folder")

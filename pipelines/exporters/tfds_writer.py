@@ -30,6 +30,7 @@ from pipelines.exporters.transform import (
     ExportEpisode,
     ExportStep,
     TransformOptions,
+    frame_leaf,
     info_json,
 )
 
@@ -177,31 +178,6 @@ def _ui_action_features(strip: bool) -> Any:
     if not strip:
         fields["raw_json"] = text
     return tfds.features.FeaturesDict(fields)
-
-
-def frame_leaf(sample: ExportEpisode) -> tuple[str, ...] | None:
-    """The observation leaf the recorded JPEG frames depict: a uint8 (H, W, 3) array of the frames' size (the
-    first such leaf by name; () for a bare array observation); None when there is none or no JPEG frame."""
-    from pipelines.hierarchy.screenshot import image_info
-
-    jpeg = next((s.image for s in sample.steps if s.image), None)
-    if jpeg is None:
-        return None
-    try:
-        info = image_info(jpeg)
-    except Exception:  # noqa: BLE001 - a frame we cannot read: keep the raw arrays
-        return None
-    if info.format != "jpeg":
-        return None
-    stack: list[tuple[tuple[str, ...], Any]] = [((), sample.steps[0].observation)]
-    found = []
-    while stack:
-        path, value = stack.pop()
-        if isinstance(value, dict):
-            stack.extend((path + (str(k),), v) for k, v in value.items())
-        elif isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.shape == (info.height, info.width, 3):
-            found.append(path)
-    return min(found) if found else None
 
 
 def _with_frame_feature(observation: Any, leaf: tuple[str, ...], shape: tuple[int, ...]) -> Any:

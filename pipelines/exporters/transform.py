@@ -474,6 +474,31 @@ def transform_episode(
     return ExportEpisode(meta=meta, steps=out_steps)
 
 
+def frame_leaf(sample: ExportEpisode) -> tuple[str, ...] | None:
+    """The observation leaf the recorded JPEG frames depict: a uint8 (H, W, 3) array of the frames' size (the
+    first such leaf by name; () for a bare array observation); None when there is none or no JPEG frame."""
+    from pipelines.hierarchy.screenshot import image_info  # pure: reads the header only
+
+    jpeg = next((s.image for s in sample.steps if s.image), None)
+    if jpeg is None:
+        return None
+    try:
+        info = image_info(jpeg)
+    except Exception:  # noqa: BLE001 - a frame we cannot read: keep the raw arrays
+        return None
+    if info.format != "jpeg":
+        return None
+    stack: list[tuple[tuple[str, ...], Any]] = [((), sample.steps[0].observation)]
+    found = []
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((path + (str(k),), v) for k, v in value.items())
+        elif isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.shape == (info.height, info.width, 3):
+            found.append(path)
+    return min(found) if found else None
+
+
 def info_json(info: dict[str, Any] | None) -> str:
     """A step's info as the JSON text both formats store (envlogger's codec refuses mixed lists)."""
     return json.dumps(info or {}, sort_keys=True, allow_nan=False)
