@@ -97,3 +97,26 @@ def spaces_metadata(specs: dict[str, Any] | None) -> dict[str, str]:
         "observation_space": dumps(spec_to_space(obs)),
         "action_space": dumps(spec_to_space(action)),
     }
+
+
+def space_from_json(value: Any) -> Any:
+    """A gymnasium space from `spec_to_space`'s JSON (text or parsed) — the loader for consumers without
+    Minari (`minari.serialization.deserialize_space` reads the same form)."""
+    from gymnasium import spaces as gym_spaces
+
+    if isinstance(value, str):
+        value = json.loads(value)
+    kind = value["type"]
+    if kind == "Dict":
+        return gym_spaces.Dict({k: space_from_json(v) for k, v in value["subspaces"].items()})
+    if kind == "Tuple":
+        return gym_spaces.Tuple([space_from_json(v) for v in value["subspaces"]])
+    if kind == "Discrete":
+        return gym_spaces.Discrete(int(value["n"]), start=int(value.get("start", 0)))
+    if kind == "Box":
+        dtype = np.dtype(value["dtype"])
+        shape = tuple(value["shape"])
+        low = np.broadcast_to(np.asarray(value["low"], dtype=dtype), shape)  # exact: int64 bounds too
+        high = np.broadcast_to(np.asarray(value["high"], dtype=dtype), shape)
+        return gym_spaces.Box(low, high, shape=shape, dtype=dtype)
+    raise ValueError(f"unknown space type {kind!r}")
