@@ -63,6 +63,7 @@ from pipelines.exporters.transform import (
     step_tag_labels,
     transform_episode,
 )
+from pipelines.exporters.ui_objects import parse_ui_objects
 from pipelines.store import open_store
 from protos.rlds_creator import client_pb2, study_pb2
 
@@ -95,6 +96,7 @@ class ExportRequest:
     splits: str = ""  # --split train=0.8,val=0.1,test=0.1 (empty: one split, train)
     split_seed: int = 0
     lossless_images: bool = False  # TFDS: keep raw frame arrays (and `image`) instead of the recorded JPEG
+    ui_objects: str = ""  # "" / "full": the ragged object table; "padded:N": fixed-shape tensors with a mask
     beam_args: list[str] = field(default_factory=list)
 
     @classmethod
@@ -593,6 +595,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
     out = _check_out(request.out)
     check_beam_args(request.beam_args)
     split_spec = parse_splits(request.splits, request.split_seed) if request.splits else None
+    parse_ui_objects(request.ui_objects)  # a bad value is an error before any work
     tfds_writer = None
     if request.format == "tfds":
         from pipelines.exporters import tfds_writer  # TensorFlow only on the TFDS path
@@ -620,6 +623,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         strip_internal_metadata=request.strip_internal_metadata,
         end_of_episode_tags=tuple(request.end_of_episode_tags),
         step_tag_labels=step_tag_labels(selection.episodes),
+        ui_objects_padded=parse_ui_objects(request.ui_objects),
     )
     remove_stale_staging(out)
     staging = _new_staging(out)
@@ -801,6 +805,7 @@ def _export_info(
         "step_tags": list(job.options.step_tag_labels),
         "splits": job.splits.to_dict() if job.splits else {},
         "environment_spec": environment_spec,
+        "ui_objects": f"padded:{n}" if (n := job.options.ui_objects_padded) else "full",
         **spaces.spaces_metadata(env_specs),
     }
 
@@ -929,6 +934,12 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     )
     how.add_argument("--split-seed", type=int, default=0, help="seed of the split hash (default 0)")
     how.add_argument(
+        "--ui-objects",
+        default="full",
+        metavar="full|padded:N",
+        help="UI episodes: the full ragged object table (default) or N fixed-shape rows with a mask",
+    )
+    how.add_argument(
         "--lossless-images",
         action="store_true",
         help="TFDS: keep image observations as raw arrays (default: the recorded JPEG frames, stored once)",
@@ -954,6 +965,7 @@ def request_from_args(args: argparse.Namespace, beam_args: Sequence[str]) -> Exp
         splits=args.splits,
         split_seed=args.split_seed,
         lossless_images=args.lossless_images,
+        ui_objects=args.ui_objects,
         beam_args=list(beam_args),
     )
 

@@ -27,9 +27,10 @@ from dm_env import specs as dm_specs
 from envlogger import step_data
 from envlogger.backends import backend_writer, riegeli_backend_writer
 from envlogger.backends.python import riegeli_dataset_writer
-from envlogger.converters import codec, spec_codec
+from envlogger.converters import spec_codec
 from envlogger.proto import storage_pb2
 
+from pipelines.episodes import fast_codec
 from pipelines.errors import StepmarkError
 from pipelines.exporters.transform import ExportEpisode, ExportStep, info_json
 
@@ -95,30 +96,79 @@ def episode_records(episode: ExportEpisode) -> list[step_data.StepData]:
     return records
 
 
-def encode(value: Any) -> storage_pb2.Data:
-    """envlogger's `codec.encode` with two differences that readers do not see:
-    - dicts are written as key/value pairs in sorted key order (the codec uses a proto map, whose serialized
-      order varies from run to run, so equal exports would differ byte for byte);
-    - empty lists and dicts stay empty (the codec writes nothing for them, which reads back as None).
-    Leaves (arrays, scalars, text, None) go through the codec unchanged."""
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _item(data: bytes) -> bytes:
+    """One `values` entry (field 1, length-delimited) of an Array, Tuple or kvs Tuple."""
+    return b"\x0a" + _varint(len(data)) + data
+
+
+def serialize(value: Any) -> bytes:
+    """The wire bytes of envlogger's `Data` for `value`, as `codec.encode` would build it, except:
+    - dicts are written as key/value pairs (`Dict.kvs`) in sorted key order: the codec uses a proto map,
+      whose serialized order varies from run to run, so equal exports would differ byte for byte;
+    - empty lists, tuples and dicts are written as empty messages, which read back as [] / () / {} (the
+      codec writes nothing for them, which reads back as None).
+    Leaves go through the episode writers' `fast_codec.serialize` (the codec's encoding, without copies);
+    `codec.decode` reads the result unchanged. Iterative: an explicit stack of open containers."""
     if not isinstance(value, list | tuple | dict):
-        return codec.encode(value)
-    out = storage_pb2.Data()
-    if isinstance(value, list):
-        out.array.SetInParent()
-        for v in value:
-            out.array.values.add().CopyFrom(encode(v))
-    elif isinstance(value, tuple):
-        out.tuple.SetInParent()
-        for v in value:
-            out.tuple.values.add().CopyFrom(encode(v))
-    else:
-        out.dict.SetInParent()
-        for k in sorted(value, key=str):
-            kv = out.dict.kvs.values.add().tuple
-            kv.values.add().CopyFrom(codec.encode(k))
-            kv.values.add().CopyFrom(encode(value[k]))
-    return out
+        return fast_codec.serialize(value)
+    # Frames: (tag, items iterator, parts). Data fields: array=2 (0x12), tuple=3 (0x1a), dict=4 (0x22).
+    root: list[bytes] = []
+    stack: list[tuple[bytes, Any, list[bytes]]] = []
+
+    def open_container(v: Any) -> None:
+        if isinstance(v, dict):
+            items = iter([("kv", k, v[k]) for k in sorted(v, key=str)])
+            stack.append((b"\x22", items, []))
+        else:
+            stack.append((b"\x12" if isinstance(v, list) else b"\x1a", iter([("v", None, x) for x in v]), []))
+
+    open_container(value)
+    pending_key: list[bytes | None] = []
+    while stack:
+        tag, items, parts = stack[-1]
+        nxt = next(items, None)
+        if nxt is None:
+            stack.pop()
+            body = b"".join(parts)
+            if tag == b"\x22" and body:  # Dict{kvs=2}: one message whose `values` are the pairs
+                body = b"\x12" + _varint(len(body)) + body
+            data = tag + _varint(len(body)) + body
+            if not stack:
+                root.append(data)
+                break
+            parent_tag, _, parent_parts = stack[-1]
+            key = pending_key.pop()
+            parent_parts.append(_kv(key, data) if key is not None else _item(data))
+            continue
+        kind, k, v = nxt
+        key = fast_codec.serialize(k) if kind == "kv" else None
+        if isinstance(v, list | tuple | dict):
+            pending_key.append(key)
+            open_container(v)
+            continue
+        leaf = fast_codec.serialize(v)
+        parts.append(_kv(key, leaf) if key is not None else _item(leaf))
+    return root[0]
+
+
+def _kv(key: bytes, value: bytes) -> bytes:
+    """One entry of `Dict.kvs.values`: a Data holding a Tuple (field 3) of the key's and the value's Data."""
+    pair = _item(key) + _item(value)
+    return _item(b"\x1a" + _varint(len(pair)) + pair)
+
+
+def encode(value: Any) -> storage_pb2.Data:
+    """`serialize` as a message (what envlogger's Riegeli writer takes)."""
+    return storage_pb2.Data.FromString(serialize(value))
 
 
 class _Writer(riegeli_backend_writer.RiegeliBackendWriter):

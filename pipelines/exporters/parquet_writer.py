@@ -109,13 +109,18 @@ class RowBuilder:
     def observation_columns(self, step: ExportStep, kind: str) -> dict[str, Any]:
         if kind == KIND_UI:
             obs = step.observation
-            return {
+            cols = {
                 "observation/screenshot": obs["screenshot"],
                 "observation/screen_width": int(obs["screen_width"]),
                 "observation/screen_height": int(obs["screen_height"]),
-                "observation/objects": _objects_rows(obs["objects"]),
                 "observation/proto": obs["proto"],
             }
+            if "objects" in obs:
+                cols["observation/objects"] = _objects_rows(obs["objects"])
+            else:  # --ui-objects padded:N: fixed-length columns
+                padded = obs["objects_padded"]
+                cols.update({name: _plain(v) for name, v in _leaves("observation/objects_padded", padded)})
+            return cols
         cols = {name: _plain(v) for name, v in _leaves("observation", step.observation)}
         if self.frame_column is not None and step.image is not None:
             cols[self.frame_column] = bytes(step.image)

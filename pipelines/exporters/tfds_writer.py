@@ -127,7 +127,22 @@ def _float64() -> Any:
     return tfds.features.Tensor(shape=(), dtype=np.float64, encoding=tfds.features.Encoding.BYTES)
 
 
-def _ui_observation_features() -> Any:
+def _padded_objects_features(n: int) -> Any:
+    flag, i32 = np.bool_, np.int32
+    vector = {"type": i32, "grid_location": i32, "depth": i32, "pre_order": i32, "post_order": i32}
+    fields: dict[str, Any] = {
+        "num_objects": np.int32,
+        "mask": tfds.features.Tensor(shape=(n,), dtype=flag),
+        "bbox": tfds.features.Tensor(shape=(n, 4), dtype=np.float32, encoding=tfds.features.Encoding.BYTES),
+        **{k: tfds.features.Tensor(shape=(n,), dtype=t, encoding=tfds.features.Encoding.BYTES) for k, t in vector.items()},
+        **{k: tfds.features.Tensor(shape=(n,), dtype=flag) for k in ("is_leaf", "is_actionable", "clickable")},
+        "text": tfds.features.Tensor(shape=(n,), dtype=np.object_),
+        "resource_id": tfds.features.Tensor(shape=(n,), dtype=np.object_),
+    }
+    return tfds.features.FeaturesDict(fields)
+
+
+def _ui_observation_features(padded: int = 0) -> Any:
     text, i32, flag = tfds.features.Text(), np.int32, np.bool_
     columns: dict[str, Any] = {
         "id": text,
@@ -150,15 +165,17 @@ def _ui_observation_features() -> Any:
         "checked": flag,
     }
     assert tuple(columns) == UI_OBJECT_FIELDS
-    return tfds.features.FeaturesDict(
-        {
-            "screenshot": tfds.features.Tensor(shape=(), dtype=np.object_),
-            "screen_width": np.int32,
-            "screen_height": np.int32,
-            "objects": tfds.features.Sequence(columns),
-            "proto": tfds.features.Tensor(shape=(), dtype=np.object_),
-        }
-    )
+    fields: dict[str, Any] = {
+        "screenshot": tfds.features.Tensor(shape=(), dtype=np.object_),
+        "screen_width": np.int32,
+        "screen_height": np.int32,
+        "proto": tfds.features.Tensor(shape=(), dtype=np.object_),
+    }
+    if padded:
+        fields["objects_padded"] = _padded_objects_features(padded)
+    else:
+        fields["objects"] = tfds.features.Sequence(columns)
+    return tfds.features.FeaturesDict(fields)
 
 
 def _ui_action_features(strip: bool) -> Any:
@@ -212,7 +229,7 @@ def build_features(sample: ExportEpisode, options: TransformOptions, *, lossless
     strip = options.strip_internal_metadata
     leaf = None
     if sample.meta.kind == KIND_UI:
-        observation = _ui_observation_features()
+        observation = _ui_observation_features(options.ui_objects_padded)
         action = _ui_action_features(strip)
     else:
         first = sample.steps[0]

@@ -59,6 +59,8 @@ class TransformOptions:
     end_of_episode_tags: tuple[str, ...] = ()
     # Every step tag label used in the selection, sorted: each becomes a `tag:<label>` field on every step.
     step_tag_labels: tuple[str, ...] = ()
+    # UI episodes: 0 = the full ragged object table; N = `--ui-objects padded:N` (fixed-shape, with a mask).
+    ui_objects_padded: int = 0
 
 
 @dataclass
@@ -279,7 +281,7 @@ UI_OBJECT_FIELDS = (
 )
 
 
-def ui_observation(observation: episode_pb2.Observation) -> dict[str, Any]:
+def ui_observation(observation: episode_pb2.Observation, *, padded: int = 0) -> dict[str, Any]:
     """A UI screen as fixed-named fields: the screenshot bytes, its size, an object table, and the proto.
 
     The object table has one entry per object (N varies by screen): each `bbox` is 4 int32 as
@@ -311,16 +313,22 @@ def ui_observation(observation: episode_pb2.Observation) -> dict[str, Any]:
     without_screenshot = episode_pb2.Observation()
     without_screenshot.CopyFrom(observation)
     without_screenshot.ClearField("screenshot")
-    return {
+    out = {
         "screenshot": bytes(observation.screenshot),
         "screen_width": np.int32(observation.screen_width),
         "screen_height": np.int32(observation.screen_height),
-        "objects": table,
         "proto": without_screenshot.SerializeToString(deterministic=True),
     }
+    if padded:
+        from pipelines.exporters.ui_objects import padded_objects
+
+        out["objects_padded"] = padded_objects(observation, padded)
+    else:
+        out["objects"] = table
+    return out
 
 
-def ui_action(action: ui_episode_pb2.Action | None, *, strip: bool) -> dict[str, Any]:
+def ui_action(action: ui_episode_pb2.Action | None, *, strip: bool, padded: int = 0) -> dict[str, Any]:
     """A `stepmark.Action` as scalars; `target_index` is -1 when no object was hit, `raw_json` kept unstripped."""
     a = action if action is not None else ui_episode_pb2.Action()
     out: dict[str, Any] = {
@@ -330,7 +338,7 @@ def ui_action(action: ui_episode_pb2.Action | None, *, strip: bool) -> dict[str,
         "y": np.int32(a.y),
         "end_x": np.int32(a.end_x),
         "end_y": np.int32(a.end_y),
-        "target_index": np.int32(a.target_index if a.HasField("target_index") else -1),
+        "target_index": np.int32(_target_index(a, padded)),
         "target_id": a.target_id,
         "text": a.text,
         "duration_ms": np.int64(a.duration_ms),
@@ -338,6 +346,15 @@ def ui_action(action: ui_episode_pb2.Action | None, *, strip: bool) -> dict[str,
     if not strip:
         out["raw_json"] = a.raw_json
     return out
+
+
+def _target_index(action: ui_episode_pb2.Action, padded: int) -> int:
+    index = action.target_index if action.HasField("target_index") else -1
+    if padded:
+        from pipelines.exporters.ui_objects import padded_target
+
+        return padded_target(index, padded)
+    return index
 
 
 # --- the transform -----------------------------------------------------------------------------------
@@ -419,8 +436,9 @@ def transform_episode(
             info = {} if last or step is None else _plain_info(step.info)
             info.pop(EPISODE_KEY, None)
         if kind == KIND_UI:
-            observation = ui_observation(step.observation if step is not None else placeholder_ui_observation())
-            action = None if last else ui_action(step.action, strip=strip)
+            screen = step.observation if step is not None else placeholder_ui_observation()
+            observation = ui_observation(screen, padded=options.ui_objects_padded)
+            action = None if last else ui_action(step.action, strip=strip, padded=options.ui_objects_padded)
             # Traces do not say whether the task ended: every UI episode ends in a truncation (discount 1).
             reward, discount, terminal = 0.0, (0.0 if last else 1.0), False
         else:

@@ -99,6 +99,7 @@ def _exports(data: ExportData, tmp_path: Path, fmt: str) -> Iterator[Path]:
         "env-strip": {"refs": env_refs, "strip_internal_metadata": True},
         "ui": {"study_id": data.ui_study_id, "end_of_episode_tags": ["done"]},
         "ui-strip": {"study_id": data.ui_study_id, "strip_internal_metadata": True},
+        "ui-padded": {"study_id": data.ui_study_id, "ui_objects": "padded:8"},
     }.items():
         out = tmp_path / f"{fmt}-{name}"
         export.export_episodes(

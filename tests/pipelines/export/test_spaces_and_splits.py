@@ -96,3 +96,41 @@ def test_split_by_hashed_episode_id_is_stable_when_episodes_are_added(
 def test_bad_split_options_are_clear_errors(text: str, message: str) -> None:
     with pytest.raises(StepmarkError, match=message):
         parse_splits(text)
+
+
+def test_padded_ui_objects_are_fixed_shape_with_a_mask(export_data: ExportData, tmp_path: Path) -> None:
+    from protos.llm4mobile import episode_pb2
+
+    out = tmp_path / "padded"
+    export.export_episodes(
+        export.ExportRequest(
+            data_dir=str(export_data.data_dir), out=str(out), study_id=export_data.ui_study_id, ui_objects="padded:8"
+        )
+    )
+    assert _metadata(out)["ui_objects"] == "padded:8"
+    (episode,) = readback.read_envlogger(out)
+    records = episode["records"]
+    for t, record in enumerate(records):
+        obs = record["observation"]
+        table = obs["objects_padded"]
+        assert "objects" not in obs and table["mask"].shape == (8,) and table["bbox"].shape == (8, 4)
+        screen = episode_pb2.Observation.FromString(obs["proto"])
+        k = min(8, len(screen.objects))
+        assert int(table["num_objects"]) == len(screen.objects)
+        assert table["mask"].tolist() == [True] * k + [False] * (8 - k)
+        assert float(table["bbox"].min()) >= 0.0 and float(table["bbox"].max()) <= 1.0
+        for i in range(k):
+            o = screen.objects[i]
+            assert table["bbox"][i][2] * screen.screen_width == pytest.approx(o.bbox.right, abs=1e-2)
+            assert (table["pre_order"][i], table["text"][i]) == (o.dom_position.pre_order_id, o.text)
+        if t:  # the action that led here was taken on the previous screen: its target is a real row there
+            target = int(record["action"]["target_index"])
+            previous = records[t - 1]["observation"]["objects_padded"]
+            assert -1 <= target < 8 and (target == -1 or bool(previous["mask"][target]))
+    with pytest.raises(StepmarkError, match="padded:N"):
+        export.export_episodes(
+            export.ExportRequest(
+                data_dir=str(export_data.data_dir), out=str(tmp_path / "bad"), study_id=export_data.ui_study_id,
+                ui_objects="padded:0",
+            )
+        )
