@@ -331,6 +331,17 @@ def _with_frame(observation: Any, leaf: tuple[str, ...], jpeg: bytes | None) -> 
     return out
 
 
+def _tfds_text(observation: Any) -> Any:
+    """Padded UI text columns are numpy str arrays (envlogger's codec needs them so); TFDS's text Tensors
+    take object arrays."""
+    if isinstance(observation, dict) and "objects_padded" in observation:
+        padded = dict(observation["objects_padded"])
+        for key in ("text", "resource_id"):
+            padded[key] = np.asarray(padded[key], dtype=object)
+        return {**observation, "objects_padded": padded}
+    return observation
+
+
 def _step_example(
     step: ExportStep, step_features: Any, strip: bool, leaf: tuple[str, ...] | None = None
 ) -> dict[str, Any]:
@@ -340,7 +351,7 @@ def _step_example(
     if not strip:
         info["json"] = info_json(step.info)
     ex: dict[str, Any] = {
-        "observation": step.observation if leaf is None else _with_frame(step.observation, leaf, step.image),
+        "observation": _tfds_text(step.observation) if leaf is None else _with_frame(step.observation, leaf, step.image),
         "action": action,
         "reward": np.float64(step.reward),
         "discount": np.float64(step.discount),

@@ -97,3 +97,16 @@ def test_repeated_parquet_exports_are_byte_identical(export_data: ExportData, tm
     assert len(files) == 3
     for f in files:
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+
+
+def test_padded_ui_objects_as_fixed_length_columns(export_data: ExportData, tmp_path: Path) -> None:
+    out = tmp_path / "padded"
+    _export(export_data, out, study_id=export_data.ui_study_id, ui_objects="padded:16")
+    table = pq.read_table(out / "data")
+    shapes = json.loads(table.schema.metadata[b"stepmark_shapes"])
+    assert shapes["observation/objects_padded/bbox"] == [16, 4]
+    masks = table["observation/objects_padded/mask"].to_pylist()
+    assert all(len(m) == 16 for m in masks) and any(all(m) for m in masks) and not any(masks[-1])
+    targets = table["action/target_index"].to_pylist()
+    assert all(-1 <= t < 16 for t in targets)
+    assert "observation/objects" not in table.schema.names
