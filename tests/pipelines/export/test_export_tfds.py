@@ -167,3 +167,30 @@ def test_envlogger_export_converts_with_tfds_own_rlds_reader(export_data: Export
     assert len(first["is_last"]) == 6 and list(first["is_last"]) == [False] * 5 + [True]
     assert list(first["tag:goal"]) == [False] * 5 + [True] and list(first["tag:jump"])[2]
     assert list(first["info"]["episode"]["mask"]) == [False] * 5 + [True] and first["info"]["episode"]["l"][-1] == 5
+
+
+def test_a_normal_tfds_export_prints_no_tensorflow_log_lines(export_data: ExportData, tmp_path: Path) -> None:
+    """The command in a process of its own (TensorFlow's C++ start-up lines go straight to fd 2), without
+    TF_CPP_MIN_LOG_LEVEL in the environment: stderr holds no TensorFlow/absl line."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_")}
+    out = tmp_path / "quiet"
+    ref = export_data.ref(export_data.procgen[0])
+    done = subprocess.run(
+        [sys.executable, "-m", "stepmark", "export", "--data", str(export_data.data_dir), "--format", "tfds",
+         "--episode", f"{ref.study_id}/{ref.session_id}/{ref.episode_id}", "--out", str(out)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    noisy = [
+        line
+        for line in done.stderr.splitlines()
+        if any(w in line for w in ("tensorflow", "TensorFlow", "oneDNN", "absl", "cpu_feature", "deprecated"))
+    ]
+    assert noisy == []
+    assert "exported 1 episode(s)" in done.stdout
