@@ -1,17 +1,19 @@
-"""Export throughput against simply reading the same episodes, and 2 workers against 1, side by side.
+"""Export throughput of every format against simply reading the same episodes, bytes on disk per format,
+peak memory against dataset size, and 2 workers against 1 — side by side in one run.
 
-    .venv/bin/python bench/bench_export.py [--episodes 6] [--steps 200] [--copies 8] [--tfds] [--no-dask]
+    .venv/bin/python bench/bench_export.py [--episodes 6] [--steps 200] [--copies 8] [--no-tfds] [--no-dask]
 
 Data: `--episodes` Procgen coinrun episodes of `--steps` steps recorded by the recorder (random policy, JPEG
 frames in the custom data), registered `--copies` times in a small study and 3 x `--copies` times in a large
 one (real files; many episodes without recording them all).
 Figures, in one run:
 - read: `open_episode` + decode every step of every episode of the large study in a plain loop (the floor);
-- export (envlogger) on FnApiRunner with 1 worker, then 2 workers (`--direct_num_workers=2`,
-  multi_processing), and on a Dask LocalCluster with 1 then 2 worker processes; with `--tfds`, TFDS on
-  FnApiRunner. Each is run on the small and on the large study: wall-clock throughput of the large export,
-  and the marginal throughput between the two (fixed costs — imports, planning, worker start-up, the last
-  step — cancel out, which is what the 2-worker ratios need: starting 2 worker processes costs seconds).
+- each format (envlogger, tfds, parquet) on FnApiRunner with 1 worker, each export in a child process of its
+  own, on the small and on the large study: throughput of the large export, the marginal throughput between
+  the two (fixed costs — interpreter and TensorFlow start-up, planning, the last step — cancel out), bytes
+  on disk, and the child's peak RSS for the small and the large dataset (flat = memory bounded by episodes);
+- 2 workers against 1: FnApiRunner (`--direct_num_workers=2`, multi_processing) and a Dask LocalCluster with
+  1 then 2 worker processes (envlogger), marginal throughputs.
 Throughput is steps/s and MB/s (MB of the written dataset; for reading, MB of the episode files read). The
 machine's cores are shared with other jobs: the CPU headroom line says how much of a second core was free.
 """
@@ -28,7 +30,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipelines import export  # noqa: E402
 from pipelines.episodes import open_episode  # noqa: E402
 from pipelines.store import open_store  # noqa: E402
 from protos.rlds_creator import study_pb2  # noqa: E402
@@ -110,19 +111,34 @@ def read_all(data_dir: Path, study_id: str) -> tuple[float, int, float]:
     return time.perf_counter() - start, steps, read_mb
 
 
+CHILD = """
+import json, resource, sys, time
+sys.path.insert(0, {repo!r})
+from pipelines import export
+start = time.perf_counter()
+summary = export.export_episodes(export.ExportRequest(data_dir={data!r}, out={out!r}, format={fmt!r},
+                                                      study_id={study!r}, beam_args={beam_args!r}))
+print(json.dumps({{"seconds": time.perf_counter() - start, "steps": summary.steps,
+                  "dead": len(summary.dead_letters), "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+"""
+
+
 def timed_export(
     data_dir: Path, study_id: str, out: Path, fmt: str, beam_args: list[str]
-) -> tuple[float, int, float]:
-    start = time.perf_counter()
-    summary = export.export_episodes(
-        export.ExportRequest(
-            data_dir=str(data_dir), out=str(out), format=fmt, study_id=study_id, beam_args=beam_args
-        )
-    )
-    seconds = time.perf_counter() - start
-    if summary.dead_letters:
-        raise SystemExit(f"dead letters in the benchmark export: {summary.dead_letters[:3]}")
-    return seconds, summary.steps, folder_mb(out)
+) -> tuple[float, int, float, float]:
+    """(seconds inside the export call, steps, MB written, peak RSS MB) of one export in a child process."""
+    import json
+    import subprocess
+
+    code = CHILD.format(repo=str(REPO), data=str(data_dir), out=str(out), fmt=fmt, study=study_id,
+                        beam_args=beam_args)  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"export {fmt} failed: {done.stderr[-2000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["dead"]:
+        raise SystemExit(f"dead letters in the benchmark export ({fmt})")
+    return result["seconds"], result["steps"], folder_mb(out), result["rss_mb"]
 
 
 def line(name: str, seconds: float, steps: int, mb: float, base: float | None = None) -> str:
@@ -133,7 +149,7 @@ def line(name: str, seconds: float, steps: int, mb: float, base: float | None = 
     return text
 
 
-def marginal(small: tuple[float, int, float], large: tuple[float, int, float]) -> tuple[float, float]:
+def marginal(small: tuple[float, ...], large: tuple[float, ...]) -> tuple[float, float]:
     """Steps/s and MB/s of the extra work between the small and the large export: fixed costs (imports,
     planning, worker start-up, the last step) cancel out."""
     dt = large[0] - small[0]
@@ -147,7 +163,7 @@ def main() -> None:
     ap.add_argument(
         "--copies", type=int, default=8, help="registrations per episode in the small study (x3: large)"
     )
-    ap.add_argument("--tfds", action="store_true", help="also time the TFDS export")
+    ap.add_argument("--no-tfds", action="store_true", help="skip the TFDS export (needs the [tfds] extra)")
     ap.add_argument("--no-dask", action="store_true", help="skip the Dask LocalCluster runs")
     args = ap.parse_args()
 
@@ -167,49 +183,61 @@ def main() -> None:
 
         runs = [
             ("envlogger FnApiRunner 1 worker", "envlogger", ["--direct_num_workers=1"]),
-            ("envlogger FnApiRunner 2 workers", "envlogger",
-             ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]),
-        ]  # fmt: skip
-        if args.tfds:
+            ("parquet FnApiRunner 1 worker", "parquet", ["--direct_num_workers=1"]),
+        ]
+        if not args.no_tfds:
             runs.append(("tfds FnApiRunner 1 worker", "tfds", ["--direct_num_workers=1"]))
+        runs.append(("envlogger FnApiRunner 2 workers", "envlogger",
+                     ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]))  # fmt: skip
         results: dict[str, tuple[float, float]] = {}
+        walls: dict[str, float] = {}  # steps/s of the large export, fixed costs included
+        sizes: dict[str, float] = {}
+        memory: dict[str, tuple[float, float]] = {}
 
         def measure(name: str, fmt: str, beam_args: list[str]) -> None:
             i = len(results)
             a = timed_export(data_dir, small, work / f"s{i}", fmt, beam_args)
             b = timed_export(data_dir, large, work / f"l{i}", fmt, beam_args)
-            print(line(f"export {name} (large)", *b, base=read_rate))
+            print(line(f"export {name} (large)", *b[:3], base=read_rate))
             results[name] = marginal(a, b)
-            print(f"{'':<36}marginal {results[name][0]:9.0f} steps/s {results[name][1]:7.1f} MB/s")
+            walls[name] = b[1] / b[0]
+            sizes[name], memory[name] = b[2], (a[3], b[3])
+            print(f"{'':<36}marginal {results[name][0]:9.0f} steps/s {results[name][1]:7.1f} MB/s"
+                  f"   {b[2]:.2f} MB on disk   peak RSS {a[3]:.0f} MB (small) {b[3]:.0f} MB (large)")  # fmt: skip
+            shutil.rmtree(work / f"s{i}", ignore_errors=True)
+            shutil.rmtree(work / f"l{i}", ignore_errors=True)
 
         for name, fmt, beam_args in runs:
             measure(name, fmt, beam_args)
         if not args.no_dask:
-            from distributed import Client, LocalCluster
+            from distributed import LocalCluster
 
             for n in (1, 2):
                 with LocalCluster(n_workers=n, threads_per_worker=1, dashboard_address=None) as cluster:
-                    with Client(cluster):
-                        dask_args = [
-                            "--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
-                            f"--dask_client_address={cluster.scheduler_address}",
-                        ]
-                        measure(f"envlogger Dask {n} worker(s)", "envlogger", dask_args)
+                    dask_args = [
+                        "--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
+                        f"--dask_client_address={cluster.scheduler_address}",
+                    ]
+                    measure(f"envlogger Dask {n} worker(s)", "envlogger", dask_args)
 
-        print("\nratios (marginal throughput, fixed costs removed):")
+        print("\nratios (marginal: fixed costs removed, unreliable when the shared cores are busy; wall: the large"
+              " export with its fixed costs):")  # fmt: skip
         print(f"  CPU headroom now, 2 processes / 1: {cpu_headroom():.2f}  (ceiling for the 2-worker ratios)")
-        one = results["envlogger FnApiRunner 1 worker"][0]
-        print(f"  export envlogger / read:           {one / read_rate:.2f}")
-        if args.tfds:
-            print(
-                f"  export tfds / read:                {results['tfds FnApiRunner 1 worker'][0] / read_rate:.2f}"
-            )
-        print(
-            f"  FnApiRunner 2 workers / 1 worker:  {results['envlogger FnApiRunner 2 workers'][0] / one:.2f}"
-        )
+        el = "envlogger FnApiRunner 1 worker"
+        for name, fmt, _ in runs:
+            if "2 workers" in name:
+                continue
+            small_rss, large_rss = memory[name]
+            print(f"  export {fmt:<9} / read: marginal {results[name][0] / read_rate:5.2f} wall "
+                  f"{walls[name] / read_rate:5.2f}   bytes / envlogger: "
+                  f"{sizes[name] / sizes[el]:5.2f}   peak RSS large / small (3x data): {large_rss / small_rss:5.2f}")  # fmt: skip
+        two = "envlogger FnApiRunner 2 workers"
+        print(f"  FnApiRunner 2 workers / 1 worker:  marginal {results[two][0] / results[el][0]:.2f} "
+              f"wall {walls[two] / walls[el]:.2f}")  # fmt: skip
         if not args.no_dask:
-            ratio = results["envlogger Dask 2 worker(s)"][0] / results["envlogger Dask 1 worker(s)"][0]
-            print(f"  Dask 2 workers / 1 worker:         {ratio:.2f}")
+            d1, d2 = "envlogger Dask 1 worker(s)", "envlogger Dask 2 worker(s)"
+            print(f"  Dask 2 workers / 1 worker:         marginal {results[d2][0] / results[d1][0]:.2f} "
+                  f"wall {walls[d2] / walls[d1]:.2f}")  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

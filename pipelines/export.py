@@ -36,11 +36,13 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.runners.runner import create_runner
+from google.protobuf import json_format
 
-from pipelines.beam_options import pipeline_options, runner_name
+from pipelines.beam_options import pipeline_options
 from pipelines.episodes import open_episode
+from pipelines.episodes.ui import UiEpisodeReader
 from pipelines.errors import StepmarkError
-from pipelines.exporters import archive, envlogger_writer
+from pipelines.exporters import archive, envlogger_writer, spaces
 from pipelines.exporters.selection import (
     SelectionQuery,
     SpecGroup,
@@ -49,20 +51,24 @@ from pipelines.exporters.selection import (
     parse_ref,
     select_episodes,
 )
+from pipelines.exporters.splits import SplitSpec, parse_splits
 from pipelines.exporters.transform import (
     KIND_UI,
+    UI_ENVIRONMENT_ID,
     ExportEpisode,
     InconsistentEpisode,
     MissingStatistic,
+    NoTransition,
     TransformOptions,
     episode_name,
     step_tag_labels,
     transform_episode,
 )
+from pipelines.exporters.ui_objects import parse_ui_objects
 from pipelines.store import open_store
 from protos.rlds_creator import client_pb2, study_pb2
 
-FORMATS = ("envlogger", "tfds")
+FORMATS = ("envlogger", "tfds", "parquet")
 SUMMARY_FILE = "stepmark_export.json"
 DEAD_LETTERS_FILE = "dead_letters.jsonl"
 WORK_DIR = "_work"
@@ -88,6 +94,12 @@ class ExportRequest:
     include_incomplete: bool = False
     include_invalid_sessions: bool = False
     split_by_spec: bool = False
+    splits: str = ""  # --split train=0.8,val=0.1,test=0.1 (empty: one split, train)
+    split_seed: int = 0
+    lossless_images: bool = False  # TFDS: keep raw frame arrays (and `image`) instead of the recorded JPEG
+    ui_objects: str = ""  # "" / "full": the ragged object table; "padded:N": fixed-shape tensors with a mask
+    annotations: str = "consensus"  # grounding annotations applied to UI episodes: none|mine|all|consensus
+    user: str = ""  # whose annotations `mine` means
     beam_args: list[str] = field(default_factory=list)
 
     @classmethod
@@ -117,7 +129,7 @@ class ExportRequest:
 @dataclass
 class DeadLetter:
     episode: str  # study/session/episode
-    reason: str  # unreadable | missing_statistic | inconsistent | spec_mismatch | write_failed
+    reason: str  # unreadable | missing_statistic | inconsistent | no_transition | spec_mismatch | write_failed
     error: str
 
 
@@ -181,7 +193,15 @@ class DatasetJob:
     progress_dir: str
     options: TransformOptions
     expected_signature: str
+    splits: SplitSpec | None = None
     features_json: str = ""  # TFDS only
+    work_dir: str = ""  # TFDS only: per-episode files until the last step names the shards
+    parquet_schema: bytes = b""  # Parquet only: the one Arrow schema of every file
+    # UI episodes: the grounding annotations applied on top of the converted record (exporters/grounding.py):
+    # the mode, whose annotations `mine` means, and the annotations of this dataset's episodes by store id.
+    annotations: str = "none"
+    annotations_user: str = ""
+    grounding: dict[str, tuple] = field(default_factory=dict)
 
 
 class ExportEpisodeFn(beam.DoFn):
@@ -196,7 +216,7 @@ class ExportEpisodeFn(beam.DoFn):
 
     RESULT = "result"
     DEAD_LETTER = "dead_letter"
-    EXAMPLE = "example"
+    SKIPPED = "skipped"
 
     def __init__(self, jobs: dict[str, DatasetJob]) -> None:
         self.jobs = jobs
@@ -212,6 +232,10 @@ class ExportEpisodeFn(beam.DoFn):
                 from pipelines.exporters import tfds_writer  # TensorFlow only on the TFDS path
 
                 self._serializers[name] = tfds_writer.EpisodeSerializer(job.features_json)
+            elif job.format == "parquet":
+                from pipelines.exporters import parquet_writer
+
+                self._serializers[name] = parquet_writer.schema_from_bytes(job.parquet_schema)
 
     def _dead(
         self, dataset: str, episode: study_pb2.Episode, reason: str, exc: BaseException
@@ -223,12 +247,18 @@ class ExportEpisodeFn(beam.DoFn):
         )
         return self.DEAD_LETTER, dataset, json.dumps(asdict(letter))
 
-    def process(self, element: tuple[str, int, bytes]) -> Iterator[tuple[str, str, Any]]:
-        dataset, index, blob = element
+    def process(self, element: tuple[str, int, str, bytes]) -> Iterator[tuple[str, str, Any]]:
+        dataset, index, split, blob = element
         job = self.jobs[dataset]
         episode = study_pb2.Episode.FromString(blob)
         try:
-            exported = read_and_transform(index, episode, job)
+            exported = read_and_transform(index, episode, job, split)
+        except NoTransition as exc:  # not an error: nothing to train on; listed in the summary's `skipped`
+            Metrics.counter(NAMESPACE, "skipped.no_transition").inc()
+            _mark_done(job.progress_dir, f"{dataset}-{index}")
+            skipped = {"episode": episode_name(episode), "reason": f"no_transition: {exc}"}
+            yield self.SKIPPED, dataset, json.dumps(skipped)
+            return
         except MissingStatistic as exc:
             yield self._dead(dataset, episode, "missing_statistic", exc)
             return
@@ -245,21 +275,27 @@ class ExportEpisodeFn(beam.DoFn):
             return
         try:
             if job.format == "tfds":
-                example = self._serializers[dataset].serialize(exported)
-                size = len(example)
+                from pipelines.exporters import tfds_writer
+
+                size = tfds_writer.write_episode(self._serializers[dataset], exported, job.work_dir)
+            elif job.format == "parquet":
+                from pipelines.exporters import parquet_writer
+
+                size = parquet_writer.write_episode(exported, self._serializers[dataset], job.staging_dir)
             else:
                 size = envlogger_writer.write_episode_shard(exported, job.staging_dir).num_bytes
         except Exception as exc:  # noqa: BLE001
-            yield self._dead(dataset, episode, "write_failed", exc)
+            # Writers' errors (envlogger's, TensorFlow's) often carry no file name: say where it was writing.
+            where = job.work_dir if job.format == "tfds" and job.work_dir else job.staging_dir
+            yield self._dead(dataset, episode, "write_failed", OSError(f"{exc} (writing into {where})"))
             return
-        if job.format == "tfds":
-            yield self.EXAMPLE, dataset, (index, example)
         self.episodes.inc()
         self.steps.inc(exported.num_steps)
         self.bytes.inc(size)
         _mark_done(job.progress_dir, f"{dataset}-{index}")
         result = {
             "index": index,
+            "split": split,
             "episode": episode_name(episode),
             "steps": exported.num_steps,
             "bytes": size,
@@ -267,14 +303,47 @@ class ExportEpisodeFn(beam.DoFn):
         yield self.RESULT, dataset, json.dumps(result)
 
 
-def read_and_transform(index: int, episode: study_pb2.Episode, job: DatasetJob) -> ExportEpisode:
+def open_for_export(episode: study_pb2.Episode, job: DatasetJob):
+    """The episode's reader; a UI episode's record with the dataset's grounding annotations applied (always:
+    even `none` marks each target's source), so the sample and every worker read the same thing."""
     reader = open_episode(episode, job.data_dir)
+    if isinstance(reader, UiEpisodeReader):
+        from pipelines.exporters import grounding
+
+        record = grounding.apply_annotations(
+            reader.record, list(job.grounding.get(episode.id, ())), job.annotations, job.annotations_user or None
+        )
+        reader = UiEpisodeReader(record, source=reader.source)
+    return reader
+
+
+def read_and_transform(index: int, episode: study_pb2.Episode, job: DatasetJob, split: str = "") -> ExportEpisode:
+    reader = open_for_export(episode, job)
     try:
         steps = list(reader)
         metadata = reader.metadata
     finally:
         reader.close()
-    return transform_episode(index, episode, steps, job.options, metadata)
+    return transform_episode(index, episode, steps, job.options, metadata, split=split)
+
+
+def check_annotations(mode: str, user: str) -> None:
+    from pipelines.exporters.grounding import MODES
+
+    if mode not in MODES:
+        raise StepmarkError(f"--annotations {mode!r}: choose one of {', '.join(MODES)}")
+    if mode == "mine" and not user:
+        raise StepmarkError("--annotations mine needs --user (whose annotations to apply)")
+
+
+def _grounding_of(repo: Any, groups: Sequence[Any], mode: str) -> dict[str, tuple]:
+    """The grounding annotations of the UI episodes selected (one store read, before the pipeline)."""
+    ui = [e for g in groups if g.kind == "ui" for e in g.episodes]
+    if mode == "none" or not ui:
+        return {}
+    from pipelines.exporters.grounding import load_annotations
+
+    return {k: tuple(v) for k, v in load_annotations(repo, ui).items() if v}
 
 
 def _mark_done(progress_dir: str, name: str) -> None:
@@ -282,55 +351,21 @@ def _mark_done(progress_dir: str, name: str) -> None:
         pass
 
 
-class ExamplesOf(beam.PTransform):
-    """The (index, serialized example) pairs of one dataset, for TFDS's shard writer."""
-
-    def __init__(self, dataset: str) -> None:
-        super().__init__()
-        self.dataset = dataset
-
-    def expand(self, outcomes):
-        dataset = self.dataset
-        return (
-            outcomes
-            | "Keep" >> beam.Filter(lambda o: o[0] == ExportEpisodeFn.EXAMPLE and o[1] == dataset)
-            | "Payload" >> beam.Map(lambda o: o[2])
-        )
-
-
-class WriteTfdsShards(beam.PTransform):
-    """One dataset's examples through TFDS's BeamWriter (in its own scope: the writer's step labels are fixed)."""
-
-    def __init__(self, dataset: str, writer: Any) -> None:
-        super().__init__()
-        self.dataset = dataset
-        self.writer = writer
-
-    def expand(self, outcomes):
-        return self.writer.write_from_pcollection(outcomes | "Examples" >> ExamplesOf(self.dataset))
-
-
 class ExportDatasets(beam.PTransform):
-    """All datasets of one export: (dataset, index, Episode bytes) -> per-episode shards or examples, and one
-    JSON-lines file of outcomes (results and dead letters) that the last step reads."""
+    """All datasets of one export: (dataset, index, split, Episode bytes) -> one written file per episode, and
+    one JSON-lines file of outcomes (results and dead letters) that the last step reads. Single-branch, so it
+    runs the same on every runner (Dask included), and no step holds more than one episode."""
 
-    def __init__(
-        self, jobs: dict[str, DatasetJob], outcomes_prefix: str, tfds_writers: dict[str, Any]
-    ) -> None:
+    def __init__(self, jobs: dict[str, DatasetJob], outcomes_prefix: str) -> None:
         super().__init__()
         self.jobs = jobs
         self.outcomes_prefix = outcomes_prefix
-        self.tfds_writers = tfds_writers
 
     def expand(self, episodes):
-        outcomes = (
-            episodes | "Spread" >> beam.Reshuffle() | "Export" >> beam.ParDo(ExportEpisodeFn(self.jobs))
-        )
-        for name, writer in self.tfds_writers.items():
-            _ = outcomes | f"WriteTfds[{name}]" >> WriteTfdsShards(name, writer)
         return (
-            outcomes
-            | "Records" >> beam.Filter(lambda o: o[0] != ExportEpisodeFn.EXAMPLE)
+            episodes
+            | "Spread" >> beam.Reshuffle()
+            | "Export" >> beam.ParDo(ExportEpisodeFn(self.jobs))
             | "AsJson"
             >> beam.Map(lambda o: json.dumps({"outcome": o[0], "dataset": o[1], **json.loads(o[2])}))
             | "WriteOutcomes"
@@ -349,35 +384,40 @@ class _Plan:
     job: DatasetJob
     env_specs: dict[str, Any] | None = None
     sample_error: str = ""
+    splits: dict[int, str] = field(default_factory=dict)  # episode position -> split name
+    environment_spec: str = ""  # the study's EnvironmentSpec as JSON text ("" for UI datasets)
+
+
+def environment_spec_json(repo: Any, group: SpecGroup) -> str:
+    """The dataset's `EnvironmentSpec` (from its first episode's study) as JSON text; "" for UI datasets."""
+    if group.kind == KIND_UI or not group.episodes:
+        return ""
+    try:
+        spec = repo.get_environment(group.episodes[0].study_id, group.environment_id)
+    except Exception:  # noqa: BLE001 - a spec the store lacks: the dataset still has its data-derived specs
+        return ""
+    return json_format.MessageToJson(spec, sort_keys=True, indent=None)
 
 
 def _sample(group: SpecGroup, job: DatasetJob) -> tuple[ExportEpisode | None, dict[str, Any] | None, str]:
-    """Transforms the group's first readable episode with an action: it defines the dataset's features and
-    specs. An episode cut at step 0 has no action to derive the action feature from, so one is used only
-    when every readable episode of the group is like that."""
+    """Transforms the group's first readable episode: it defines the dataset's features and specs."""
     errors = []
-    fallback: tuple[ExportEpisode, dict[str, Any] | None] | None = None
     for episode in group.episodes:
         try:
-            reader = open_episode(episode, job.data_dir)
+            reader = open_for_export(episode, job)
             try:
                 steps = list(reader)
                 specs = getattr(reader, "specs", None) or None
                 metadata = reader.metadata
             finally:
                 reader.close()
-            exported = transform_episode(0, episode, steps, job.options, metadata)
+            exported = transform_episode(0, episode, steps, job.options, metadata, split="x" if job.splits else "")
         except Exception as exc:  # noqa: BLE001 - reported as the dead letters of the group
             errors.append(f"{episode_name(episode)}: {exc}")
             continue
         if specs and specs.get("observation_spec") is None:
             specs = None
-        if exported.meta.kind != KIND_UI and all(s.action is None for s in exported.steps):
-            fallback = fallback or (exported, specs)
-            continue
         return exported, specs, ""
-    if fallback is not None:
-        return fallback[0], fallback[1], ""
     return None, None, "; ".join(errors)
 
 
@@ -389,7 +429,14 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
 
 
 def _folder_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    """Bytes of the dataset files under `path` (the export's own work files, progress markers and owner file
+    left out: they vary from run to run and are removed before publishing)."""
+    transient = {WORK_DIR, "progress", OWNER_FILE}
+    return sum(
+        p.stat().st_size
+        for p in path.rglob("*")
+        if p.is_file() and not transient.intersection(p.relative_to(path).parts)
+    )
 
 
 def _count_done(progress_dir: str) -> int:
@@ -590,17 +637,14 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         raise StepmarkError(f"unknown format {request.format!r} (choose from {', '.join(FORMATS)})")
     out = _check_out(request.out)
     check_beam_args(request.beam_args)
+    split_spec = parse_splits(request.splits, request.split_seed) if request.splits else None
+    parse_ui_objects(request.ui_objects)  # a bad value is an error before any work
+    check_annotations(request.annotations, request.user)
     tfds_writer = None
     if request.format == "tfds":
         from pipelines.exporters import tfds_writer  # TensorFlow only on the TFDS path
 
         tfds_writer.require_tfds()
-        if "DaskRunner" in runner_name(pipeline_options(request.beam_args)):
-            raise StepmarkError(
-                "--format tfds cannot run on Beam's DaskRunner: TFDS's shard writer feeds one collection into "
-                "several steps and uses side inputs, which DaskRunner (Beam 2.77) does not run correctly; use "
-                "the default FnApiRunner or another runner (Flink, Spark, Dataflow), or --format envlogger on Dask"
-            )
 
     query = SelectionQuery(
         refs=tuple(request.refs),
@@ -615,6 +659,8 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         groups = group_by_spec(repo, selection.episodes)
         if len(groups) > 1 and not request.split_by_spec:
             raise mixed_specs_error(repo, groups)
+        environment_specs = {g.name: environment_spec_json(repo, g) for g in groups}
+        grounding_notes = _grounding_of(repo, groups, request.annotations)
     if progress:
         progress(0.0)
 
@@ -622,6 +668,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         strip_internal_metadata=request.strip_internal_metadata,
         end_of_episode_tags=tuple(request.end_of_episode_tags),
         step_tag_labels=step_tag_labels(selection.episodes),
+        ui_objects_padded=parse_ui_objects(request.ui_objects),
     )
     remove_stale_staging(out)
     staging = _new_staging(out)
@@ -645,6 +692,10 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                 progress_dir=progress_dir,
                 options=options,
                 expected_signature="",
+                splits=split_spec,
+                annotations=request.annotations,
+                annotations_user=request.user,
+                grounding={e.id: grounding_notes[e.id] for e in group.episodes if e.id in grounding_notes},
             )
             sample, specs, error = _sample(group, job)
             if sample is None:
@@ -653,29 +704,55 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             signature = envlogger_writer.episode_signature(sample)
             features_json = ""
             if tfds_writer is not None:
-                features_json = tfds_writer.features_to_json(tfds_writer.build_features(sample, options))
-            job = dataclasses.replace(job, expected_signature=signature, features_json=features_json)
-            plans.append(_Plan(group=group, job=job, env_specs=specs or _derived_specs(sample)))
+                features = tfds_writer.build_features(
+                    sample, options, lossless_images=request.lossless_images
+                )
+                features_json = tfds_writer.features_to_json(features)
+            work_dir = str(staging / WORK_DIR / "tfds" / group.name) if tfds_writer is not None else ""
+            job = dataclasses.replace(
+                job, expected_signature=signature, features_json=features_json, work_dir=work_dir
+            )
+            assigned = {
+                i: (split_spec.split_of(e.id) if split_spec else "") for i, e in enumerate(group.episodes)
+            }
+            env_specs = specs or _derived_specs(sample)
+            if request.format == "parquet":
+                from pipelines.exporters import parquet_writer, transform
+
+                info = _export_info(group, job, env_specs, environment_specs[group.name])
+                frame = None if request.lossless_images else transform.frame_leaf(sample)
+                schema = parquet_writer.schema_for(
+                    sample, frame, options.strip_internal_metadata, info
+                )
+                job = dataclasses.replace(job, parquet_schema=parquet_writer.schema_to_bytes(schema))
+            plans.append(
+                _Plan(
+                    group=group,
+                    job=job,
+                    env_specs=env_specs,
+                    splits=assigned,
+                    environment_spec=environment_specs[group.name],
+                )
+            )
 
         runnable = [p for p in plans if not p.sample_error]
         jobs = {p.group.name: p.job for p in runnable}
         for job in jobs.values():  # TensorFlow's file writers do not create folders
             Path(job.staging_dir).mkdir(parents=True, exist_ok=True)
-        writers: dict[str, Any] = {}
-        if tfds_writer is not None:
-            writers = {name: tfds_writer.beam_writer(job.staging_dir) for name, job in jobs.items()}
+            if job.work_dir:
+                Path(job.work_dir).mkdir(parents=True, exist_ok=True)
         outcomes_prefix = str(staging / WORK_DIR / "outcomes")
 
         def build(pipeline: beam.Pipeline) -> None:
             items = [
-                (p.group.name, i, e.SerializeToString())
+                (p.group.name, i, p.splits[i], e.SerializeToString())
                 for p in runnable
                 for i, e in enumerate(p.group.episodes)
             ]
             _ = (
                 pipeline
                 | "Episodes" >> beam.Create(items, reshuffle=False)
-                | "ExportDatasets" >> ExportDatasets(jobs, outcomes_prefix, writers)
+                | "ExportDatasets" >> ExportDatasets(jobs, outcomes_prefix)
             )
 
         outcomes: list[dict[str, Any]] = []
@@ -686,9 +763,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             outcomes = _read_jsonl(outcomes_prefix + ".jsonl")
         for plan in plans:
             mine = [o for o in outcomes if o["dataset"] == plan.group.name]
-            summary.datasets.append(
-                _finish_dataset(plan, mine, writers.get(plan.group.name), summary, len(groups))
-            )
+            summary.datasets.append(_finish_dataset(plan, mine, summary, len(groups)))
         shutil.rmtree(staging / WORK_DIR, ignore_errors=True)
         summary.episodes = sum(d.episodes for d in summary.datasets)
         summary.steps = sum(d.steps for d in summary.datasets)
@@ -706,7 +781,10 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         if not request.archive:  # the folder becomes the dataset (the pid in its name still guards it)
             (staging / OWNER_FILE).unlink()
         summary.bytes = _folder_size(root)
-        (root / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
+        # Without `out` and the runner's counters (runners differ in reporting them): the same selection and
+        # options give byte-identical files wherever and on whichever runner they are written.
+        written = {k: v for k, v in summary.to_dict().items() if k not in ("out", "counters")}
+        (root / SUMMARY_FILE).write_text(json.dumps(written, indent=2) + "\n", encoding="utf-8")
         if request.archive:
             zip_tmp = staging / "dataset.zip"
             summary.bytes = archive.write_zip(root, zip_tmp)
@@ -762,8 +840,26 @@ def _derived_specs(sample: ExportEpisode) -> dict[str, Any] | None:
     return envlogger_writer.specs_from_episode(sample)
 
 
+def _export_info(
+    group: SpecGroup, job: DatasetJob, env_specs: dict[str, Any] | None, environment_spec: str
+) -> dict[str, Any]:
+    """`stepmark_export`: the dataset-level metadata every format carries (schemas/dataset_spec.md)."""
+    return {
+        "format_version": 2,
+        "kind": group.kind,
+        "environment_id": group.environment_id or (UI_ENVIRONMENT_ID if group.kind == KIND_UI else ""),
+        "strip_internal_metadata": job.options.strip_internal_metadata,
+        "end_of_episode_tags": list(job.options.end_of_episode_tags),
+        "step_tags": list(job.options.step_tag_labels),
+        "splits": job.splits.to_dict() if job.splits else {},
+        "environment_spec": environment_spec,
+        "ui_objects": f"padded:{n}" if (n := job.options.ui_objects_padded) else "full",
+        **spaces.spaces_metadata(env_specs),
+    }
+
+
 def _finish_dataset(
-    plan: _Plan, outcomes: list[dict[str, Any]], writer: Any, summary: ExportSummary, num_groups: int
+    plan: _Plan, outcomes: list[dict[str, Any]], summary: ExportSummary, num_groups: int
 ) -> DatasetSummary:
     """The last step for one dataset: dead letters, the spec check, and the format's metadata files."""
     group, job = plan.group, plan.job
@@ -783,11 +879,18 @@ def _finish_dataset(
         for o in outcomes
         if o["outcome"] == ExportEpisodeFn.DEAD_LETTER
     ]
-    if len(results) + len(dead) != len(group.episodes):  # a runner that dropped work must not look finished
+    skipped = [
+        {"episode": o["episode"], "reason": o["reason"]}
+        for o in outcomes
+        if o["outcome"] == ExportEpisodeFn.SKIPPED
+    ]
+    reported = len(results) + len(dead) + len(skipped)
+    if reported != len(group.episodes):  # a runner that dropped work must not look finished
         raise StepmarkError(
-            f"dataset {group.name}: the runner reported {len(results) + len(dead)} of {len(group.episodes)} "
+            f"dataset {group.name}: the runner reported {reported} of {len(group.episodes)} "
             "episodes; the export is incomplete and was not written"
         )
+    summary.skipped.extend(sorted(skipped, key=lambda s: s["episode"]))
     mismatched = [d for d in dead if d.reason == "spec_mismatch"]
     if mismatched:
         raise StepmarkError(
@@ -804,26 +907,23 @@ def _finish_dataset(
         f"stepmark export of {dataset.episodes} episode(s) ({group.environment_id or group.kind}); "
         "fields: schemas/dataset_spec.md"
     )
+    export_info = _export_info(group, job, plan.env_specs, plan.environment_spec)
     if job.format == "tfds":
         from pipelines.exporters import tfds_writer
 
-        written, _ = tfds_writer.write_dataset_info(job.staging_dir, job.features_json, writer, description)
+        by_split: dict[str, list[int]] = {}
+        for r in sorted(results, key=lambda r: int(r["index"])):
+            by_split.setdefault(r.get("split") or tfds_writer.SPLIT, []).append(int(r["index"]))
+        written, _ = tfds_writer.finish_dataset(
+            job.staging_dir, job.work_dir, job.features_json, by_split, description, {"stepmark_export": export_info}
+        )
         if written != dataset.episodes:
             raise StepmarkError(
                 f"dataset {group.name}: wrote {written} episodes, expected {dataset.episodes}"
             )
-    else:
-        extra = {
-            "stepmark_export": {
-                "format_version": 1,
-                "kind": group.kind,
-                "environment_id": group.environment_id,
-                "strip_internal_metadata": job.options.strip_internal_metadata,
-                "end_of_episode_tags": list(job.options.end_of_episode_tags),
-                "step_tags": list(job.options.step_tag_labels),
-            }
-        }
-        envlogger_writer.write_dataset_metadata(job.staging_dir, plan.env_specs, extra)
+    elif job.format == "envlogger":
+        envlogger_writer.write_dataset_metadata(job.staging_dir, plan.env_specs, {"stepmark_export": export_info})
+    # Parquet: the workers' files are the dataset; the metadata is in their schema.
     dataset.bytes = _folder_size(Path(job.staging_dir))
     return dataset
 
@@ -854,7 +954,8 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         "--format",
         choices=FORMATS,
         default="envlogger",
-        help="envlogger (Riegeli, for envlogger.Reader; default) or tfds (TFDS/RLDS folder; needs the [tfds] extra)",
+        help="envlogger (Riegeli, for envlogger.Reader; default), tfds (TFDS/RLDS folder; needs the [tfds] "
+        "extra) or parquet (one table of steps for pyarrow, pandas, Hugging Face datasets)",
     )
     how.add_argument("--out", required=True, help="dataset folder (or ZIP file with --archive) to create")
     how.add_argument("--archive", action="store_true", help="write one ZIP file instead of a folder")
@@ -872,6 +973,33 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         help="cut each episode at its first step carrying this tag (repeatable)",
     )
     how.add_argument("--split-by-spec", action="store_true", help="one dataset per environment spec")
+    how.add_argument(
+        "--split",
+        dest="splits",
+        default="",
+        metavar="NAME=FRACTION,...",
+        help="split episodes by a hash of their id, e.g. train=0.8,val=0.1,test=0.1 (stable when episodes are added)",
+    )
+    how.add_argument("--split-seed", type=int, default=0, help="seed of the split hash (default 0)")
+    how.add_argument(
+        "--ui-objects",
+        default="full",
+        metavar="full|padded:N",
+        help="UI episodes: the full ragged object table (default) or N fixed-shape rows with a mask",
+    )
+    how.add_argument(
+        "--annotations",
+        default="consensus",
+        choices=["none", "mine", "all", "consensus"],
+        help="UI episodes: which grounding annotations (corrected targets, object labels, drawn and corrected "
+        "boxes) apply on top of the converted record: consensus (default: what most of a step's annotators "
+        "agree on), all, mine (--user's), none",
+    )
+    how.add_argument(
+        "--lossless-images",
+        action="store_true",
+        help="TFDS: keep image observations as raw arrays (default: the recorded JPEG frames, stored once)",
+    )
 
 
 def request_from_args(args: argparse.Namespace, beam_args: Sequence[str]) -> ExportRequest:
@@ -890,6 +1018,12 @@ def request_from_args(args: argparse.Namespace, beam_args: Sequence[str]) -> Exp
         include_incomplete=args.include_incomplete,
         include_invalid_sessions=args.include_invalid_sessions,
         split_by_spec=args.split_by_spec,
+        splits=args.splits,
+        split_seed=args.split_seed,
+        lossless_images=args.lossless_images,
+        ui_objects=args.ui_objects,
+        annotations=args.annotations,
+        user=getattr(args, "user", None) or "",
         beam_args=list(beam_args),
     )
 

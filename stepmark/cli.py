@@ -150,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = io_error_line(exc)
         if line is None:
             raise
+        # Some writers (TensorFlow's) raise without a file name: the command's own output names the place.
+        target = getattr(args, "out", None) or getattr(args, "output", None)
+        if target and str(target) not in line:
+            line += f" (while writing {target})"
         print(f"stepmark {args.command}: error: {line}", file=sys.stderr)
         return 1
     return int(code or 0)

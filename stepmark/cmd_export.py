@@ -40,10 +40,11 @@ def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse
     p = subparsers.add_parser(
         "export",
         parents=[parents["store"]],
-        help="export episodes as an envlogger or TFDS/RLDS dataset (Beam pipeline)",
+        help="export episodes as an envlogger, TFDS/RLDS or Parquet dataset (Beam pipeline)",
         description=(
             "Export selected episodes (by reference, study, tag or state) as one training-ready dataset: "
-            "envlogger (Riegeli) or TFDS/RLDS, as a folder or one ZIP file. Fields: schemas/dataset_spec.md. "
+            "envlogger (Riegeli), TFDS/RLDS or Parquet, as a folder or one ZIP file, with spaces, specs and "
+            "splits in its metadata. Fields: schemas/dataset_spec.md. "
             "Other --flags are Beam pipeline options (default runner: FnApiRunner)."
         ),
     )

@@ -8,7 +8,8 @@ the dataset-level `metadata.riegeli` (environment specs + export settings). Shar
 copied with Beam's `FileSystems`, so the output may live on any Beam filesystem.
 
 Records follow dm_env/envlogger: record t holds timestep t (observation t, the reward/discount of the
-transition into it), the action that led to it (None on the first), and custom data (`schemas/dataset_spec.md`).
+transition into it), the action that led to it (None on the first), and step t's metadata as custom data
+(the step contract of `schemas/dataset_spec.md`). Empty lists are written so that they read back as lists.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from dm_env import specs as dm_specs
 from envlogger import step_data
-from envlogger.backends import riegeli_backend_writer
+from envlogger.backends import backend_writer, riegeli_backend_writer
+from envlogger.backends.python import riegeli_dataset_writer
 from envlogger.converters import spec_codec
+from envlogger.proto import storage_pb2
 
+from pipelines.episodes import fast_codec
 from pipelines.errors import StepmarkError
 from pipelines.exporters.transform import ExportEpisode, ExportStep, info_json
 
@@ -37,7 +41,8 @@ WRITER_OPTIONS = "transpose,zstd:3,chunk_size:1M"
 CUSTOM_EPISODE = "episode"
 CUSTOM_IMAGE = "image"
 CUSTOM_KEYS = "keys"
-CUSTOM_INFO = "info"
+CUSTOM_INFO = "info"  # {"episode": {r, l, s, mask}, "json": JSON text of the transition's info}
+INFO_JSON = "json"
 
 
 @dataclass(frozen=True)
@@ -55,38 +60,142 @@ def shard_name(index: int) -> str:
     return f"{index:08d}"
 
 
-def _never_flush(_data: Any) -> bool:
-    return False
+def step_metadata(step: ExportStep) -> dict[str, Any]:
+    """The per-step fields besides observation/action/reward/discount/flags, named and nested exactly as in
+    the TFDS export: `info` = {"episode", "json"}, `tag:<label>`, and (not stripped) `image` and `keys`.
 
-
-def _custom_data(record_step: ExportStep, prev: ExportStep | None) -> dict:
-    """Custom data of the record holding `record_step`'s observation (`prev` = the step whose action led here)."""
-    data: dict[str, Any] = {CUSTOM_EPISODE: dict(record_step.episode)}
-    data.update({k: bool(v) for k, v in record_step.tags.items()})
-    if record_step.info is not None:  # not stripped: the internal metadata the recorder stored
-        if record_step.image is not None:
-            data[CUSTOM_IMAGE] = bytes(record_step.image)
-        data[CUSTOM_KEYS] = list(prev.keys or []) if prev is not None else []
-        data[CUSTOM_INFO] = info_json(prev.info if prev is not None else {})
+    In envlogger they are the custom data of the record holding the step's observation, so TFDS's own
+    `envlogger_reader` (which takes step i's metadata from record i) yields the TFDS export's steps.
+    """
+    info: dict[str, Any] = {CUSTOM_EPISODE: dict(step.episode)}
+    data: dict[str, Any] = {}
+    if step.info is not None:  # not stripped: the internal metadata the recorder stored
+        info[INFO_JSON] = info_json(step.info)
+        data[CUSTOM_IMAGE] = bytes(step.image) if step.image is not None else b""  # on every step, as in TFDS
+        data[CUSTOM_KEYS] = list(step.keys or [])
+    data[CUSTOM_INFO] = info
+    data.update({k: bool(v) for k, v in step.tags.items()})
     return data
 
 
 def episode_records(episode: ExportEpisode) -> list[step_data.StepData]:
-    """RLDS steps -> envlogger records (the inverse of the episode readers' pairing)."""
+    """RLDS steps -> envlogger records: record t holds observation t, the action that led to it with that
+    transition's reward and discount (dm_env), and step t's metadata. The LAST record's discount is the
+    finishing transition's: 0 on termination, 1 on a truncation (what dm_env and TFDS's reader expect)."""
     steps = episode.steps
     records: list[step_data.StepData] = []
     n = len(steps)
     for t, step in enumerate(steps):
         if t == 0:
-            records.append(
-                step_data.StepData(dm_env.restart(step.observation), None, _custom_data(step, None))
-            )
+            records.append(step_data.StepData(dm_env.restart(step.observation), None, step_metadata(step)))
             continue
         prev = steps[t - 1]
         step_type = dm_env.StepType.LAST if t == n - 1 else dm_env.StepType.MID
         ts = dm_env.TimeStep(step_type, float(prev.reward), float(prev.discount), step.observation)
-        records.append(step_data.StepData(ts, prev.action, _custom_data(step, prev)))
+        records.append(step_data.StepData(ts, prev.action, step_metadata(step)))
     return records
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _item(data: bytes) -> bytes:
+    """One `values` entry (field 1, length-delimited) of an Array, Tuple or kvs Tuple."""
+    return b"\x0a" + _varint(len(data)) + data
+
+
+def serialize(value: Any) -> bytes:
+    """The wire bytes of envlogger's `Data` for `value`, as `codec.encode` would build it, except:
+    - dicts are written as key/value pairs (`Dict.kvs`) in sorted key order: the codec uses a proto map,
+      whose serialized order varies from run to run, so equal exports would differ byte for byte;
+    - empty lists, tuples and dicts are written as empty messages, which read back as [] / () / {} (the
+      codec writes nothing for them, which reads back as None).
+    Leaves go through the episode writers' `fast_codec.serialize` (the codec's encoding, without copies);
+    `codec.decode` reads the result unchanged. Iterative: an explicit stack of open containers."""
+    if not isinstance(value, list | tuple | dict):
+        return fast_codec.serialize(value)
+    # Frames: (tag, items iterator, parts). Data fields: array=2 (0x12), tuple=3 (0x1a), dict=4 (0x22).
+    root: list[bytes] = []
+    stack: list[tuple[bytes, Any, list[bytes]]] = []
+
+    def open_container(v: Any) -> None:
+        if isinstance(v, dict):
+            items = iter([("kv", k, v[k]) for k in sorted(v, key=str)])
+            stack.append((b"\x22", items, []))
+        else:
+            stack.append((b"\x12" if isinstance(v, list) else b"\x1a", iter([("v", None, x) for x in v]), []))
+
+    open_container(value)
+    pending_key: list[bytes | None] = []
+    while stack:
+        tag, items, parts = stack[-1]
+        nxt = next(items, None)
+        if nxt is None:
+            stack.pop()
+            body = b"".join(parts)
+            if tag == b"\x22" and body:  # Dict{kvs=2}: one message whose `values` are the pairs
+                body = b"\x12" + _varint(len(body)) + body
+            data = tag + _varint(len(body)) + body
+            if not stack:
+                root.append(data)
+                break
+            parent_tag, _, parent_parts = stack[-1]
+            key = pending_key.pop()
+            parent_parts.append(_kv(key, data) if key is not None else _item(data))
+            continue
+        kind, k, v = nxt
+        key = fast_codec.serialize(k) if kind == "kv" else None
+        if isinstance(v, list | tuple | dict):
+            pending_key.append(key)
+            open_container(v)
+            continue
+        leaf = fast_codec.serialize(v)
+        parts.append(_kv(key, leaf) if key is not None else _item(leaf))
+    return root[0]
+
+
+def _kv(key: bytes, value: bytes) -> bytes:
+    """One entry of `Dict.kvs.values`: a Data holding a Tuple (field 3) of the key's and the value's Data."""
+    pair = _item(key) + _item(value)
+    return _item(b"\x1a" + _varint(len(pair)) + pair)
+
+
+def encode(value: Any) -> storage_pb2.Data:
+    """`serialize` as a message (what envlogger's Riegeli writer takes)."""
+    return storage_pb2.Data.FromString(serialize(value))
+
+
+class _Writer(riegeli_backend_writer.RiegeliBackendWriter):
+    """envlogger's Riegeli writer with `encode` above for the dataset metadata, steps and episode metadata
+    (never flushed before `close()`: one episode per writer)."""
+
+    def __init__(self, data_directory: str, metadata: dict[str, Any], writer_options: str) -> None:
+        backend_writer.BackendWriter.__init__(self, metadata=metadata)
+        self._data_directory = data_directory
+        self._flush_scheduler = None
+        self._data_writer = riegeli_dataset_writer.RiegeliDatasetWriter()
+        try:
+            self._data_writer.init(
+                data_dir=data_directory,
+                metadata=encode(metadata),
+                max_episodes_per_shard=10000,
+                writer_options=writer_options,
+            )
+        except RuntimeError as exc:
+            raise StepmarkError(f"{data_directory}: envlogger could not open a writer there ({exc})") from exc
+
+    def _record_step(self, data: step_data.StepData, is_new_episode: bool) -> None:
+        if not self._data_writer.add_step(encode(tuple(data)), is_new_episode):
+            raise StepmarkError("envlogger could not write a step")
+
+    def set_episode_metadata(self, data: Any) -> None:
+        self._data_writer.set_episode_metadata(encode(data))
 
 
 def structure_signature(value: Any) -> str:
@@ -153,11 +262,9 @@ def encode_specs(specs: dict[str, Any]) -> dict[str, Any]:
     return {name: spec_codec.encode(spec) for name, spec in specs.items()}
 
 
-def _new_writer(folder: str, metadata: dict[str, Any]) -> riegeli_backend_writer.RiegeliBackendWriter:
+def _new_writer(folder: str, metadata: dict[str, Any]) -> _Writer:
     os.makedirs(folder, exist_ok=True)
-    writer = riegeli_backend_writer.RiegeliBackendWriter(
-        data_directory=folder, metadata=metadata, writer_options=WRITER_OPTIONS, flush_scheduler=_never_flush
-    )
+    writer = _Writer(data_directory=folder, metadata=metadata, writer_options=WRITER_OPTIONS)
     if not os.path.exists(os.path.join(folder, METADATA_FILE)):  # envlogger logs init errors and goes on
         writer.close()
         raise StepmarkError(f"{folder}: envlogger could not open a writer there")

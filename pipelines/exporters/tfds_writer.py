@@ -1,44 +1,87 @@
 """Exported episodes as a TFDS/RLDS dataset folder that `tfds.builder_from_directory(path)` loads.
 
 Imports TensorFlow Datasets at module level: import this module only on the TFDS path (`require_tfds()` gives
-a clear error when the `[tfds]` extra is missing). The work splits like TFDS's own Beam datasets:
+a clear error when the `[tfds]` extra is missing; `quiet_tensorflow()` runs first so a normal export prints
+no TensorFlow log lines). The work splits so that memory is bounded by one episode, not by the dataset:
 - per episode (any worker): `EpisodeSerializer` encodes one `ExportEpisode` with the dataset's
   `FeaturesDict` into one serialized `tf.train.Example` (steps as a `tfds.features.Dataset`, RLDS layout of
-  `tfds.rlds.rlds_base`);
-- TFDS's `BeamWriter` groups the serialized episodes into shards (written under temporary names, renamed
-  when complete) and records the shard lengths;
-- last step (`write_dataset_info`): `dataset_info.json` + `features.json` via `tfds.folder_dataset`.
+  `tfds.rlds.rlds_base`; deterministic serialization, so equal exports are equal bytes) and writes it as a
+  one-record TFRecord file in the work folder;
+- last step (`finish_dataset`): each split's files are renamed to TFDS shard names in episode order, then
+  `dataset_info.json` + `features.json` are written via `tfds.folder_dataset`.
 Field names, types and shapes: `schemas/dataset_spec.md`.
 """
+
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import warnings
 from typing import Any
 
 import numpy as np
 
 from pipelines.errors import StepmarkError
-
-try:
-    import tensorflow_datasets as tfds
-    from tensorflow_datasets.core import example_serializer, file_adapters, naming
-    from tensorflow_datasets.core import splits as split_lib
-    from tensorflow_datasets.core import writer as writer_lib
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    tfds = None
-    _IMPORT_ERROR: ImportError | None = exc
-else:
-    _IMPORT_ERROR = None
-
 from pipelines.exporters.transform import (
     KIND_UI,
     UI_OBJECT_FIELDS,
     ExportEpisode,
     ExportStep,
     TransformOptions,
+    frame_leaf,
     info_json,
 )
+
+
+class _DropAbslWarnings(logging.Filter):
+    """TFDS logs deprecation warnings of its own internals through absl (`TensorInfo.dtype is deprecated`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+
+def _without_stderr(fn: Any) -> Any:
+    """Runs `fn` with file descriptor 2 pointed at /dev/null: TensorFlow's C++ start-up lines (oneDNN, CPU
+    features) are written before absl's logging is initialised, whatever TF_CPP_MIN_LOG_LEVEL says."""
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        return fn()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def quiet_tensorflow() -> None:
+    """No TensorFlow log lines on a normal export: C++ start-up logs, absl/Python logs, deprecation warnings.
+    Errors still surface (an import error is raised after stderr is restored)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="tensorflow.*")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="tensorflow_datasets.*")
+    logging.getLogger("absl").addFilter(_DropAbslWarnings())
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    try:
+        _without_stderr(lambda: __import__("tensorflow"))
+    except ImportError:
+        pass  # reported by require_tfds()
+
+
+quiet_tensorflow()
+
+try:
+    import tensorflow_datasets as tfds
+    from tensorflow_datasets.core import example_serializer, naming
+    from tensorflow_datasets.core import splits as split_lib
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    tfds = None
+    _IMPORT_ERROR: ImportError | None = exc
+else:
+    _IMPORT_ERROR = None
 
 DATASET_NAME = "stepmark"
 SPLIT = "train"
@@ -71,15 +114,39 @@ def _feature_of(value: Any, where: str) -> Any:
     arr = np.asarray(value)
     if arr.dtype.kind in "OUS":
         return tfds.features.Tensor(shape=arr.shape, dtype=np.object_)
-    dtype = (
-        np.float32 if arr.dtype == np.float64 else arr.dtype
-    )  # TF consumers expect float32 (cast on encode)
-    # Arrays as raw bytes: the default stores every element as an int64 in the proto (8x the size, slow).
-    encoding = tfds.features.Encoding.BYTES if arr.ndim else tfds.features.Encoding.NONE
-    return tfds.features.Tensor(shape=arr.shape, dtype=dtype, encoding=encoding)
+    # dtypes as recorded (float64 stays float64). Arrays as raw bytes: the default stores every element as an
+    # int64 in the proto (8x the size, slow).
+    # float64 scalars too: tf.train.Example's FloatList is 32-bit, so the default would round them.
+    exact = arr.ndim or arr.dtype == np.float64
+    encoding = tfds.features.Encoding.BYTES if exact else tfds.features.Encoding.NONE
+    return tfds.features.Tensor(shape=arr.shape, dtype=arr.dtype, encoding=encoding)
 
 
-def _ui_observation_features() -> Any:
+def _float64() -> Any:
+    """A float64 scalar stored exactly (as 8 bytes: tf.train.Example's FloatList would round it to 32 bits)."""
+    return tfds.features.Tensor(shape=(), dtype=np.float64, encoding=tfds.features.Encoding.BYTES)
+
+
+def _padded_objects_features(n: int) -> Any:
+    flag, i32 = np.bool_, np.int32
+    vector = {"type": i32, "grid_location": i32, "depth": i32, "pre_order": i32, "post_order": i32}
+    fields: dict[str, Any] = {
+        "num_objects": np.int32,
+        "mask": tfds.features.Tensor(shape=(n,), dtype=flag),
+        "bbox": tfds.features.Tensor(shape=(n, 4), dtype=np.float32, encoding=tfds.features.Encoding.BYTES),
+        **{k: tfds.features.Tensor(shape=(n,), dtype=t, encoding=tfds.features.Encoding.BYTES) for k, t in vector.items()},
+        **{
+            k: tfds.features.Tensor(shape=(n,), dtype=flag)
+            for k in ("is_leaf", "is_actionable", "clickable", "human_drawn", "box_corrected")
+        },
+        "text": tfds.features.Tensor(shape=(n,), dtype=np.object_),
+        "resource_id": tfds.features.Tensor(shape=(n,), dtype=np.object_),
+        "labels": tfds.features.Tensor(shape=(n,), dtype=np.object_),
+    }
+    return tfds.features.FeaturesDict(fields)
+
+
+def _ui_observation_features(padded: int = 0) -> Any:
     text, i32, flag = tfds.features.Text(), np.int32, np.bool_
     columns: dict[str, Any] = {
         "id": text,
@@ -100,17 +167,22 @@ def _ui_observation_features() -> Any:
         "enabled": flag,
         "scrollable": flag,
         "checked": flag,
+        "labels": text,
+        "human_drawn": flag,
+        "box_corrected": flag,
     }
     assert tuple(columns) == UI_OBJECT_FIELDS
-    return tfds.features.FeaturesDict(
-        {
-            "screenshot": tfds.features.Tensor(shape=(), dtype=np.object_),
-            "screen_width": np.int32,
-            "screen_height": np.int32,
-            "objects": tfds.features.Sequence(columns),
-            "proto": tfds.features.Tensor(shape=(), dtype=np.object_),
-        }
-    )
+    fields: dict[str, Any] = {
+        "screenshot": tfds.features.Tensor(shape=(), dtype=np.object_),
+        "screen_width": np.int32,
+        "screen_height": np.int32,
+        "proto": tfds.features.Tensor(shape=(), dtype=np.object_),
+    }
+    if padded:
+        fields["objects_padded"] = _padded_objects_features(padded)
+    else:
+        fields["objects"] = tfds.features.Sequence(columns)
+    return tfds.features.FeaturesDict(fields)
 
 
 def _ui_action_features(strip: bool) -> Any:
@@ -124,6 +196,8 @@ def _ui_action_features(strip: bool) -> Any:
         "end_y": np.int32,
         "target_index": np.int32,
         "target_id": text,
+        "target_source": text,
+        "converter_target_index": np.int32,
         "text": text,
         "duration_ms": np.int64,
     }
@@ -132,16 +206,49 @@ def _ui_action_features(strip: bool) -> Any:
     return tfds.features.FeaturesDict(fields)
 
 
-def build_features(sample: ExportEpisode, options: TransformOptions) -> Any:
-    """The dataset's `FeaturesDict`, from one transformed episode of the dataset (all share its spec)."""
+def _with_frame_feature(observation: Any, leaf: tuple[str, ...], shape: tuple[int, ...]) -> Any:
+    image = tfds.features.Image(shape=shape, encoding_format="jpeg")
+    if not leaf:
+        return image
+    items = dict(observation.items())
+    items[leaf[0]] = _with_frame_feature(items[leaf[0]], leaf[1:], shape)
+    return tfds.features.FeaturesDict(items)
+
+
+def image_leaf_of(features: Any) -> tuple[str, ...] | None:
+    """Where `build_features` put the recorded frames (an Image feature in the observation), if anywhere."""
+    stack: list[tuple[tuple[str, ...], Any]] = [((), features["steps"].feature["observation"])]
+    while stack:
+        path, feature = stack.pop()
+        if isinstance(feature, tfds.features.Image):
+            return path
+        if isinstance(feature, tfds.features.FeaturesDict):
+            stack.extend((path + (k,), f) for k, f in feature.items())
+    return None
+
+
+def build_features(sample: ExportEpisode, options: TransformOptions, *, lossless_images: bool = False) -> Any:
+    """The dataset's `FeaturesDict`, from one transformed episode of the dataset (all share its spec).
+
+    Compact images (default): the observation leaf that the recorded JPEG frames depict (`frame_leaf`) is an
+    encoded `Image` feature holding the recorded JPEG bytes as they are (not re-encoded), and the step's
+    separate `image` field is left out (not stored twice). `lossless_images` keeps the raw arrays and `image`.
+    """
     require_tfds()
     strip = options.strip_internal_metadata
+    leaf = None
     if sample.meta.kind == KIND_UI:
-        observation = _ui_observation_features()
+        observation = _ui_observation_features(options.ui_objects_padded)
         action = _ui_action_features(strip)
     else:
         first = sample.steps[0]
         observation = _feature_of(first.observation, "observation")
+        leaf = None if lossless_images else frame_leaf(sample)
+        if leaf is not None:
+            frame = first.observation
+            for key in leaf:
+                frame = frame[key]
+            observation = _with_frame_feature(observation, leaf, tuple(frame.shape))
         act = next((s.action for s in sample.steps if s.action is not None), None)
         if act is None:
             raise StepmarkError(
@@ -151,7 +258,7 @@ def build_features(sample: ExportEpisode, options: TransformOptions) -> Any:
         action = _feature_of(act, "action")
     info: dict[str, Any] = {
         "episode": tfds.features.FeaturesDict(
-            {"r": np.float32, "l": np.int32, "s": np.bool_, "mask": np.bool_}
+            {"r": _float64(), "l": np.int64, "s": np.bool_, "mask": np.bool_}
         )
     }
     if not strip:
@@ -159,8 +266,8 @@ def build_features(sample: ExportEpisode, options: TransformOptions) -> Any:
     step: dict[str, Any] = {
         "observation": observation,
         "action": action,
-        "reward": tfds.features.Scalar(dtype=np.float32),
-        "discount": tfds.features.Scalar(dtype=np.float32),
+        "reward": _float64(),
+        "discount": _float64(),
         "is_first": np.bool_,
         "is_last": np.bool_,
         "is_terminal": np.bool_,
@@ -169,7 +276,8 @@ def build_features(sample: ExportEpisode, options: TransformOptions) -> Any:
     for label in options.step_tag_labels:
         step[f"tag:{label}"] = np.bool_
     if not strip:
-        step["image"] = tfds.features.Tensor(shape=(), dtype=np.object_)
+        if leaf is None:
+            step["image"] = tfds.features.Tensor(shape=(), dtype=np.object_)
         step["keys"] = tfds.features.Sequence(tfds.features.Text())
     text = tfds.features.Text()
     episode: dict[str, Any] = {
@@ -182,13 +290,15 @@ def build_features(sample: ExportEpisode, options: TransformOptions) -> Any:
         "agent_id": text,
         "kind": text,
         "state": text,
-        "episode_return": np.float32,
-        "episode_length": np.int32,
+        "episode_return": _float64(),
+        "episode_length": np.int64,
         "episode_success": np.bool_,
-        "num_steps": np.int32,
-        "total_reward": np.float32,
+        "num_steps": np.int64,
+        "total_reward": _float64(),
         "truncated_by_tag": text,
     }
+    if sample.meta.split:
+        episode["split"] = text
     if not strip:
         episode["tags"] = tfds.features.Sequence(text)
         episode["notes"] = text
@@ -218,26 +328,42 @@ def _zeros(feature: Any) -> Any:
     return np.zeros(feature.shape, dtype=dtype)
 
 
-def _cast_like(value: Any, feature: Any) -> Any:
-    """float64 data into float32 features (the only cast `_feature_of` introduces)."""
-    if isinstance(feature, tfds.features.FeaturesDict) and isinstance(value, dict):
-        return {k: _cast_like(value[k], f) for k, f in feature.items()}
-    if isinstance(feature, tfds.features.Tensor) and feature.np_dtype == np.float32:
-        return np.asarray(value, dtype=np.float32)
-    return value
+def _with_frame(observation: Any, leaf: tuple[str, ...], jpeg: bytes | None) -> Any:
+    """The observation with its frame leaf replaced by the recorded JPEG bytes (a step without a recorded
+    frame keeps its array, which the Image feature then encodes)."""
+    if jpeg is None:
+        return observation
+    if not leaf:
+        return jpeg
+    out = dict(observation)
+    out[leaf[0]] = _with_frame(out[leaf[0]], leaf[1:], jpeg)
+    return out
 
 
-def _step_example(step: ExportStep, step_features: Any, strip: bool) -> dict[str, Any]:
+def _tfds_text(observation: Any) -> Any:
+    """Padded UI text columns are numpy str arrays (envlogger's codec needs them so); TFDS's text Tensors
+    take object arrays."""
+    if isinstance(observation, dict) and "objects_padded" in observation:
+        padded = dict(observation["objects_padded"])
+        for key in ("text", "resource_id", "labels"):
+            padded[key] = np.asarray(padded[key], dtype=object)
+        return {**observation, "objects_padded": padded}
+    return observation
+
+
+def _step_example(
+    step: ExportStep, step_features: Any, strip: bool, leaf: tuple[str, ...] | None = None
+) -> dict[str, Any]:
     action_feature = step_features["action"]
     action = step.action if step.action is not None else _zeros(action_feature)
     info: dict[str, Any] = {"episode": dict(step.episode)}
     if not strip:
         info["json"] = info_json(step.info)
     ex: dict[str, Any] = {
-        "observation": _cast_like(step.observation, step_features["observation"]),
-        "action": _cast_like(action, action_feature),
-        "reward": np.float32(step.reward),
-        "discount": np.float32(step.discount),
+        "observation": _tfds_text(step.observation) if leaf is None else _with_frame(step.observation, leaf, step.image),
+        "action": action,
+        "reward": np.float64(step.reward),
+        "discount": np.float64(step.discount),
         "is_first": bool(step.is_first),
         "is_last": bool(step.is_last),
         "is_terminal": bool(step.is_terminal),
@@ -245,7 +371,8 @@ def _step_example(step: ExportStep, step_features: Any, strip: bool) -> dict[str
         **{k: bool(v) for k, v in step.tags.items()},
     }
     if not strip:
-        ex["image"] = bytes(step.image) if step.image is not None else b""
+        if leaf is None:
+            ex["image"] = bytes(step.image) if step.image is not None else b""
         ex["keys"] = list(step.keys or [])
     return ex
 
@@ -255,12 +382,16 @@ def episode_example(episode: ExportEpisode, features: Any) -> dict[str, Any]:
     strip = "keys" not in step_features  # the features were built with or without internal metadata
     meta = episode.meta.to_dict()
     ex = {k: meta[k] for k in features.keys() if k != "steps"}
-    ex["steps"] = [_step_example(s, step_features, strip) for s in episode.steps]
+    leaf = image_leaf_of(features)
+    ex["steps"] = [_step_example(s, step_features, strip, leaf) for s in episode.steps]
     return ex
 
 
 class EpisodeSerializer:
-    """Per-worker: one `ExportEpisode` -> one serialized `tf.train.Example` with the dataset's features."""
+    """Per-worker: one `ExportEpisode` -> one serialized `tf.train.Example` with the dataset's features.
+
+    Serialized deterministically: the default proto serialization orders the feature map as it likes, so
+    two exports of the same selection would differ byte for byte."""
 
     def __init__(self, features_json: str) -> None:
         self.features = features_from_json(features_json)
@@ -268,52 +399,71 @@ class EpisodeSerializer:
 
     def serialize(self, episode: ExportEpisode) -> bytes:
         encoded = self.features.encode_example(episode_example(episode, self.features))
-        return self._serializer.serialize_example(encoded)
+        return self._serializer.get_tf_example(encoded).SerializeToString(deterministic=True)
 
 
-if tfds is not None:
-
-    class PreSerialized(example_serializer.Serializer):
-        """The episodes reach TFDS's BeamWriter already serialized (by `EpisodeSerializer` on the workers)."""
-
-        def serialize_example(self, example: Any) -> Any:
-            return example
+def work_file(work_dir: str, index: int) -> str:
+    """Where a worker puts episode `index`'s one-record TFRecord until the last step names the shards."""
+    return os.path.join(work_dir, f"{index:08d}.tfrecord")
 
 
-def filename_template(staging_dir: str) -> Any:
+def write_episode(serializer: EpisodeSerializer, episode: ExportEpisode, work_dir: str) -> int:
+    """Serializes one episode into its own TFRecord file (idempotent on retries); returns its size."""
+    from pipelines import tfrecord
+
+    data = tfrecord.encode(serializer.serialize(episode))
+    path = work_file(work_dir, episode.meta.episode_index)
+    tmp = f"{path}.part-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return len(data)
+
+
+def filename_template(staging_dir: str, split: str) -> Any:
     return naming.ShardedFileTemplate(
-        data_dir=staging_dir, dataset_name=DATASET_NAME, split=SPLIT, filetype_suffix=FILE_SUFFIX
+        data_dir=staging_dir, dataset_name=DATASET_NAME, split=split, filetype_suffix=FILE_SUFFIX
     )
 
 
-def beam_writer(staging_dir: str) -> Any:
-    """TFDS's BeamWriter over (episode index, serialized example) pairs, in export order (no shuffling)."""
-    require_tfds()
-    return writer_lib.BeamWriter(
-        serializer=PreSerialized(example_specs=None),
-        filename_template=filename_template(staging_dir),
-        hash_salt=SPLIT,
-        disable_shuffling=True,
-        example_writer=writer_lib.ExampleWriter(file_adapters.FileFormat.TFRECORD),
-    )
-
-
-def write_dataset_info(
-    staging_dir: str, features_json: str, writer: Any, description: str
+def finish_dataset(
+    staging_dir: str,
+    work_dir: str,
+    features_json: str,
+    splits: dict[str, list[int]],
+    description: str,
+    metadata: dict[str, Any],
 ) -> tuple[int, int]:
-    """The last step: `dataset_info.json` and `features.json` for the shards; returns (episodes, bytes)."""
-    shard_lengths, total_size = writer.finalize()
-    template = filename_template(staging_dir)
-    split = split_lib.SplitInfo(
-        name=SPLIT, shard_lengths=list(shard_lengths), num_bytes=int(total_size), filename_template=template
-    )
+    """The last step: each split's episode files (in episode order) become its shards, then
+    `dataset_info.json`, `features.json` and `metadata.json` (spaces, specs, splits); returns (episodes, bytes).
+    """
+    require_tfds()
+    infos = []
+    total_episodes = total_bytes = 0
+    for split, indices in splits.items():
+        if not indices:
+            continue
+        template = filename_template(staging_dir, split)
+        sizes = []
+        for shard, index in enumerate(indices):
+            dest = template.sharded_filepath(shard_index=shard, num_shards=len(indices))
+            os.replace(work_file(work_dir, index), os.fspath(dest))
+            sizes.append(os.path.getsize(os.fspath(dest)))
+        infos.append(
+            split_lib.SplitInfo(
+                name=split, shard_lengths=[1] * len(indices), num_bytes=sum(sizes), filename_template=template
+            )
+        )
+        total_episodes += len(indices)
+        total_bytes += sum(sizes)
     tfds.folder_dataset.write_metadata(
         data_dir=staging_dir,
         features=features_from_json(features_json),
-        split_infos=[split],
-        filename_template=template,
+        split_infos=infos,
+        filename_template=filename_template(staging_dir, SPLIT),
         version="1.0.0",
         check_data=False,
         description=description,
+        metadata=tfds.core.MetadataDict(metadata),
     )
-    return sum(shard_lengths), int(total_size)
+    return total_episodes, total_bytes

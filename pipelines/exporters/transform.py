@@ -2,8 +2,8 @@
 
 What happens to an episode on its way into a dataset (reference semantics of `DownloadEpisodesRequest`):
 - `end_of_episode_tags`: the episode is cut at its first step carrying one of the tags. That step becomes
-  the last one; it is a truncation (`is_last` true, `is_terminal` false, discount 1), the steps after it are
-  dropped, and return and length are recomputed from the kept transitions.
+  the final observation; it is a truncation (`is_terminal` false), the steps after it are dropped, and return
+  and length are recomputed from the kept transitions.
 - every step tag used anywhere in the selection becomes a boolean step field `tag:<label>`.
 - `strip_internal_metadata`: images, pressed keys, environment info, episode tags and notes are dropped;
   ids and statistics stay, so every step has the same fixed-shape fields.
@@ -12,8 +12,9 @@ What happens to an episode on its way into a dataset (reference semantics of `Do
   last step, the end of the finished transition (mask false, zeros, on every other step). Field names:
   `schemas/dataset_spec.md`.
 
-Steps follow the RLDS alignment of `pipelines.episodes.Step`: step i holds observation i, the action taken on
-it and the reward/info of that transition; the last step holds the final observation (no action).
+Steps follow the one step contract of `schemas/dataset_spec.md` (RLDS alignment): step i holds observation i,
+the action taken on it and the reward/discount/info of that transition; the final step holds the last
+observation with no action (padding in the files), reward 0 and discount 0.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from protos.stepmark import ui_episode_pb2
 TAG_PREFIX = "tag:"
 KIND_ENV = "env"
 KIND_UI = "ui"
+# The environment id of UI datasets (the store's UI studies use the same name: pipelines/ui_import.py).
+UI_ENVIRONMENT_ID = "android-ui"
 # Success flags environments put in a transition's info, besides info["episode"]["s"].
 _SUCCESS_INFO_KEYS = ("success", "is_success")
 
@@ -56,6 +59,8 @@ class TransformOptions:
     end_of_episode_tags: tuple[str, ...] = ()
     # Every step tag label used in the selection, sorted: each becomes a `tag:<label>` field on every step.
     step_tag_labels: tuple[str, ...] = ()
+    # UI episodes: 0 = the full ragged object table; N = `--ui-objects padded:N` (fixed-shape, with a mask).
+    ui_objects_padded: int = 0
 
 
 @dataclass
@@ -93,6 +98,7 @@ class ExportEpisodeMeta:
     episode_length: int
     episode_success: bool
     truncated_by_tag: str = ""
+    split: str = ""  # the --split this episode belongs to ("" without --split)
     tags: list[str] | None = None  # None when stripped
     notes: str | None = None  # None when stripped
     # UI episodes only: app_package, goal, source (empty strings when the trace had none).
@@ -116,6 +122,8 @@ class ExportEpisodeMeta:
             "total_reward": float(self.episode_return),
             "truncated_by_tag": self.truncated_by_tag,
         }
+        if self.split:
+            d["split"] = self.split
         if self.tags is not None:
             d["tags"] = list(self.tags)
         if self.notes is not None:
@@ -249,12 +257,6 @@ def _episode_entry(stats: EpisodeStats | None) -> dict[str, Any]:
     return {"r": float(stats.r), "l": int(stats.l), "s": bool(stats.s), "mask": True}
 
 
-def finished_step_index(num_steps: int) -> int:
-    """The RLDS step whose action finished the episode (the one before the final observation; the only step of
-    a one-step episode)."""
-    return max(num_steps - 2, 0)
-
-
 # --- UI episodes: protos to plain fields ------------------------------------------------------------
 
 UI_OBJECT_FIELDS = (
@@ -276,52 +278,84 @@ UI_OBJECT_FIELDS = (
     "enabled",
     "scrollable",
     "checked",
+    "labels",
+    "human_drawn",
+    "box_corrected",
 )
 
 
-def ui_observation(observation: episode_pb2.Observation) -> dict[str, Any]:
+def object_grounding(
+    observation: episode_pb2.Observation, annotations: Sequence[dict[str, Any]] = ()
+) -> tuple[list[str], list[bool], list[bool]]:
+    """Per object of the screen: its annotators' labels (newline-separated), whether an annotator drew it,
+    whether its box was corrected; from the step's `StepInfo.object_annotations` (as JSON, from the reader)."""
+    n = len(observation.objects)
+    labels, drawn, corrected = [""] * n, [False] * n, [False] * n
+    for note in annotations or ():
+        i = int(note.get("object_index", 0))  # protobuf's JSON leaves out a zero index
+        if 0 <= i < n:
+            labels[i] = "\n".join(note.get("labels") or [])
+            drawn[i] = bool(note.get("human_drawn"))
+            corrected[i] = bool(note.get("box_corrected"))
+    return labels, drawn, corrected
+
+
+def ui_observation(
+    observation: episode_pb2.Observation, *, padded: int = 0, annotations: Sequence[dict[str, Any]] = ()
+) -> dict[str, Any]:
     """A UI screen as fixed-named fields: the screenshot bytes, its size, an object table, and the proto.
 
-    The object table has one row per object (N varies by screen): `bbox` is [N, 4] int32 as
+    The object table has one entry per object (N varies by screen): each `bbox` is 4 int32 as
     (left, top, right, bottom) in screenshot pixels. `proto` is the whole `llm4mobile.proto.Observation`
     without its screenshot (kept once, in `screenshot`), so nothing the converter produced is lost.
+    `annotations` (the step's `object_annotations`) fill the grounding columns `labels`, `human_drawn`,
+    `box_corrected`.
     """
     objs = observation.objects
+    labels, drawn, corrected = object_grounding(observation, annotations)
+    # Lists, one entry per object: envlogger's codec reads an empty array back as None but keeps an empty list.
     table: dict[str, Any] = {
         "id": [o.id for o in objs],
-        "index": np.array([o.index for o in objs], np.int32),
-        "parent_index": np.array([o.parent_index for o in objs], np.int32),
-        "type": np.array([int(o.type) for o in objs], np.int32),
+        "index": [np.int32(o.index) for o in objs],
+        "parent_index": [np.int32(o.parent_index) for o in objs],
+        "type": [np.int32(o.type) for o in objs],
         "android_class": [o.android_class for o in objs],
         "text": [o.text for o in objs],
         "content_desc": [o.content_desc for o in objs],
         "resource_id": [o.resource_id for o in objs],
-        "bbox": np.array(
-            [[o.bbox.left, o.bbox.top, o.bbox.right, o.bbox.bottom] for o in objs], np.int32
-        ).reshape(-1, 4),
-        "grid_location": np.array([int(o.grid_location) for o in objs], np.int32),
-        "depth": np.array([o.dom_position.depth for o in objs], np.int32),
-        "is_leaf": np.array([o.is_leaf for o in objs], np.bool_),
-        "is_actionable": np.array([o.is_actionable for o in objs], np.bool_),
-        "clickable": np.array([o.clickable for o in objs], np.bool_),
-        "visible": np.array([o.visible for o in objs], np.bool_),
-        "enabled": np.array([o.enabled for o in objs], np.bool_),
-        "scrollable": np.array([o.scrollable for o in objs], np.bool_),
-        "checked": np.array([o.checked for o in objs], np.bool_),
+        "bbox": [np.array([o.bbox.left, o.bbox.top, o.bbox.right, o.bbox.bottom], np.int32) for o in objs],
+        "grid_location": [np.int32(o.grid_location) for o in objs],
+        "depth": [np.int32(o.dom_position.depth) for o in objs],
+        "is_leaf": [bool(o.is_leaf) for o in objs],
+        "is_actionable": [bool(o.is_actionable) for o in objs],
+        "clickable": [bool(o.clickable) for o in objs],
+        "visible": [bool(o.visible) for o in objs],
+        "enabled": [bool(o.enabled) for o in objs],
+        "scrollable": [bool(o.scrollable) for o in objs],
+        "checked": [bool(o.checked) for o in objs],
+        "labels": labels,
+        "human_drawn": drawn,
+        "box_corrected": corrected,
     }
     without_screenshot = episode_pb2.Observation()
     without_screenshot.CopyFrom(observation)
     without_screenshot.ClearField("screenshot")
-    return {
+    out = {
         "screenshot": bytes(observation.screenshot),
         "screen_width": np.int32(observation.screen_width),
         "screen_height": np.int32(observation.screen_height),
-        "objects": table,
         "proto": without_screenshot.SerializeToString(deterministic=True),
     }
+    if padded:
+        from pipelines.exporters.ui_objects import padded_objects
+
+        out["objects_padded"] = padded_objects(observation, padded, grounding=(labels, drawn, corrected))
+    else:
+        out["objects"] = table
+    return out
 
 
-def ui_action(action: ui_episode_pb2.Action | None, *, strip: bool) -> dict[str, Any]:
+def ui_action(action: ui_episode_pb2.Action | None, *, strip: bool, padded: int = 0) -> dict[str, Any]:
     """A `stepmark.Action` as scalars; `target_index` is -1 when no object was hit, `raw_json` kept unstripped."""
     a = action if action is not None else ui_episode_pb2.Action()
     out: dict[str, Any] = {
@@ -331,14 +365,30 @@ def ui_action(action: ui_episode_pb2.Action | None, *, strip: bool) -> dict[str,
         "y": np.int32(a.y),
         "end_x": np.int32(a.end_x),
         "end_y": np.int32(a.end_y),
-        "target_index": np.int32(a.target_index if a.HasField("target_index") else -1),
+        "target_index": np.int32(_target_index(a, padded)),
         "target_id": a.target_id,
+        "target_source": a.target_source,
+        "converter_target_index": np.int32(
+            _padded_index(a.converter_target_index, padded) if a.HasField("converter_target_index") else -1
+        ),
         "text": a.text,
         "duration_ms": np.int64(a.duration_ms),
     }
     if not strip:
         out["raw_json"] = a.raw_json
     return out
+
+
+def _target_index(action: ui_episode_pb2.Action, padded: int) -> int:
+    return _padded_index(action.target_index if action.HasField("target_index") else -1, padded)
+
+
+def _padded_index(index: int, padded: int) -> int:
+    if padded:
+        from pipelines.exporters.ui_objects import padded_target
+
+        return padded_target(index, padded)
+    return index
 
 
 # --- the transform -----------------------------------------------------------------------------------
@@ -352,14 +402,38 @@ def _plain_info(info: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+class NoTransition(StepmarkError):
+    """An episode that keeps a single observation (cut at step 0, or a one-screen trace without an action):
+    no transition to train on, and no dm_env episode (FIRST needs a LAST) — a dead letter, never a stub."""
+
+
+def _has_recorded_action(action: ui_episode_pb2.Action | None) -> bool:
+    return action is not None and action.type != ui_episode_pb2.Action.ACTION_UNSPECIFIED
+
+
+def placeholder_ui_observation() -> episode_pb2.Observation:
+    """The final observation of a UI episode whose last screen has a recorded action: the screen that action
+    led to was not captured, so it is an empty screen (no screenshot, no objects, size 0) — the step contract
+    needs a final observation after every transition (`schemas/dataset_spec.md`, "The step contract")."""
+    return episode_pb2.Observation()
+
+
 def transform_episode(
     index: int,
     episode: study_pb2.Episode,
     steps: Sequence[Step],
     options: TransformOptions,
     reader_metadata: dict[str, Any] | None = None,
+    *,
+    split: str = "",
 ) -> ExportEpisode:
-    """Applies truncation, tag fields, stripping and statistics to one episode's steps."""
+    """Applies the step contract, truncation, tag fields, stripping and statistics to one episode's steps.
+
+    The contract (`schemas/dataset_spec.md`): step i holds observation i, the action taken on it and what
+    followed (reward, discount, info, keys); the final step holds the last observation with a padding action
+    (None here; zeros in the files), reward 0 and discount 0, whatever ended the episode; length counts
+    transitions (steps minus one) for every kind of episode.
+    """
     kind = episode_kind(episode)
     strip = options.strip_internal_metadata
     steps = list(steps)
@@ -373,43 +447,57 @@ def transform_episode(
             cut_at = k
     stats = compute_stats(episode, steps, cut_at)
     kept = steps[: cut_at + 1] if cut_at is not None else steps
-    finished = finished_step_index(len(kept))
+    # UI traces record an action on every screen, often the last one too; the screen it led to was not
+    # captured, so an empty placeholder screen becomes the final observation (the action is kept).
+    placeholder = kind == KIND_UI and cut_at is None and _has_recorded_action(kept[-1].action)
+    num_out = len(kept) + (1 if placeholder else 0)
+    if num_out < 2:
+        why = f"cut at step 0 by tag {cut_label!r}" if cut_at == 0 else "a single observation without an action"
+        raise NoTransition(f"episode {episode_name(episode)}: no transition left ({why})")
+    if kind == KIND_UI:  # traces have no rewards; length = transitions, like every episode
+        stats = EpisodeStats(r=stats.r, l=num_out - 1, s=stats.s)
 
     out_steps: list[ExportStep] = []
-    for i, step in enumerate(kept):
-        last = i == len(kept) - 1
-        truncated_here = cut_at is not None and last
-        labels = step_tags(episode, i)
-        # info["episode"] sits with the final observation (the `is_last` step; envlogger's LAST record), where
-        # TFDS's own envlogger->RLDS conversion puts it too; zeros with mask false everywhere else.
+    for i in range(num_out):
+        last = i == num_out - 1
+        step = kept[i] if i < len(kept) else None
+        labels = step_tags(episode, i) if step is not None else set()
+        # info["episode"] sits with the final observation (the `is_last` step; envlogger's LAST record).
         entry = _episode_entry(stats if last else None)
-        info = None
+        info: dict[str, Any] | None = None
         if not strip:
-            # The environment's info of the finishing transition carries the same figures, as recorded.
-            info = _plain_info(step.info if not truncated_here else {})
+            # What this step's action returned; the final step took no action, so it has none.
+            info = {} if last or step is None else _plain_info(step.info)
             info.pop(EPISODE_KEY, None)
-            if i == finished:
-                info[EPISODE_KEY] = _episode_entry(stats)
         if kind == KIND_UI:
-            observation = ui_observation(step.observation)
-            # UI traces record an action on every screen, the last one included (unless cut there).
-            action = ui_action(None if truncated_here else step.action, strip=strip)
+            screen = step.observation if step is not None else placeholder_ui_observation()
+            notes = (step.info or {}).get("object_annotations", []) if step is not None else []
+            observation = ui_observation(screen, padded=options.ui_objects_padded, annotations=notes)
+            action = None if last else ui_action(step.action, strip=strip, padded=options.ui_objects_padded)
+            # Traces do not say whether the task ended: every UI episode ends in a truncation (discount 1).
+            reward, discount, terminal = 0.0, (0.0 if last else 1.0), False
         else:
             observation = step.observation
             action = None if last else step.action
+            reward = 0.0 if last else float(step.reward)
+            discount = 0.0 if last else float(step.discount)
+            terminal = last and cut_at is None and bool(step.is_terminal)
+        # Kept when stripped too: the writers leave the `image` field out then, but TFDS may still store the
+        # recorded JPEG as the observation's frame. UI: the screenshot is the observation's.
+        image = step.image if step is not None and kind != KIND_UI else None
         out_steps.append(
             ExportStep(
                 observation=observation,
                 action=action,
-                reward=0.0 if truncated_here else float(step.reward),
-                discount=1.0 if truncated_here else float(step.discount),
+                reward=reward,
+                discount=discount,
                 is_first=i == 0,
                 is_last=last,
-                is_terminal=False if truncated_here else bool(step.is_terminal and last),
+                is_terminal=terminal,
                 tags={f"{TAG_PREFIX}{label}": label in labels for label in options.step_tag_labels},
                 episode=entry,
-                image=None if strip else step.image,
-                keys=None if strip or truncated_here else [str(k) for k in step.keys],
+                image=image,
+                keys=None if strip else ([] if last or step is None else [str(k) for k in step.keys]),
                 info=info,
             )
         )
@@ -423,7 +511,7 @@ def transform_episode(
         episode_id=episode.id,
         study_id=episode.study_id,
         session_id=episode.session_id,
-        environment_id=episode.environment_id,
+        environment_id=episode.environment_id or (UI_ENVIRONMENT_ID if kind == KIND_UI else ""),
         agent_id=episode.user.email,
         kind=kind,
         state=study_pb2.Episode.State.Name(episode.state),
@@ -433,9 +521,35 @@ def transform_episode(
         truncated_by_tag=cut_label if cut_at is not None else "",
         tags=None if strip else [t.label for t in episode.tags],
         notes=None if strip else episode.notes,
+        split=split,
         ui=ui_fields,
     )
     return ExportEpisode(meta=meta, steps=out_steps)
+
+
+def frame_leaf(sample: ExportEpisode) -> tuple[str, ...] | None:
+    """The observation leaf the recorded JPEG frames depict: a uint8 (H, W, 3) array of the frames' size (the
+    first such leaf by name; () for a bare array observation); None when there is none or no JPEG frame."""
+    from pipelines.hierarchy.screenshot import image_info  # pure: reads the header only
+
+    jpeg = next((s.image for s in sample.steps if s.image), None)
+    if jpeg is None:
+        return None
+    try:
+        info = image_info(jpeg)
+    except Exception:  # noqa: BLE001 - a frame we cannot read: keep the raw arrays
+        return None
+    if info.format != "jpeg":
+        return None
+    stack: list[tuple[tuple[str, ...], Any]] = [((), sample.steps[0].observation)]
+    found = []
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((path + (str(k),), v) for k, v in value.items())
+        elif isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.shape == (info.height, info.width, 3):
+            found.append(path)
+    return min(found) if found else None
 
 
 def info_json(info: dict[str, Any] | None) -> str:

@@ -68,6 +68,8 @@ def test_split_by_spec_archive(data: ExportData, tmp_path: Path, capsys) -> None
         # A mistyped export flag would otherwise reach Beam, which only logs that it discards it.
         (["--study", "x", "--strip-internal-metdata"], "unknown option(s) --strip-internal-metdata"),
         (["--study", "x", "--runner=NoSuchRunner"], "--runner=NoSuchRunner"),
+        (["--study", "x", "--split", "train=0.9,val=0.2"], "add up to 1.1"),
+        (["--study", "x", "--ui-objects", "padded:-3"], "--ui-objects 'padded:-3'"),
     ],
 )
 def test_bad_selections_are_one_line_errors(data: ExportData, tmp_path: Path, capsys, args, message) -> None:
@@ -150,3 +152,20 @@ def test_empty_selection_says_what_the_filters_left_out(data: ExportData, tmp_pa
     assert "no episodes to export" in err and len(err.splitlines()) == 1
     assert "1 rejected" in err and "--include-incomplete" in err  # the study's rejected episode, and the way
     assert not (tmp_path / "o").exists()
+
+
+def test_parquet_with_splits_from_the_command_line(data: ExportData, tmp_path: Path, capsys) -> None:
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "pq"
+    refs = [f"{e.study_id}/{e.session_id}/{e.id}" for e in data.procgen]
+    argv = ["export", "--data", str(data.data_dir), "--out", str(out), "--format", "parquet"]
+    argv += ["--split", "train=0.5,test=0.5", "--split-seed", "1"]
+    for r in refs:
+        argv += ["--episode", r]
+    assert main(argv) == 0
+    table = pq.read_table(out / "data")
+    assert set(table["episode_id"].to_pylist()) == {e.id for e in data.procgen}
+    assert set(table["split"].to_pylist()) <= {"train", "test"}
+    info = json.loads(table.schema.metadata[b"stepmark_export"])
+    assert info["splits"]["seed"] == 1 and info["splits"]["fractions"] == {"train": 0.5, "test": 0.5}

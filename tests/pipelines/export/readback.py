@@ -83,21 +83,29 @@ def envlogger_instance(path: Path) -> dict[str, Any]:
 
 
 def read_tfds(path: Path) -> list[dict[str, Any]]:
-    """Each episode as numpy values, loaded with tfds.builder_from_directory(path).as_dataset('train')."""
+    """Each episode as numpy values, loaded with tfds.builder_from_directory(path), every split, in episode order."""
     import tensorflow_datasets as tfds
 
     builder = tfds.builder_from_directory(str(path))
     out = []
-    for episode in tfds.as_numpy(builder.as_dataset(split="train")):
-        episode = dict(episode)
-        episode["steps"] = list(episode["steps"])
-        out.append(episode)
-    return out
+    for split in sorted(builder.info.splits):
+        for episode in tfds.as_numpy(builder.as_dataset(split=split)):
+            episode = dict(episode)
+            episode["steps"] = list(episode["steps"])
+            out.append(episode)
+    return sorted(out, key=lambda e: int(e["episode_index"]))
+
+
+def tfds_metadata(path: Path) -> dict[str, Any]:
+    import tensorflow_datasets as tfds
+
+    return dict(tfds.builder_from_directory(str(path)).info.metadata or {})
 
 
 def tfds_instance(path: Path) -> dict[str, Any]:
     return {
         "format": "tfds",
+        "dataset_metadata": describe(tfds_metadata(path)),
         "episodes": [
             {
                 "metadata": describe({k: v for k, v in e.items() if k != "steps"}, text=True),

@@ -43,26 +43,24 @@ def _request(data: ExportData, out: Path, **kw) -> export.ExportRequest:
 def test_end_tag_on_step_0_and_on_the_final_step_envlogger(tagged: ExportData, tmp_path: Path) -> None:
     out = tmp_path / "el"
     summary = export.export_episodes(_request(tagged, out))
-    assert summary.episodes == 2 and not summary.dead_letters
-    read = {e["metadata"]["episode_id"]: e for e in readback.read_envlogger(out)}
     p0, p1 = tagged.procgen[:2]
-    # Cut at step 0: only the first observation is left; no transition, so length 0 and return 0.
-    cut = read[p1.id]
-    assert len(cut["records"]) == 1 and cut["records"][0]["step_type"] == 0
-    assert cut["metadata"]["truncated_by_tag"] == "stop"
-    assert (cut["metadata"]["episode_length"], cut["metadata"]["episode_return"]) == (0, 0.0)
-    assert cut["records"][0]["custom_data"]["episode"] == {"r": 0.0, "l": 0, "s": False, "mask": True}
-    assert cut["records"][0]["custom_data"]["tag:stop"] is True
+    # Cut at step 0: no transition is left (and dm_env has no one-record episode): left out, and said so.
+    assert not summary.dead_letters and summary.episodes == 1
+    (skipped,) = summary.skipped
+    assert skipped["episode"] == export.episode_name(p1) and skipped["reason"].startswith("no_transition")
+    assert "step 0" in skipped["reason"] and "stop" in skipped["reason"]
+    read = {e["metadata"]["episode_id"]: e for e in readback.read_envlogger(out)}
+    assert p1.id not in read
     # A tag on the final observation cuts nothing: the episode is whole with the store's statistics.
     whole = read[p0.id]
     assert len(whole["records"]) == p0.num_steps + 1 and whole["metadata"]["truncated_by_tag"] == ""
     assert whole["records"][-1]["step_type"] == 2 and whole["records"][-1]["custom_data"]["tag:stop"]
     assert whole["metadata"]["episode_length"] == p0.num_steps
     assert whole["metadata"]["episode_return"] == pytest.approx(p0.total_reward)
-    assert whole["records"][-1]["custom_data"]["episode"]["l"] == p0.num_steps
+    assert whole["records"][-1]["custom_data"]["info"]["episode"]["l"] == p0.num_steps
     # info["episode"]: exactly r, l, s, mask with their types on every record; mask true on the last only.
     for episode in read.values():
-        entries = [r["custom_data"]["episode"] for r in episode["records"]]
+        entries = [r["custom_data"]["info"]["episode"] for r in episode["records"]]
         for e in entries:  # envlogger's codec hands floats back as numpy.float64 (a float subclass)
             assert sorted(e) == ["l", "mask", "r", "s"]
             assert isinstance(e["r"], float) and type(e["l"]) is int
@@ -74,22 +72,19 @@ def test_end_tag_on_step_0_and_on_the_final_step_envlogger(tagged: ExportData, t
 def test_end_tag_on_step_0_and_on_the_final_step_tfds(tagged: ExportData, tmp_path: Path) -> None:
     out = tmp_path / "tfds"
     summary = export.export_episodes(_request(tagged, out, format="tfds", strip_internal_metadata=True))
-    assert summary.episodes == 2 and not summary.dead_letters
-    read = {e["episode_id"].decode(): e for e in readback.read_tfds(out)}
     p0, p1 = tagged.procgen[:2]
-    (only,) = read[p1.id]["steps"]
-    assert only["is_first"] and only["is_last"] and not only["is_terminal"] and only["tag:stop"]
-    assert int(only["action"]) == 0 and float(only["reward"]) == 0.0  # fixed-shape placeholder action
-    assert read[p1.id]["episode_length"] == 0 and read[p1.id]["truncated_by_tag"] == b"stop"
-    assert bool(only["info"]["episode"]["mask"]) and int(only["info"]["episode"]["l"]) == 0
+    assert not summary.dead_letters and summary.episodes == 1 and len(summary.skipped) == 1
+    read = {e["episode_id"].decode(): e for e in readback.read_tfds(out)}
+    assert p1.id not in read
     whole = read[p0.id]["steps"]
     assert len(whole) == p0.num_steps + 1 and whole[-1]["is_last"] and whole[-1]["tag:stop"]
     assert read[p0.id]["truncated_by_tag"] == b""
     assert int(whole[-1]["info"]["episode"]["l"]) == p0.num_steps
+    assert float(whole[-1]["discount"]) == 0.0 and float(whole[-1]["reward"]) == 0.0
     for step in whole:
         entry = step["info"]["episode"]
         assert sorted(entry) == ["l", "mask", "r", "s"]
-        assert [entry[k].dtype.name for k in ("r", "l", "s", "mask")] == ["float32", "int32", "bool", "bool"]
+        assert [entry[k].dtype.name for k in ("r", "l", "s", "mask")] == ["float64", "int64", "bool", "bool"]
 
 
 # --- temporary folders of killed exports --------------------------------------------------------------------
@@ -159,11 +154,12 @@ def test_episode_without_success_is_a_dead_letter_naming_it(export_data: ExportD
     summary = export.export_episodes(
         export.ExportRequest(data_dir=str(data_dir), out=str(out), study_id=export_data.ui_study_id)
     )
-    (letter,) = summary.dead_letters
-    assert letter.reason == "missing_statistic" and letter.episode == export.episode_name(victim)
+    (letter,) = [d for d in summary.dead_letters if d.episode == export.episode_name(victim)]
+    assert letter.reason == "missing_statistic"
     assert victim.id in letter.error and "success" in letter.error
     exported = [e["metadata"]["episode_id"] for e in readback.read_envlogger(out)]
-    assert victim.id not in exported and len(exported) == len(export_data.ui) - 1
+    # The other one-screen trace has no recorded action: no transition, left out (listed in `skipped`).
+    assert victim.id not in exported and exported == [export_data.ui[0].id]
     assert json.loads((out / export.DEAD_LETTERS_FILE).read_text())["reason"] == "missing_statistic"
 
 

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 
 from pipelines import export
@@ -84,9 +85,10 @@ def test_split_by_spec_round_trip_matches_the_store(export_data: ExportData, tmp
             assert meta["episode_length"] == meta["num_steps"] == n - 1
             assert meta["episode_return"] == pytest.approx(sum(rewards[: n - 1]))
             assert meta["episode_success"] is bool(stored.metadata["success"]) or cut is not None
-            masks = [r["custom_data"]["episode"]["mask"] for r in records]
+            assert records[-1]["custom_data"]["keys"] == [] and meta["tags"] == list(meta["tags"])
+            masks = [r["custom_data"]["info"]["episode"]["mask"] for r in records]
             assert masks == [False] * (n - 1) + [True]
-            last_entry = records[-1]["custom_data"]["episode"]
+            last_entry = records[-1]["custom_data"]["info"]["episode"]
             assert last_entry["l"] == n - 1 and last_entry["r"] == pytest.approx(meta["episode_return"])
             # Step tags: every label of the selection is a boolean on every record.
             for t, r in enumerate(records):
@@ -100,7 +102,7 @@ def test_split_by_spec_round_trip_matches_the_store(export_data: ExportData, tmp
                 }
             if cut is not None:
                 assert meta["truncated_by_tag"] == "goal"
-                assert records[-1]["discount"] == 1.0  # truncation, not termination
+                assert records[-1]["discount"] == 1.0  # dm_env: a truncation, not a termination
                 assert records[-1]["custom_data"]["tag:goal"]
                 assert meta["tags"] == ["good run"] and meta["notes"] == "reached the ledge"
     assert summary.steps == total_steps
@@ -120,13 +122,13 @@ def test_observations_and_actions_survive_unchanged(export_data: ExportData, tmp
             assert (record["observation"][key] == value).all(), key
         if t:
             assert record["action"] == steps[t - 1].action
-        info = json.loads(record["custom_data"]["info"])
-        expected = {} if t == 0 else dict(steps[t - 1].info)
-        # info["episode"] carries the store's figures (total_reward is a float32 there).
-        assert info.pop("episode", None) == pytest.approx(expected.pop("episode", None))
+        # Record t carries step t's metadata: the keys and info of step t's own action (none on the last).
+        last = t == len(read["records"]) - 1
+        info = json.loads(record["custom_data"]["info"]["json"])
+        expected = {} if last else dict(steps[t].info)
+        expected.pop("episode", None)  # one home for the statistics: custom_data["info"]["episode"]
         assert info == expected
-        # envlogger's codec reads an empty list back as None.
-        assert (record["custom_data"]["keys"] or []) == ([] if t == 0 else steps[t - 1].keys)
+        assert record["custom_data"]["keys"] == ([] if last else steps[t].keys)
 
 
 def test_selection_by_refs_tag_state_and_the_include_flags(export_data: ExportData, tmp_path: Path) -> None:
@@ -167,7 +169,8 @@ def test_strip_internal_metadata_leaves_fixed_fields(export_data: ExportData, tm
     )
     read = readback.read_envlogger(out)
     keys = {frozenset(r["custom_data"]) for e in read for r in e["records"]}
-    assert keys == {frozenset({"episode", "tag:goal", "tag:jump"})}
+    assert keys == {frozenset({"info", "tag:goal", "tag:jump"})}
+    assert {frozenset(r["custom_data"]["info"]) for e in read for r in e["records"]} == {frozenset({"episode"})}
     for e in read:
         assert "tags" not in e["metadata"] and "notes" not in e["metadata"]
         assert e["metadata"]["episode_id"] and e["metadata"]["episode_length"] >= 1
@@ -279,19 +282,37 @@ def test_ui_episodes_export_to_envlogger(export_data: ExportData, tmp_path: Path
     summary = export.export_episodes(
         request(export_data, out, study_id=export_data.ui_study_id, end_of_episode_tags=["done"])
     )
-    assert summary.episodes == len(export_data.ui)
+    # The one-screen Rico traces have no recorded action: no transition, left out and listed.
+    one_screen = [e for e in export_data.ui if e.num_steps == 1]
+    assert summary.episodes == len(export_data.ui) - len(one_screen) and not summary.dead_letters
+    assert sorted(s["episode"] for s in summary.skipped) == sorted(export.episode_name(e) for e in one_screen)
     read = {e["metadata"]["episode_id"]: e for e in readback.read_envlogger(out)}
     multi = read[export_data.ui[0].id]
     assert len(multi["records"]) == 5 and multi["metadata"]["truncated_by_tag"] == "done"
+    assert multi["metadata"]["environment_id"] == "android-ui"
     assert multi["metadata"]["kind"] == "ui" and multi["metadata"]["app_package"]
     assert [r["custom_data"]["tag:login"] for r in multi["records"]] == [False, True, False, False, False]
     obs = multi["records"][1]["observation"]
-    assert obs["screenshot"][:2] in (b"\xff\xd8", b"\x89P") and obs["objects"]["bbox"].shape[1] == 4
+    assert obs["screenshot"][:2] in (b"\xff\xd8", b"\x89P") and len(obs["objects"]["bbox"][0]) == 4
     action = multi["records"][1]["action"]  # the action taken on screen 0
     assert action["type_name"] != "" and set(action) >= {"x", "y", "target_index", "text"}
     with open_store(None, export_data.data_dir) as repo:
         stored = repo.get_episode(export_data.ref(export_data.ui[0]))
-    assert multi["metadata"]["episode_length"] == 5 and stored.num_steps > 5
+    assert multi["metadata"]["episode_length"] == 4 and stored.num_steps > 5  # transitions, like env episodes
+    # Uncut, the last screen's recorded action leads to an empty placeholder screen (kept, not dropped).
+    uncut = tmp_path / "uncut"
+    export.export_episodes(request(export_data, uncut, study_id=export_data.ui_study_id))
+    read = {e["metadata"]["episode_id"]: e for e in readback.read_envlogger(uncut)}
+    for stored_ui in export_data.ui[:1]:
+        records = read[stored_ui.id]["records"]
+        assert records[0]["step_type"] == 0 and records[-1]["step_type"] == 2 and len(records) >= 2
+        assert read[stored_ui.id]["metadata"]["episode_length"] == len(records) - 1
+        assert records[-1]["custom_data"]["info"]["episode"]["mask"] and records[-1]["discount"] == 1.0
+        if len(records) == stored_ui.num_steps + 1:  # the placeholder: no screenshot, no objects
+            final = records[-1]["observation"]
+            assert final["screenshot"] == b"" and final["objects"]["id"] == [] and final["screen_width"] == 0
+            assert records[-1]["action"]["type_name"] != "ACTION_UNSPECIFIED"
+    assert read[export_data.ui[0].id]["metadata"]["tags"] == []
     jsonschema.validate(readback.envlogger_instance(out), readback.schema())
 
 
@@ -356,4 +377,37 @@ def test_pickle_stored_episodes_export_like_envlogger_ones(export_data: ExportDa
     _, read = readback.read_envlogger(out)
     assert read["metadata"]["episode_id"] == episode.id and len(read["records"]) == episode.num_steps + 1
     assert [r["custom_data"]["tag:jump"] for r in read["records"][:3]] == [False, True, False]
-    assert read["records"][-1]["custom_data"]["episode"]["l"] == episode.num_steps
+    assert read["records"][-1]["custom_data"]["info"]["episode"]["l"] == episode.num_steps
+
+
+def test_export_serializer_reads_back_like_envlogger_codec(export_data: ExportData) -> None:
+    """The exporter's record bytes decode (with envlogger's own codec) to what the codec itself would have
+    written, on real records of both environments and UI episodes — except that empty lists and dicts stay
+    empty (the codec's own encoding reads them back as None) and dicts come back in sorted key order."""
+    from envlogger.converters import codec
+
+    from pipelines.exporters import envlogger_writer
+    from pipelines.exporters.transform import TransformOptions, transform_episode
+
+    for episode in [export_data.procgen[0], export_data.nethack[0], export_data.ui[0]]:
+        with open_episode(episode, export_data.data_dir) as reader:
+            steps, meta = list(reader), reader.metadata
+        exported = transform_episode(0, episode, steps, TransformOptions(step_tag_labels=("jump",)), meta)
+        for record in envlogger_writer.episode_records(exported):
+            ours = codec.decode(envlogger_writer.encode(tuple(record)))
+            theirs = codec.decode(codec.encode(record))
+            assert _same(ours, theirs), episode.id
+        decoded = codec.decode(envlogger_writer.encode(exported.meta.to_dict()))
+        assert decoded["tags"] == list(exported.meta.tags)  # [] stays [] (the codec would give None)
+
+
+def _same(ours, theirs) -> bool:  # type: ignore[no-untyped-def]
+    if isinstance(ours, dict):
+        return isinstance(theirs, dict) and set(ours) == set(theirs) and all(_same(ours[k], theirs[k]) for k in ours)
+    if isinstance(ours, list | tuple) and not isinstance(theirs, list | tuple):
+        return len(ours) == 0 and theirs is None  # the codec's None for an empty list
+    if isinstance(ours, list | tuple):
+        return len(ours) == len(theirs) and all(_same(a, b) for a, b in zip(ours, theirs, strict=True))
+    if isinstance(ours, np.ndarray) or isinstance(theirs, np.ndarray):
+        return np.array_equal(np.asarray(ours), np.asarray(theirs))
+    return ours == theirs

@@ -62,7 +62,7 @@ def test_round_trip_matches_the_store(export_data: ExportData, tmp_path: Path) -
             )
             if cut is not None:
                 assert e["truncated_by_tag"] == b"goal" and not got[-1]["is_terminal"]
-                assert float(got[-1]["discount"]) == 1.0 and got[-1]["tag:goal"]
+                assert float(got[-1]["discount"]) == 0.0 and got[-1]["tag:goal"]  # the one final-step rule
                 assert list(e["tags"]) == [b"good run"] and e["notes"] == b"reached the ledge"
     nethack = readback.read_tfds(out / NETHACK_ENV)[0]["steps"][0]["observation"]
     with open_episode(export_data.nethack[0], export_data.data_dir) as reader:
@@ -114,10 +114,14 @@ def test_strip_gives_fixed_shape_steps(export_data: ExportData, tmp_path: Path) 
 def test_ui_episodes_as_rlds(export_data: ExportData, tmp_path: Path) -> None:
     out = tmp_path / "ui"
     summary = export.export_episodes(request(export_data, out, study_id=export_data.ui_study_id))
-    assert summary.episodes == len(export_data.ui)
+    assert summary.episodes == 1 and len(summary.skipped) == len(export_data.ui) - 1  # one-screen traces
     episodes = {e["episode_id"].decode(): e for e in readback.read_tfds(out)}
     multi = episodes[export_data.ui[0].id]
-    assert len(multi["steps"]) == export_data.ui[0].num_steps
+    # The last screen's recorded action leads to an empty placeholder screen: one step more than screens.
+    assert len(multi["steps"]) == export_data.ui[0].num_steps + 1
+    final = multi["steps"][-1]["observation"]
+    assert final["screenshot"] == b"" and final["objects"]["bbox"].shape == (0, 4)
+    assert int(multi["episode_length"]) == export_data.ui[0].num_steps
     assert [bool(s["tag:login"]) for s in multi["steps"][:3]] == [False, True, False]
     obs = multi["steps"][0]["observation"]
     assert obs["screenshot"][:2] in (b"\xff\xd8", b"\x89P")
@@ -129,7 +133,7 @@ def test_ui_episodes_as_rlds(export_data: ExportData, tmp_path: Path) -> None:
     assert len(proto.objects) == n and not proto.screenshot
     action = multi["steps"][0]["action"]
     assert action["type_name"] != b"" and "raw_json" in action
-    assert multi["kind"] == b"ui" and multi["app_package"]
+    assert multi["kind"] == b"ui" and multi["app_package"] and multi["environment_id"] == b"android-ui"
     jsonschema.validate(readback.tfds_instance(out), readback.schema())
 
 
@@ -162,4 +166,31 @@ def test_envlogger_export_converts_with_tfds_own_rlds_reader(export_data: Export
     first = converted[0]["steps"]
     assert len(first["is_last"]) == 6 and list(first["is_last"]) == [False] * 5 + [True]
     assert list(first["tag:goal"]) == [False] * 5 + [True] and list(first["tag:jump"])[2]
-    assert list(first["episode"]["mask"]) == [False] * 5 + [True] and first["episode"]["l"][-1] == 5
+    assert list(first["info"]["episode"]["mask"]) == [False] * 5 + [True] and first["info"]["episode"]["l"][-1] == 5
+
+
+def test_a_normal_tfds_export_prints_no_tensorflow_log_lines(export_data: ExportData, tmp_path: Path) -> None:
+    """The command in a process of its own (TensorFlow's C++ start-up lines go straight to fd 2), without
+    TF_CPP_MIN_LOG_LEVEL in the environment: stderr holds no TensorFlow/absl line."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_")}
+    out = tmp_path / "quiet"
+    ref = export_data.ref(export_data.procgen[0])
+    done = subprocess.run(
+        [sys.executable, "-m", "stepmark", "export", "--data", str(export_data.data_dir), "--format", "tfds",
+         "--episode", f"{ref.study_id}/{ref.session_id}/{ref.episode_id}", "--out", str(out)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    noisy = [
+        line
+        for line in done.stderr.splitlines()
+        if any(w in line for w in ("tensorflow", "TensorFlow", "oneDNN", "absl", "cpu_feature", "deprecated"))
+    ]
+    assert noisy == []
+    assert "exported 1 episode(s)" in done.stdout

@@ -95,10 +95,11 @@ def _exports(data: ExportData, tmp_path: Path, fmt: str) -> Iterator[Path]:
         pytest.fail("UI fixtures were not converted: the UI half of the spec cannot be checked")
     env_refs = [data.ref(e) for e in data.procgen]
     for name, kw in {
-        "env": {"refs": env_refs, "end_of_episode_tags": ["goal"]},
+        "env": {"refs": env_refs, "end_of_episode_tags": ["goal"], "splits": "train=0.5,test=0.5"},
         "env-strip": {"refs": env_refs, "strip_internal_metadata": True},
         "ui": {"study_id": data.ui_study_id, "end_of_episode_tags": ["done"]},
         "ui-strip": {"study_id": data.ui_study_id, "strip_internal_metadata": True},
+        "ui-padded": {"study_id": data.ui_study_id, "ui_objects": "padded:8"},
     }.items():
         out = tmp_path / f"{fmt}-{name}"
         export.export_episodes(

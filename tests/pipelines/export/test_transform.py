@@ -9,6 +9,7 @@ from pipelines.episodes.stats import stats_from_info
 from pipelines.exporters.transform import (
     InconsistentEpisode,
     MissingStatistic,
+    NoTransition,
     TransformOptions,
     cut_point,
     step_tag_labels,
@@ -40,11 +41,16 @@ def test_uncut_episode_keeps_every_step_and_the_stored_statistics(export_data: E
     assert out.meta.episode_success is bool(episode.metadata["success"])
     assert [s.tags["tag:jump"] for s in out.steps] == [i == 4 for i in range(len(steps))]
     assert not any(s.tags["tag:goal"] for s in out.steps)
-    # info["episode"] on the final observation only; the finishing transition's own info agrees.
+    # info["episode"] on the final step only, agreeing with what the recorder put in the finishing
+    # transition's info (which the export leaves out of info/json: one home for the statistics).
     masks = [s.episode["mask"] for s in out.steps]
     assert masks.index(True) == len(steps) - 1 and masks.count(True) == 1
-    assert stats_from_info(out.steps[-2].info).l == episode.num_steps == out.steps[-1].episode["l"]
-    assert out.steps[-1].is_last and out.steps[-1].action is None
+    assert stats_from_info(steps[-2].info).l == episode.num_steps == out.steps[-1].episode["l"]
+    assert "episode" not in out.steps[-2].info
+    last = out.steps[-1]
+    assert last.is_last and last.action is None and (last.reward, last.discount) == (0.0, 0.0)
+    assert last.keys == [] and last.info == {}
+    assert [s.keys for s in out.steps[:-1]] == [list(s.keys) for s in steps[:-1]]  # step i's own action
     assert [s.reward for s in out.steps[:-1]] == [s.reward for s in steps[:-1]]
 
 
@@ -56,7 +62,9 @@ def test_cut_at_the_first_end_tag_is_a_truncation(export_data: ExportData) -> No
     out = transform_episode(0, episode, steps, options, meta)
     assert out.num_steps == 6
     last = out.steps[-1]
-    assert last.is_last and not last.is_terminal and last.discount == 1.0 and last.reward == 0.0
+    # The final step of a cut follows the one rule: padding action, reward 0, discount 0, not terminal.
+    assert last.is_last and not last.is_terminal and last.discount == 0.0 and last.reward == 0.0
+    assert last.action is None and out.steps[4].discount == 1.0
     assert last.tags["tag:goal"] and last.observation is steps[5].observation
     assert not any(s.is_last for s in out.steps[:-1])
     assert out.meta.episode_length == 5 and out.meta.truncated_by_tag == "goal"
@@ -67,7 +75,29 @@ def test_cut_at_the_first_end_tag_is_a_truncation(export_data: ExportData) -> No
         "s": False,
         "mask": True,
     }
-    assert out.steps[4].info["episode"]["l"] == 5  # the info dict agrees with the statistics
+    assert "episode" not in out.steps[4].info
+
+
+def test_cut_at_step_0_leaves_no_transition(export_data: ExportData) -> None:
+    episode = study_pb2.Episode()
+    episode.CopyFrom(export_data.procgen[0])
+    episode.step_metadata[0].tags.add(label="stop")
+    steps, meta = steps_of(export_data, episode)
+    with pytest.raises(NoTransition, match="step 0"):
+        transform_episode(0, episode, steps, TransformOptions(end_of_episode_tags=("stop",)), meta)
+
+
+def test_ui_episode_length_counts_transitions(export_data: ExportData) -> None:
+    episode = export_data.ui[0]
+    steps, meta = steps_of(export_data, episode)
+    out = transform_episode(0, episode, steps, TransformOptions(), meta)
+    last_action = steps[-1].action
+    placeholder = last_action is not None and last_action.type != 0
+    assert out.num_steps == len(steps) + (1 if placeholder else 0)
+    assert out.meta.episode_length == out.num_steps - 1 == out.steps[-1].episode["l"]
+    assert out.meta.environment_id == "android-ui"
+    assert out.steps[-1].action is None and all(s.action is not None for s in out.steps[:-1])
+    assert all(s.discount == 1.0 for s in out.steps[:-1]) and not out.steps[-1].is_terminal
 
 
 def test_end_tag_absent_leaves_the_episode_whole(export_data: ExportData) -> None:
@@ -82,7 +112,8 @@ def test_strip_keeps_ids_and_statistics_only(export_data: ExportData) -> None:
     steps, meta = steps_of(export_data, episode)
     assert any(s.image for s in steps) and episode.tags and episode.notes
     out = transform_episode(0, episode, steps, TransformOptions(strip_internal_metadata=True), meta)
-    assert all(s.image is None and s.keys is None and s.info is None for s in out.steps)
+    # Stripped: no keys or info; the frames stay for the writers (TFDS stores them as the observation).
+    assert all(s.keys is None and s.info is None for s in out.steps)
     assert out.meta.tags is None and out.meta.notes is None
     d = out.meta.to_dict()
     assert "tags" not in d and "notes" not in d
