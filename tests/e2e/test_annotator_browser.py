@@ -235,7 +235,7 @@ def test_tag_a_ui_step_select_objects_and_find_the_tag_after_reload(server, brow
     page.close()
 
 
-def test_grounding_retarget_label_and_draw_on_a_ui_step_then_undo(server, browser):
+def test_grounding_retarget_label_and_draw_on_a_ui_step_then_undo(server, browser, tmp_path):
     from pipelines.store import grounding
 
     url, data_dir, study = server
@@ -272,11 +272,32 @@ def test_grounding_retarget_label_and_draw_on_a_ui_step_then_undo(server, browse
     page.wait_for_function(f"() => ({FRAME_STEP_JS})() === 1", timeout=60_000)
     page.locator(".sm-g-list div").nth(2).wait_for(timeout=30_000)
     assert page.locator(".sm-g-target").inner_text().startswith(f"Target: object #{chosen} (annotator")
+    assert _exported_grounding(data_dir, study.id, episode.id, tmp_path / "before") == (True, True, True)
     page.locator(".sm-frame").click()
     page.keyboard.press("Control+z")  # the newest change on this episode: the drawn box
     player_message(page, "Undid: box drawn")
     wait_store(lambda: kinds() == ["label", "target"])
+    assert _exported_grounding(data_dir, study.id, episode.id, tmp_path / "after") == (True, True, False)
     page.close()
+
+
+def _exported_grounding(data_dir: Path, study_id: str, episode_id: str, out: Path) -> tuple[bool, bool, bool]:
+    """Export the study (envlogger, Alice's annotations) and read it back with envlogger's reader: (an
+    annotator's target, a labelled object, a drawn box) found in the episode."""
+    from pipelines import export
+    from tests.pipelines.export.readback import read_envlogger
+
+    request = export.ExportRequest(data_dir=str(data_dir), out=str(out), study_id=study_id, annotations="mine",
+                                   user=ALICE)  # fmt: skip
+    assert not export.export_episodes(request).dead_letters
+    records = next(e for e in read_envlogger(out) if e["metadata"]["episode_id"] == episode_id)["records"]
+    actions = [r["action"] for r in records if isinstance(r["action"], dict)]
+    objects = [r["observation"]["objects"] for r in records]
+    return (
+        any(a["target_source"] == "annotator" for a in actions),
+        any(label == "goal_element" for o in objects for label in o["labels"]),
+        any(bool(x) for o in objects for x in o["human_drawn"]),
+    )
 
 
 def test_undo_acts_on_the_episode_on_screen_redo_restores_and_authors_are_kept(server, browser):
