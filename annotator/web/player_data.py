@@ -21,8 +21,10 @@ from protos.rlds_creator import study_pb2
 
 # A screenshot is shown at most this tall; larger ones are decoded at a reduced scale (JPEG) or refused.
 DISPLAY_HEIGHT = 1280
-# Pixels decoded for one frame at most: a decompression bomb (12000x12000) is refused before decoding.
-MAX_DECODE_PIXELS = 40_000_000
+# Pixels decoded for one frame at most (4096x4096): a JPEG is decoded at a reduced scale first, so this bounds
+# PNG/WebP screenshots, which Pillow can only decode whole (about 3 bytes a pixel, twice while scaling); a
+# decompression bomb (12000x12000) is refused before decoding.
+MAX_DECODE_PIXELS = 4096 * 4096
 MAX_JSON_CHARS = 4000
 MAX_OBJECTS = 5000
 STEPS_PER_REQUEST = 200
