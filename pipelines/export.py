@@ -34,11 +34,9 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import StandardOptions
-from apache_beam.runners.runner import create_runner
 from google.protobuf import json_format
 
-from pipelines.beam_options import pipeline_options
+from pipelines.beam_options import check_runner, pipeline_options
 from pipelines.episodes import open_episode
 from pipelines.episodes.ui import UiEpisodeReader
 from pipelines.errors import StepmarkError
@@ -607,12 +605,7 @@ def check_beam_args(beam_args: Sequence[str]) -> None:
     first because runner-specific options (e.g. DaskRunner's) register when the runner's module is imported.
     """
     options = pipeline_options(beam_args)
-    runner = options.view_as(StandardOptions).runner
-    if isinstance(runner, str):
-        try:
-            create_runner(runner)
-        except (ValueError, ImportError) as exc:
-            raise StepmarkError(f"--runner={runner}: {exc}") from None
+    check_runner(options)
     beam_logger = logging.getLogger("apache_beam.options.pipeline_options")
     level = beam_logger.level
     beam_logger.setLevel(logging.ERROR)  # its "Discarding unparseable args" warning: we raise instead

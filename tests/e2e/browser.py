@@ -3,9 +3,16 @@ Streamlit to finish a run."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
+import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -31,3 +38,32 @@ def wait_idle(page) -> None:
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=30_000
     )
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM (the annotator closes live recordings then), SIGKILL if it has not exited after 20 s."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@contextlib.contextmanager
+def annotate_server(data_dir: Path, *args: str, port: int | None = None) -> Iterator[str]:
+    """`stepmark annotate --data DATA_DIR ARGS` on a free loopback port, its output in DATA_DIR/annotate.log;
+    yields its URL once healthy and stops it afterwards."""
+    from annotator.launch import free_port
+
+    port = port or free_port()
+    with (Path(data_dir) / "annotate.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "stepmark", "annotate", "--data", str(data_dir), "--port", str(port), *args],
+            stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}/"
+        try:
+            wait_healthy(url, process)
+            yield url
+        finally:
+            stop(process)

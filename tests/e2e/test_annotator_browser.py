@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,12 +20,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from annotator.launch import free_port
 from annotator.operations import ref_key, ref_of
 from pipelines.store import open_store
 from pipelines.store.models import StepTagRow
 from tests.annotator.annotator_data import ALICE, BOB, build_env_data, import_ui_fixtures
-from tests.e2e.browser import wait_healthy, wait_idle
+from tests.e2e.browser import annotate_server, wait_idle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -55,26 +51,8 @@ def server(tmp_path_factory, fixtures_dir):
     study = import_ui_fixtures(data_dir, fixtures_dir)
     env = build_env_data(data_dir, episodes=2, max_steps=90)  # two Procgen episodes of up to 90 steps
     env.repo.set_palette(env.study.id, PALETTE, ALICE)
-    port = free_port()
-    log = (data_dir / "annotate.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "stepmark", "annotate", "--data", str(data_dir), "--port", str(port),
-         "--user", ALICE],  # fmt: skip
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_healthy(url, process)
+    with annotate_server(data_dir, "--user", ALICE) as url:
         yield url, data_dir, study
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
 
 
 def shot(page, name: str) -> None:

@@ -5,7 +5,6 @@ stored under the logged-in e-mail, in the store and in the audit log."""
 from __future__ import annotations
 
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from annotator.launch import free_port
 from annotator.operations import ref_key, ref_of
 from pipelines.store import open_store
 from tests.annotator.annotator_data import build_env_data
-from tests.e2e.browser import CHROMIUM, CHROMIUM_FLAGS, wait_healthy
+from tests.e2e.browser import CHROMIUM, CHROMIUM_FLAGS, annotate_server, stop
 from tests.e2e.test_annotator_browser import FRAME_STEP_JS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -63,25 +62,12 @@ def login_server(tmp_path_factory):
         f'server_metadata_url = "{issuer}/.well-known/openid-configuration"\n',
         encoding="utf-8",
     )
-    log = (tmp / "annotate.log").open("wb")
-    annotator = subprocess.Popen(
-        [sys.executable, "-m", "stepmark", "annotate", "--data", str(data.data_dir), "--port", str(port),
-         "--login-config", str(config)],  # fmt: skip
-        stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/"
     try:
         _wait_http(issuer + "/.well-known/openid-configuration", provider)
-        wait_healthy(url, annotator)
-        yield url, data
+        with annotate_server(data.data_dir, "--login-config", str(config), port=port) as url:
+            yield url, data
     finally:
-        for process in (annotator, provider):
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        log.close()
+        stop(provider)
 
 
 def test_log_in_with_openid_connect_then_tag_a_step_under_the_logged_in_email(login_server):

@@ -5,19 +5,14 @@ the two pages are saved as DIR/label.png and DIR/quality.png."""
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from annotator.launch import free_port
 from pipelines.store import queue
 from pipelines.store.queue import QueueConfig
 from protos.rlds_creator import client_pb2
 from tests.annotator.annotator_data import ALICE, BOB, build_env_data
-from tests.e2e.browser import wait_healthy, wait_idle
+from tests.e2e.browser import annotate_server, wait_idle
 from tests.e2e.test_annotator_browser import FRAME_STEP_JS, shot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -36,24 +31,8 @@ def team_server(tmp_path_factory):
         queue.mark_done(repo, taken.episode_id, user, snapshot=False)
     held = queue.next_episode(repo, env.study.id, ALICE)  # Alice's next one, open on the Label page
     queue.set_step_label(repo, held.episode_id, ALICE, 0, "start")
-    port = free_port()
-    log = (env.data_dir / "annotate.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "stepmark", "annotate", "--data", str(env.data_dir), "--port", str(port),
-         "--user", ALICE],
-        stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2],
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_healthy(url, process)
+    with annotate_server(env.data_dir, "--user", ALICE) as url:
         yield url, env
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
 
 
 def test_label_and_quality_pages(team_server, browser):
