@@ -39,6 +39,7 @@ class Player {
     this.frames = new Map(); // step -> HTMLImageElement (decoded)
     this.loading = new Map(); // step -> Promise
     this.failed = new Set();
+    this.failedWhy = new Map(); // step -> the route's reason, shown instead of the frame
     this.steps = new Map(); // step -> per-step data
     this.stepChunks = new Map(); // chunk start -> Promise
     this.playing = false;
@@ -210,7 +211,12 @@ class Player {
       img.onerror = () => {
         this.loading.delete(step);
         this.failed.add(step);
-        resolve(null);
+        // An <img> cannot read why: ask once more for the route's JSON reason (too large, none stored, ...).
+        fetch(this.frameUrl(step), { headers: this.headers, credentials: "same-origin" })
+          .then((r) => r.json())
+          .then((body) => this.failedWhy.set(step, body.error || "no frame"))
+          .catch(() => this.failedWhy.set(step, "no frame"))
+          .finally(() => resolve(null));
       };
     });
     this.loading.set(step, p);
@@ -336,7 +342,7 @@ class Player {
     const canvas = el(this.root, ".sm-canvas");
     canvas.getContext("2d").clearRect(0, 0, canvas.width, canvas.height);
     el(this.root, ".sm-overlay").getContext("2d").clearRect(0, 0, canvas.width, canvas.height);
-    this.markFrame(step, `step ${step}: no frame stored`);
+    this.markFrame(step, this.failedWhy.get(step) || `step ${step}: no frame`);  // the reason names the step
   }
 
   renderHeader() {
