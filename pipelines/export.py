@@ -20,11 +20,8 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import shutil
-import socket
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,6 +38,7 @@ from pipelines.episodes import open_episode
 from pipelines.episodes.ui import UiEpisodeReader
 from pipelines.errors import StepmarkError
 from pipelines.exporters import archive, envlogger_writer, spaces
+from pipelines.exporters.request import DatasetSummary, DeadLetter, ExportRequest, ExportSummary
 from pipelines.exporters.selection import (
     SelectionQuery,
     SpecGroup,
@@ -50,6 +48,14 @@ from pipelines.exporters.selection import (
     select_episodes,
 )
 from pipelines.exporters.splits import SplitSpec, parse_splits
+from pipelines.exporters.staging import (
+    OWNER_FILE,
+    check_out,
+    new_staging,
+    publish_file,
+    publish_folder,
+    remove_stale_staging,
+)
 from pipelines.exporters.transform import (
     KIND_UI,
     UI_ENVIRONMENT_ID,
@@ -64,7 +70,7 @@ from pipelines.exporters.transform import (
 )
 from pipelines.exporters.ui_objects import parse_ui_objects
 from pipelines.store import open_store
-from protos.rlds_creator import client_pb2, study_pb2
+from protos.rlds_creator import study_pb2
 
 FORMATS = ("envlogger", "tfds", "parquet")
 SUMMARY_FILE = "stepmark_export.json"
@@ -72,109 +78,6 @@ DEAD_LETTERS_FILE = "dead_letters.jsonl"
 WORK_DIR = "_work"
 NAMESPACE = "stepmark.export"
 Progress = Callable[[float], None]
-
-
-@dataclass
-class ExportRequest:
-    """Everything one export needs. `from_download_request` maps the protocol's DownloadEpisodesRequest."""
-
-    data_dir: str
-    out: str
-    format: str = "envlogger"
-    store_url: str | None = None
-    refs: list[client_pb2.EpisodeRef] = field(default_factory=list)
-    study_id: str | None = None
-    tag: str | None = None
-    state: str | None = None
-    archive: bool = False
-    strip_internal_metadata: bool = False
-    end_of_episode_tags: list[str] = field(default_factory=list)
-    include_incomplete: bool = False
-    include_invalid_sessions: bool = False
-    split_by_spec: bool = False
-    splits: str = ""  # --split train=0.8,val=0.1,test=0.1 (empty: one split, train)
-    split_seed: int = 0
-    lossless_images: bool = False  # TFDS: keep raw frame arrays (and `image`) instead of the recorded JPEG
-    ui_objects: str = ""  # "" / "full": the ragged object table; "padded:N": fixed-shape tensors with a mask
-    annotations: str = "consensus"  # grounding annotations applied to UI episodes: none|mine|all|consensus
-    user: str = ""  # whose annotations `mine` means
-    beam_args: list[str] = field(default_factory=list)
-
-    @classmethod
-    def from_download_request(
-        cls,
-        request: client_pb2.DownloadEpisodesRequest,
-        *,
-        data_dir: str | os.PathLike[str],
-        out: str | os.PathLike[str],
-        format: str = "envlogger",  # noqa: A002 - the option's name
-        store_url: str | None = None,
-        **kwargs: Any,
-    ) -> ExportRequest:
-        return cls(
-            data_dir=str(data_dir),
-            out=str(out),
-            format=format,
-            store_url=store_url,
-            refs=[client_pb2.EpisodeRef.FromString(r.SerializeToString()) for r in request.refs],
-            archive=request.archive,
-            strip_internal_metadata=request.strip_internal_metadata,
-            end_of_episode_tags=list(request.end_of_episode_tags),
-            **kwargs,
-        )
-
-
-@dataclass
-class DeadLetter:
-    episode: str  # study/session/episode
-    reason: str  # unreadable | missing_statistic | inconsistent | no_transition | spec_mismatch | write_failed
-    error: str
-
-
-@dataclass
-class DatasetSummary:
-    name: str
-    path: str  # where the dataset is inside the output (the output itself for a single dataset)
-    kind: str
-    environment_id: str
-    episodes: int = 0
-    steps: int = 0
-    bytes: int = 0
-
-
-@dataclass
-class ExportSummary:
-    out: str
-    format: str
-    archive: bool
-    datasets: list[DatasetSummary] = field(default_factory=list)
-    episodes: int = 0
-    steps: int = 0
-    bytes: int = 0
-    dead_letters: list[DeadLetter] = field(default_factory=list)
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    counters: dict[str, int] = field(default_factory=dict)  # Beam counters (namespace stepmark.export)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def describe(self) -> str:
-        lines = [
-            f"exported {self.episodes} episode(s), {self.steps} step(s), {self.bytes:,} bytes "
-            f"as {self.format}{' (ZIP)' if self.archive else ''} to {self.out}"
-        ]
-        if len(self.datasets) > 1:
-            for d in self.datasets:
-                lines.append(
-                    f"  {d.path}: {d.episodes} episode(s), {d.steps} step(s) [{d.environment_id or d.kind}]"
-                )
-        if self.counters:
-            lines.append("  counters: " + ", ".join(f"{k}={v}" for k, v in self.counters.items()))
-        for s in self.skipped:
-            lines.append(f"  left out {s['episode']}: {s['reason']}")
-        for d in self.dead_letters:
-            lines.append(f"  dead letter {d.episode}: {d.reason}: {d.error}")
-        return "\n".join(lines)
 
 
 # --- per-episode work (runs on the workers) ---------------------------------------------------------------
@@ -506,97 +409,6 @@ def _counters(result: Any) -> dict[str, int]:
     return dict(sorted(totals.items()))
 
 
-def _check_out(out: str) -> Path:
-    if not out.strip():
-        raise StepmarkError("--out is empty: give the dataset folder (or ZIP file with --archive) to create")
-    path = Path(out).absolute()
-    if path.exists() or path.is_symlink():
-        raise StepmarkError(f"{path}: already exists; choose another --out (exports never overwrite)")
-    if path.parent.exists() and not path.parent.is_dir():
-        raise StepmarkError(f"{path.parent}: not a folder, so --out cannot be created inside it")
-    if not path.parent.is_dir():
-        raise StepmarkError(f"{path.parent}: the folder for --out does not exist")
-    return path
-
-
-# --- temporary folders -------------------------------------------------------------------------------------
-
-OWNER_FILE = "stepmark_export_owner.json"
-
-
-def _process_start(pid: int) -> str:
-    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22); "" when unknown.
-
-    With the pid it identifies a process for good: a pid reused after a crash has another start time.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
-def _new_staging(out: Path) -> Path:
-    """`<out>.tmp-<pid>-<random>`, created with an owner file naming this process (host, pid, start time)."""
-    pid = os.getpid()
-    staging = out.with_name(f"{out.name}.tmp-{pid}-{uuid.uuid4().hex[:12]}")
-    staging.mkdir()
-    owner = {"host": socket.gethostname(), "pid": pid, "start": _process_start(pid)}
-    (staging / OWNER_FILE).write_text(json.dumps(owner) + "\n", encoding="utf-8")
-    return staging
-
-
-def _staging_owner_alive(folder: Path, pid: int) -> bool:
-    """Whether the export that made `folder` may still be running (when unsure: yes, keep the folder)."""
-    try:
-        owner = json.loads((folder / OWNER_FILE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        # Between mkdir and the owner file, or a folder older than owner files: the pid in the name decides.
-        return _pid_alive(pid)
-    except (OSError, ValueError):
-        return True
-    if owner.get("host") != socket.gethostname():  # another machine's export on a shared filesystem
-        return True
-    if not _pid_alive(pid):
-        return False
-    start = _process_start(pid)
-    return not (start and owner.get("start") and start != owner["start"])  # a reused pid is not the owner
-
-
-def remove_stale_staging(out: Path) -> list[Path]:
-    """Removes the temporary folders of exports whose process is gone (SIGKILL, power loss, OOM kill: nothing
-    ran their cleanup) from `out`'s folder: `<out>.tmp-<pid>-*` folders, and those of other outputs there
-    that carry an export owner file (the annotator gives every export a new name, so a killed one would
-    otherwise never be retried and cleaned). Folders of live exports and of other hosts are left alone."""
-    pattern = re.compile(r"^(?P<name>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]{12}$")
-    removed = []
-    try:
-        siblings = list(out.parent.iterdir())
-    except OSError:
-        return removed
-    for folder in siblings:
-        match = pattern.match(folder.name)
-        if match is None or folder.is_symlink() or not folder.is_dir():
-            continue
-        if match.group("name") != out.name and not (folder / OWNER_FILE).is_file():
-            continue  # not provably an export's folder
-        if _staging_owner_alive(folder, int(match.group("pid"))):
-            continue
-        shutil.rmtree(folder, ignore_errors=True)
-        removed.append(folder)
-    return removed
-
-
 def check_beam_args(beam_args: Sequence[str]) -> None:
     """Refuses an unknown runner or a flag that is neither an export option nor a Beam pipeline option.
 
@@ -628,7 +440,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
     """Runs one export; `progress(percent)` gets 0-100. Raises StepmarkError for bad requests or mixed specs."""
     if request.format not in FORMATS:
         raise StepmarkError(f"unknown format {request.format!r} (choose from {', '.join(FORMATS)})")
-    out = _check_out(request.out)
+    out = check_out(request.out)
     check_beam_args(request.beam_args)
     split_spec = parse_splits(request.splits, request.split_seed) if request.splits else None
     parse_ui_objects(request.ui_objects)  # a bad value is an error before any work
@@ -664,7 +476,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         ui_objects_padded=parse_ui_objects(request.ui_objects),
     )
     remove_stale_staging(out)
-    staging = _new_staging(out)
+    staging = new_staging(out)
     root = staging / "dataset" if request.archive else staging
     progress_dir = str(staging / "progress")
     summary = ExportSummary(
@@ -781,50 +593,16 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         if request.archive:
             zip_tmp = staging / "dataset.zip"
             summary.bytes = archive.write_zip(root, zip_tmp)
-            _publish_file(zip_tmp, out)
+            publish_file(zip_tmp, out)
             shutil.rmtree(staging, ignore_errors=True)
         else:
-            _publish_folder(staging, out)
+            publish_folder(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     if progress:
         progress(100.0)
     return summary
-
-
-def _appeared(out: Path) -> StepmarkError:
-    return StepmarkError(
-        f"{out}: appeared while exporting (another export to the same --out?); not overwritten"
-    )
-
-
-def _publish_file(tmp: Path, out: Path) -> None:
-    """Moves the finished ZIP to `out` in one step without ever replacing a file that appeared meanwhile
-    (a hard link fails on an existing name, where a rename would silently overwrite it)."""
-    try:
-        os.link(tmp, out)
-    except FileExistsError:
-        raise _appeared(out) from None
-    except OSError:  # a filesystem without hard links: check, then rename (a small window remains)
-        if out.exists() or out.is_symlink():
-            raise _appeared(out) from None
-        os.rename(tmp, out)
-        return
-    os.unlink(tmp)
-
-
-def _publish_folder(staging: Path, out: Path) -> None:
-    """Renames the finished folder to `out`; a rename never replaces a non-empty folder, and an `out` that
-    appeared meanwhile (even empty) is refused rather than replaced."""
-    if out.exists() or out.is_symlink():
-        raise _appeared(out)
-    try:
-        os.rename(staging, out)
-    except OSError as exc:
-        if out.exists():
-            raise _appeared(out) from exc
-        raise
 
 
 def _derived_specs(sample: ExportEpisode) -> dict[str, Any] | None:

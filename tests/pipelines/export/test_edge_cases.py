@@ -15,6 +15,7 @@ import pytest
 
 from pipelines import export
 from pipelines.errors import StepmarkError
+from pipelines.exporters import staging
 from pipelines.store import open_store
 from tests.pipelines.export import readback
 from tests.pipelines.export.export_data import ALICE, ExportData, copy_data
@@ -101,7 +102,7 @@ def _fake_staging(out: Path, pid: int, owner: dict | None, suffix: str) -> Path:
     folder.mkdir()
     (folder / "metadata.riegeli").write_bytes(b"half-written")
     if owner is not None:
-        (folder / export.OWNER_FILE).write_text(json.dumps(owner))
+        (folder / staging.OWNER_FILE).write_text(json.dumps(owner))
     return folder
 
 
@@ -110,7 +111,7 @@ def test_next_export_removes_temp_folders_of_dead_exports_only(
 ) -> None:
     out = tmp_path / "ds"
     host, me, dead = socket.gethostname(), os.getpid(), _dead_pid()
-    my_start = export._process_start(me)
+    my_start = staging.process_start(me)
     assert my_start  # /proc is there: the start time identifies this process
     gone = _fake_staging(out, dead, {"host": host, "pid": dead, "start": "1"}, "0" * 12)
     gone_no_owner = _fake_staging(out, dead, None, "1" * 12)
@@ -136,7 +137,7 @@ def test_next_export_removes_temp_folders_of_dead_exports_only(
     assert not other_out.exists()
     assert live.exists() and other_host.exists() and other_out_live.exists() and not_ours.exists()
     assert len(readback.read_envlogger(out)) == 1
-    assert not (out / export.OWNER_FILE).exists()  # the owner file never ends up in a dataset
+    assert not (out / staging.OWNER_FILE).exists()  # the owner file never ends up in a dataset
 
 
 def test_episode_without_success_is_a_dead_letter_naming_it(export_data: ExportData, tmp_path: Path) -> None:
