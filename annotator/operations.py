@@ -333,10 +333,14 @@ class EpisodeFilter:
 class ExportOptions:
     """What the Export page asks for beyond the protocol's DownloadEpisodesRequest."""
 
-    format: str = "envlogger"  # or "tfds"
+    format: str = "envlogger"  # any of pipelines.export.FORMATS
     out_dir: Path | None = None
     include_incomplete: bool = False
     split_by_spec: bool = False  # one dataset per environment when the selection mixes them
+    splits: str = ""  # "train=0.8,val=0.1,test=0.1" (empty: one split, train); checked by the export
+    split_seed: int = 0
+    ui_objects: str = ""  # UI episodes: "" (the full object table) or "padded:N"
+    annotations: str = "consensus"  # UI episodes: which grounding annotations apply (none|mine|all|consensus)
 
 
 class Operations:
@@ -707,6 +711,11 @@ class Operations:
             store_url=self.store_url,
             include_incomplete=opts.include_incomplete,
             split_by_spec=opts.split_by_spec,
+            splits=opts.splits,
+            split_seed=opts.split_seed,
+            ui_objects=opts.ui_objects,
+            annotations=opts.annotations,
+            user=self.user,  # whose annotations `mine` means: the annotator who exports
         )
 
         def report(percent: float) -> None:  # the pipeline reports 0-100, the page wants 0-1

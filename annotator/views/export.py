@@ -40,6 +40,21 @@ def download(path: Path) -> None:
     )
 
 
+# Every format `stepmark export` writes (tests check this matches pipelines.export.FORMATS), as the page names
+# them. Kept here so the page does not import Beam just to draw a radio button.
+FORMAT_LABELS = {
+    "envlogger": "envlogger / RLDS (Riegeli)",
+    "tfds": "TFDS dataset",
+    "parquet": "Parquet (pandas, Hugging Face datasets)",
+}
+ANNOTATION_LABELS = {
+    "consensus": "consensus of annotators",
+    "all": "every annotator's",
+    "mine": "only mine",
+    "none": "none (as converted)",
+}
+
+
 def render() -> None:
     ops = session.operations()
     st.title("Export")
@@ -57,8 +72,8 @@ def render() -> None:
         st.session_state["export_pick"] = [k for k in st.session_state.get("export_refs", []) if k in keys]
     chosen = st.multiselect("Episodes", keys, format_func=labels.get, key="export_pick")
     c1, c2 = st.columns(2)
-    fmt = c1.radio("Format", ["envlogger", "tfds"], horizontal=True, key="export_format",
-                   format_func={"envlogger": "envlogger / RLDS (Riegeli)", "tfds": "TFDS dataset"}.get)  # fmt: skip
+    fmt = c1.radio("Format", list(FORMAT_LABELS), horizontal=True, key="export_format",
+                   format_func=FORMAT_LABELS.get)  # fmt: skip
     archive = (
         c2.radio("As", ["ZIP archive", "folder"], horizontal=True, key="export_archive") == "ZIP archive"
     )
@@ -72,12 +87,37 @@ def render() -> None:
         key="export_split",
         help="UI episodes and each environment have their own observation/action specs",
     )
+    c3, c4 = st.columns(2)
+    splits = c3.text_input(
+        "Splits by episode",
+        placeholder="train=0.8,val=0.1,test=0.1",
+        key="export_splits",
+        help="Each episode goes to one split by a hash of its id, so adding episodes never moves old ones. "
+        "Empty: one split, train.",
+    ).strip()
+    seed = int(c4.number_input("Split seed", min_value=0, step=1, value=0, key="export_split_seed"))
+    c5, c6 = st.columns(2)
+    padded = int(c5.number_input(
+        "UI objects per screen (0: the full object table)", min_value=0, max_value=4096, step=16, value=0,
+        key="export_ui_padded", help="UI episodes: N fixed-shape object rows with a mask, for models",
+    ))  # fmt: skip
+    annotations = c6.selectbox("UI grounding annotations applied", list(ANNOTATION_LABELS),
+                               format_func=ANNOTATION_LABELS.get, key="export_annotations")  # fmt: skip
     studies = {parse_ref_key(k).study_id for k in chosen}
     recent = sorted({t for s in studies for t in ops.recent_tags(s, limit=50)})
     end_tags = st.multiselect("End-of-episode step tags (cut each episode at the first such step)", recent,
                               accept_new_options=True, key="export_end_tags")  # fmt: skip
     # What the result on screen was made from: a result for another selection or other options is not offered.
-    wanted = (tuple(chosen), fmt, archive, strip, include_incomplete, split, tuple(end_tags))
+    options = ExportOptions(
+        format=fmt,
+        include_incomplete=include_incomplete,
+        split_by_spec=split,
+        splits=splits,
+        split_seed=seed,
+        ui_objects=f"padded:{padded}" if padded else "",
+        annotations=annotations,
+    )
+    wanted = (tuple(chosen), archive, strip, tuple(end_tags), options)
     if st.button("Export", icon=":material/archive:", type="primary", disabled=not chosen, key="export_run"):
         st.session_state.pop("export_result", None)
         request = client_pb2.DownloadEpisodesRequest(
@@ -90,7 +130,7 @@ def render() -> None:
         try:
             response = ops.download_episodes(
                 request,
-                ExportOptions(format=fmt, include_incomplete=include_incomplete, split_by_spec=split),
+                options,
                 progress=lambda f: bar.progress(f, text=f"Exporting… {f:.0%}"),
             )
         except StepmarkError as exc:

@@ -140,3 +140,41 @@ def test_a_mixed_selection_is_split_into_one_dataset_per_environment(env_data, m
     at.checkbox(key="export_split").uncheck().run()
     at.button(key="export_run").click().run()
     assert "cannot share one dataset" in at.error[0].value
+
+
+def test_the_page_offers_every_export_format():
+    """A format the command line writes but the page leaves out is a format annotators cannot reach."""
+    from annotator.views.export import FORMAT_LABELS
+    from pipelines.export import FORMATS
+
+    assert list(FORMAT_LABELS) == list(FORMATS)
+
+
+def test_export_page_writes_parquet_split_by_episode(env_data, monkeypatch):
+    import pyarrow.parquet as pq
+
+    at = export_page(env_data, monkeypatch)
+    at.multiselect(key="export_pick").set_value([ref_key(ref_of(e)) for e in env_data.episodes]).run()
+    at.radio(key="export_format").set_value("parquet")
+    at.radio(key="export_archive").set_value("folder")
+    at.text_input(key="export_splits").set_value("train=0.5,test=0.5")
+    at.number_input(key="export_split_seed").set_value(3)
+    at.button(key="export_run").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    folder = md_unescape(at.success[0].value).removeprefix("Export ready: ")
+    table = pq.read_table(f"{folder}/data")
+    ids = {str(e.id) for e in env_data.episodes}
+    assert set(table.column("episode_id").to_pylist()) == ids
+    per_episode = dict(zip(table.column("episode_id").to_pylist(), table.column("split").to_pylist(), strict=True))
+    assert set(per_episode.values()) <= {"train", "test"}
+    assert table.num_rows == sum(e.num_steps + 1 for e in env_data.episodes)
+
+
+def test_export_page_names_a_bad_split(env_data, monkeypatch):
+    at = export_page(env_data, monkeypatch)
+    at.multiselect(key="export_pick").set_value([ref_key(ref_of(env_data.episodes[0]))]).run()
+    at.text_input(key="export_splits").set_value("train=0.8,val=0.8")
+    at.button(key="export_run").click().run()
+    assert not at.exception, at.exception
+    assert at.error and "split" in at.error[0].value.lower(), [e.value for e in at.error]
+    assert not at.get("download_button")
