@@ -57,7 +57,15 @@ from starlette.routing import BaseRoute, Route
 
 from annotator.operations import episode_kind
 from annotator.web import context
-from annotator.web.replay_routes import RequestError, Where, _body, _guarded, _int, _ref, _with_body
+from annotator.web.routes_common import (
+    RequestError,
+    Where,
+    episode_ref,
+    guarded,
+    json_body,
+    whole_number,
+    with_body,
+)
 from pipelines.exporters import grounding as apply
 from pipelines.store import grounding as store
 from pipelines.store.errors import StoreError
@@ -125,7 +133,7 @@ def _object_id(body: dict[str, Any], record, step: int, drawn: list[store.Annota
     ids = [o.id for o in objects] + [a.object_id for a in drawn]
     oid, index = body.get("object_id"), body.get("object_index")
     if index is not None:
-        index = _int(index, "object_index")
+        index = whole_number(index, "object_index")
         if not 0 <= index < len(ids):
             raise RequestError(f"object_index {index} is out of range: step {step} has {len(ids)} objects")
     if oid is not None:
@@ -171,15 +179,15 @@ def _added(made: store.Annotation, what: str) -> str:
 
 
 def _get_step(request: Request, claims: context.Claims, where: Where) -> Response:
-    ref = _ref(request)
-    step = _int(request.path_params["step"], "step")
+    ref = episode_ref(request)
+    step = whole_number(request.path_params["step"], "step")
     return JSONResponse(_step_payload(where, ref, step, claims.user), headers={"cache-control": "no-store"})
 
 
 def _add(request: Request, claims: context.Claims, where: Where) -> Response:
-    ref = _ref(request)
-    step = _int(request.path_params["step"], "step")
-    body = _body(request)
+    ref = episode_ref(request)
+    step = whole_number(request.path_params["step"], "step")
+    body = json_body(request)
     kind = body.get("kind")
     if kind not in store.KINDS:
         raise RequestError(f"kind must be one of {', '.join(store.KINDS)}, got {kind!r}")
@@ -216,9 +224,9 @@ def _add(request: Request, claims: context.Claims, where: Where) -> Response:
 
 
 def _remove(request: Request, claims: context.Claims, where: Where) -> Response:
-    ref = _ref(request)
-    step = _int(request.path_params["step"], "step")
-    annotation_id = _int(request.path_params["annotation"], "annotation id")
+    ref = episode_ref(request)
+    step = whole_number(request.path_params["step"], "step")
+    annotation_id = whole_number(request.path_params["annotation"], "annotation id")
     gone = store.remove(where.repo(), ref, annotation_id, claims.user)
     payload = _step_payload(where, ref, step, claims.user)
     if gone is None:
@@ -228,7 +236,7 @@ def _remove(request: Request, claims: context.Claims, where: Where) -> Response:
 
 
 def _labels(request: Request, claims: context.Claims, where: Where) -> Response:
-    ref = _ref(request)
+    ref = episode_ref(request)
     where.repo().get_episode(ref)  # 404 for an unknown episode
     return JSONResponse(
         {"ok": True, "labels": store.label_set(where.repo(), ref.study_id), "kinds": list(store.KINDS),
@@ -239,7 +247,7 @@ def _labels(request: Request, claims: context.Claims, where: Where) -> Response:
 
 def _undo_or_redo(redo: bool):
     def handler(request: Request, claims: context.Claims, where: Where) -> Response:
-        ref = _ref(request)
+        ref = episode_ref(request)
         repo = where.repo()
         entry = (repo.redo_last if redo else repo.undo_last)(claims.user, ref=ref)
         verb = "Redid" if redo else "Undid"
@@ -270,11 +278,11 @@ def routes(settings: context.Settings | None = None) -> list[BaseRoute]:
     where = Where(settings or context.settings())
     step = PREFIX + "/steps/{step}"
     return [
-        Route(PREFIX + "/labels", _guarded(_labels, where), methods=["GET"]),
-        Route(step, _guarded(_get_step, where), methods=["GET"]),
-        Route(step, _with_body(_add, where), methods=["POST"]),
-        Route(step + "/annotations/{annotation}", _guarded(_remove, where), methods=["DELETE"]),
-        Route(step + "/annotations/{annotation}/remove", _with_body(_remove, where), methods=["POST"]),
-        Route(PREFIX + "/undo", _with_body(_undo_or_redo(redo=False), where), methods=["POST"]),
-        Route(PREFIX + "/redo", _with_body(_undo_or_redo(redo=True), where), methods=["POST"]),
+        Route(PREFIX + "/labels", guarded(_labels, where), methods=["GET"]),
+        Route(step, guarded(_get_step, where), methods=["GET"]),
+        Route(step, with_body(_add, where), methods=["POST"]),
+        Route(step + "/annotations/{annotation}", guarded(_remove, where), methods=["DELETE"]),
+        Route(step + "/annotations/{annotation}/remove", with_body(_remove, where), methods=["POST"]),
+        Route(PREFIX + "/undo", with_body(_undo_or_redo(redo=False), where), methods=["POST"]),
+        Route(PREFIX + "/redo", with_body(_undo_or_redo(redo=True), where), methods=["POST"]),
     ]

@@ -16,86 +16,32 @@ step index the browser sends: the step whose frame was on screen when the key wa
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from annotator.operations import episode_kind
 from annotator.web import context, player_data
-from pipelines.errors import StepmarkError
+from annotator.web.routes_common import (
+    RequestError,
+    Where,
+    episode_ref,
+    guarded,
+    json_body,
+    whole_number,
+    with_body,
+)
 from pipelines.store.audit import describe
-from protos.rlds_creator import client_pb2
 
 PREFIX = "/api/replay/{study}/{session}/{episode}"
 LABELS = "/api/labels/{study}/{session}/{episode}"
-MAX_BODY = 16 * 1024
 MAX_LABEL = 256
 
 
-class RequestError(StepmarkError):
-    """A request the player should not have sent (bad step, bad body): 400 with the reason."""
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"ok": False, "error": message}, status_code=status, headers={"cache-control": "no-store"})
-
-
-def _claims(request: Request) -> context.Claims:
-    return context.verify(request.headers.get("x-stepmark-token") or request.query_params.get("t"))
-
-
-def _ref(request: Request) -> client_pb2.EpisodeRef:
-    p = request.path_params
-    return client_pb2.EpisodeRef(study_id=p["study"], session_id=p["session"], episode_id=p["episode"])
-
-
-class Where:
-    """The store and episode files the routes serve (the server's settings)."""
-
-    def __init__(self, settings: context.Settings) -> None:
-        self.settings = settings
-
-    def repo(self):
-        return context.repository(self.settings.store, str(self.settings.data_dir))
-
-    def open(self, ref: client_pb2.EpisodeRef):
-        episode = self.repo().get_episode(ref)
-        return episode, context.readers(str(self.settings.data_dir))(episode)
-
-
-def _int(value: Any, name: str) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise RequestError(f"{name} must be a whole number, got {value!r}") from None
-
-
-def _guarded(handler, where: Where):
-    """Token check, then the handler in a worker thread (readers and the store block); errors become JSON."""
-
-    async def endpoint(request: Request) -> Response:
-        try:
-            claims = _claims(request)
-        except context.TokenError as exc:
-            return _error(401, str(exc))
-        try:
-            return await run_in_threadpool(handler, request, claims, where)
-        except (RequestError, player_data.FrameError) as exc:
-            return _error(400 if isinstance(exc, RequestError) else 404, str(exc))
-        except StepmarkError as exc:
-            name = type(exc).__name__
-            status = 404 if "NotFound" in name else 403 if "Permission" in name else 409
-            return _error(status, str(exc))
-
-    return endpoint
-
-
 def _meta(request: Request, claims: context.Claims, where: Where) -> Response:
-    ref = _ref(request)
+    ref = episode_ref(request)
     episode, reader = where.open(ref)
     palette = list(where.repo().get_palette(ref.study_id))
     body = {
@@ -110,20 +56,20 @@ def _meta(request: Request, claims: context.Claims, where: Where) -> Response:
 
 
 def _steps(request: Request, claims: context.Claims, where: Where) -> Response:
-    ref = _ref(request)
+    ref = episode_ref(request)
     episode, reader = where.open(ref)
     kind = episode_kind(episode)
-    start = max(0, _int(request.query_params.get("start", 0), "start"))
-    end = min(len(reader), _int(request.query_params.get("end", start + 50), "end"))
+    start = max(0, whole_number(request.query_params.get("start", 0), "start"))
+    end = min(len(reader), whole_number(request.query_params.get("end", start + 50), "end"))
     end = min(end, start + player_data.STEPS_PER_REQUEST)
     steps = [player_data.step_payload(reader.step(i), kind) for i in range(start, end)]
     return JSONResponse({"start": start, "steps": steps}, headers={"cache-control": "private, max-age=3600"})
 
 
 def _frame(request: Request, claims: context.Claims, where: Where) -> Response:
-    ref = _ref(request)
+    ref = episode_ref(request)
     episode, reader = where.open(ref)
-    index = _int(request.path_params["step"], "step")
+    index = whole_number(request.path_params["step"], "step")
     if not 0 <= index < len(reader):
         raise RequestError(f"step {index} is out of range: the episode has {len(reader)} steps")
     picture = player_data.frame(reader.step(index), episode_kind(episode))
@@ -133,7 +79,7 @@ def _frame(request: Request, claims: context.Claims, where: Where) -> Response:
 
 
 def _tags_now(request: Request, claims: context.Claims, where: Where) -> Response:
-    episode = where.repo().get_episode(_ref(request))
+    episode = where.repo().get_episode(episode_ref(request))
     return JSONResponse(player_data.tags_payload(episode), headers={"cache-control": "no-store"})
 
 
@@ -146,22 +92,9 @@ def _label(body: dict[str, Any]) -> str:
     return label.strip()
 
 
-def _body(request: Request) -> dict[str, Any]:
-    raw = request.state.body
-    if len(raw) > MAX_BODY:
-        raise RequestError("request body too large")
-    try:
-        body = json.loads(raw or b"{}")
-    except ValueError:
-        raise RequestError("request body is not JSON") from None
-    if not isinstance(body, dict):
-        raise RequestError("request body must be a JSON object")
-    return body
-
-
 def _change_tags(request: Request, claims: context.Claims, where: Where) -> Response:
-    ref = _ref(request)
-    body = _body(request)
+    ref = episode_ref(request)
+    body = json_body(request)
     repo = where.repo()
     op, scope, label = body.get("op"), body.get("scope"), _label(body)
     if op not in ("add", "remove") or scope not in ("step", "segment", "episode"):
@@ -171,11 +104,11 @@ def _change_tags(request: Request, claims: context.Claims, where: Where) -> Resp
         ok = (repo.add_episode_tag if op == "add" else repo.remove_episode_tag)(ref, label, user)
         message = f"{'Tagged' if op == 'add' else 'Removed from'} the episode: {label}"
     elif scope == "step":
-        step = _int(body.get("step"), "step")
+        step = whole_number(body.get("step"), "step")
         ok = (repo.add_step_tag if op == "add" else repo.remove_step_tag)(ref, step, label, user)
         message = f"{'Tagged' if op == 'add' else 'Removed from'} step {step}: {label}"
     else:
-        start, end = sorted((_int(body.get("step"), "step"), _int(body.get("end"), "end")))
+        start, end = sorted((whole_number(body.get("step"), "step"), whole_number(body.get("end"), "end")))
         changer = repo.add_segment_tag if op == "add" else repo.remove_segment_tag
         count = changer(ref, start, end, label, user)
         ok = bool(count)
@@ -188,7 +121,7 @@ def _change_tags(request: Request, claims: context.Claims, where: Where) -> Resp
 
 def _undo_or_redo(redo: bool):
     def handler(request: Request, claims: context.Claims, where: Where) -> Response:
-        ref = _ref(request)
+        ref = episode_ref(request)
         repo = where.repo()
         entry = (repo.redo_last if redo else repo.undo_last)(claims.user, ref=ref)
         if entry is None:
@@ -215,7 +148,7 @@ def _labels_payload(repo, episode_id: str, user: str) -> dict[str, Any]:
 
 
 def _labels_now(request: Request, claims: context.Claims, where: Where) -> Response:
-    ref = _ref(request)
+    ref = episode_ref(request)
     where.repo().get_episode(ref)  # NotFound for an unknown episode
     return JSONResponse(_labels_payload(where.repo(), ref.episode_id, claims.user), headers={"cache-control": "no-store"})
 
@@ -223,12 +156,12 @@ def _labels_now(request: Request, claims: context.Claims, where: Where) -> Respo
 def _change_labels(request: Request, claims: context.Claims, where: Where) -> Response:
     from pipelines.store import queue
 
-    ref = _ref(request)
-    body = _body(request)
+    ref = episode_ref(request)
+    body = json_body(request)
     op, label = body.get("op"), _label(body)
     if op not in ("add", "remove") or body.get("scope", "step") != "step":
         raise RequestError("op must be add/remove; labels are per step")
-    step = _int(body.get("step"), "step")
+    step = whole_number(body.get("step"), "step")
     _, reader = where.open(ref)
     if not 0 <= step < len(reader):
         raise RequestError(f"step {step} is out of range: the episode has {len(reader)} steps")
@@ -237,28 +170,17 @@ def _change_labels(request: Request, claims: context.Claims, where: Where) -> Re
     return JSONResponse({"ok": ok, "message": message, **_labels_payload(where.repo(), ref.episode_id, claims.user)})
 
 
-def _with_body(handler, where: Where):
-    """Read the body on the event loop (Starlette's stream), then hand over to the threaded handler."""
-    guarded = _guarded(handler, where)
-
-    async def endpoint(request: Request) -> Response:
-        request.state.body = await request.body()
-        return await guarded(request)
-
-    return endpoint
-
-
 def routes(settings: context.Settings | None = None) -> list[BaseRoute]:
     """The player's routes over the store and episode files of `settings` (default: this process's)."""
     where = Where(settings or context.settings())
     return [
-        Route(PREFIX + "/meta", _guarded(_meta, where), methods=["GET"]),
-        Route(PREFIX + "/steps", _guarded(_steps, where), methods=["GET"]),
-        Route(PREFIX + "/frames/{step}", _guarded(_frame, where), methods=["GET"]),
-        Route(PREFIX + "/tags", _guarded(_tags_now, where), methods=["GET"]),
-        Route(PREFIX + "/tags", _with_body(_change_tags, where), methods=["POST"]),
-        Route(PREFIX + "/undo", _with_body(_undo_or_redo(redo=False), where), methods=["POST"]),
-        Route(PREFIX + "/redo", _with_body(_undo_or_redo(redo=True), where), methods=["POST"]),
-        Route(LABELS, _guarded(_labels_now, where), methods=["GET"]),
-        Route(LABELS, _with_body(_change_labels, where), methods=["POST"]),
+        Route(PREFIX + "/meta", guarded(_meta, where), methods=["GET"]),
+        Route(PREFIX + "/steps", guarded(_steps, where), methods=["GET"]),
+        Route(PREFIX + "/frames/{step}", guarded(_frame, where), methods=["GET"]),
+        Route(PREFIX + "/tags", guarded(_tags_now, where), methods=["GET"]),
+        Route(PREFIX + "/tags", with_body(_change_tags, where), methods=["POST"]),
+        Route(PREFIX + "/undo", with_body(_undo_or_redo(redo=False), where), methods=["POST"]),
+        Route(PREFIX + "/redo", with_body(_undo_or_redo(redo=True), where), methods=["POST"]),
+        Route(LABELS, guarded(_labels_now, where), methods=["GET"]),
+        Route(LABELS, with_body(_change_labels, where), methods=["POST"]),
     ]

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from annotator.operations import ref_key, ref_of
-from annotator.web import context, guard, player_data, replay_routes
+from annotator.web import context, guard, player_data, replay_routes, routes_common
 from pipelines.episodes import open_episode
 from pipelines.episodes.base import Step
 from tests.annotator.annotator_data import ALICE, BOB, build_env_data, import_ui_fixtures
@@ -151,7 +151,7 @@ def test_bad_bodies_and_steps_out_of_range_are_refused(client, store):
     episode = env.episodes[0]
     reply = client.post(url(episode, "tags"), content=b"[1, 2", headers=auth())
     assert reply.status_code == 400 and "not JSON" in reply.json()["error"]
-    reply = client.post(url(episode, "tags"), content=b"x" * (replay_routes.MAX_BODY + 1), headers=auth())
+    reply = client.post(url(episode, "tags"), content=b"x" * (routes_common.MAX_BODY + 1), headers=auth())
     assert reply.status_code == 400 and "too large" in reply.json()["error"]
     beyond = {"op": "add", "scope": "step", "step": 10_000, "label": "a"}
     assert client.post(url(episode, "tags"), json=beyond, headers=auth()).status_code >= 400
