@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 import streamlit as st
 
@@ -315,19 +317,11 @@ def roles_and_palette(ops, study: study_pb2.StudySpec, is_creator: bool) -> None
     else:
         st.caption("No palette yet" + (": add up to 9 labels below." if may_edit_palette else "."))
     if may_edit_palette:
-        text = st.text_area(
-            "Palette labels, one per line, in key order (at most 9)",
-            "\n".join(palette),
-            key=f"palette_{study.id}",
-        )
-        if st.button("Save palette", key=f"palette_save_{study.id}"):
-            try:
-                saved = ops.set_palette(study.id, _lines(text))
-            except StepmarkError as exc:
-                st.error(md_escape(str(exc)))
-            else:
-                session.confirm(f"Palette saved ({len(saved)} label{'s' if len(saved) != 1 else ''})")
-                st.rerun()
+        _edit_lines(
+            "Palette labels, one per line, in key order (at most 9)", palette, "palette", study.id,
+            "Save palette", lambda lines: ops.set_palette(study.id, lines),
+            lambda n: f"Palette saved ({n} label{'s' if n != 1 else ''})",
+        )  # fmt: skip
 
     st.markdown("**Reviewers** (may change the state of anyone's episode and remove anyone's tags)")
     if reviewers:
@@ -337,18 +331,26 @@ def roles_and_palette(ops, study: study_pb2.StudySpec, is_creator: bool) -> None
     else:
         st.caption("No reviewer: only each episode's user and the study's creator change others' work.")
     if is_creator:
-        text = st.text_area(
-            "Reviewers, one user name or e-mail per line", "\n".join(reviewers), key=f"reviewers_{study.id}"
-        )
-        if st.button("Save reviewers", key=f"reviewers_save_{study.id}"):
-            try:
-                saved = ops.set_reviewers(study.id, _lines(text))
-            except StepmarkError as exc:
-                st.error(md_escape(str(exc)))
-            else:
-                session.confirm(f"Reviewers saved ({len(saved)})")
-                st.rerun()
+        _edit_lines(
+            "Reviewers, one user name or e-mail per line", reviewers, "reviewers", study.id,
+            "Save reviewers", lambda lines: ops.set_reviewers(study.id, lines), lambda n: f"Reviewers saved ({n})",
+        )  # fmt: skip
 
+
+def _edit_lines(
+    label: str, current: list[str], key: str, study_id: str, button: str, save: Callable[[list[str]], list[str]],
+    saved_message: Callable[[int], str],
+) -> None:
+    """A one-item-per-line list with a Save button: the store checks it (its refusal is shown as plain text)."""
+    text = st.text_area(label, "\n".join(current), key=f"{key}_{study_id}")
+    if st.button(button, key=f"{key}_save_{study_id}"):
+        try:
+            saved = save(_lines(text))
+        except StepmarkError as exc:
+            st.error(md_escape(str(exc)))
+        else:
+            session.confirm(saved_message(len(saved)))
+            st.rerun()
 
 if __name__ == "__main__":  # run as a Streamlit page (importing it, e.g. in tests, renders nothing)
     render()
