@@ -1,7 +1,7 @@
 // The stepmark live recorder: a WebSocket to the annotator's own server (/api/record/ws) that steps the
 // environment. The browser sends key-down/key-up state and the Gamepad API's buttons/axes as they happen and
 // draws the JPEG frames that come back, acknowledging each one (the server then sends the newest frame: a slow
-// browser misses frames, never inputs). Esc pauses and resumes, Enter starts the next episode, the save/reject
+// browser misses frames, never inputs). Esc pauses and resumes (Shift+Esc in games that use Esc), Enter starts the next episode, the save/reject
 // decision at the end of an episode is made here. Text from the server goes into the page with textContent only.
 
 const recorders = (window.__stepmarkRecorders = window.__stepmarkRecorders || new Map());
@@ -14,6 +14,7 @@ const STATUS = {
   ready: "Press Enter (or Next episode) to start the next episode",
   running: "Recording",
   paused: "Paused: Esc or Enter resumes",
+  pausedGameEsc: "Paused: Esc or Enter resumes (Shift+Esc pauses: Esc goes to the game)",
   ended: "The episode has ended: save or reject it",
   closed: "Recording closed",
 };
@@ -150,7 +151,7 @@ class LiveRecorder {
 
   setStatus(state) {
     this.state = state;
-    const status = STATUS[state] || state;
+    const status = (state === "paused" && "Escape" in this.keyMap ? STATUS.pausedGameEsc : STATUS[state]) || state;
     el(this.root, ".lr-status").textContent = this.sync || state !== "running" ? status : `${status} (clock on)`;
     el(this.root, ".lr-frame").setAttribute("data-state", state);
     el(this.root, ".lr-save").hidden = state !== "ended";
@@ -162,6 +163,8 @@ class LiveRecorder {
 
   showKeys(keys) {
     this.keyMap = keys;
+    const pause = el(this.root, "[data-act=pause]");
+    pause.title = "Escape" in keys ? "Pause / resume (Shift+Esc; Esc goes to the game)" : "Pause / resume (Esc)";
     const table = el(this.root, ".lr-keys");
     table.textContent = "";
     for (const [key, meaning] of Object.entries(keys)) {
@@ -185,7 +188,10 @@ class LiveRecorder {
 
   onKeyDown(e) {
     if (this.disposed || typing(e) || this.state === "closed" || this.state === "connecting") return;
-    if (e.key === "Escape") {
+    // Esc pauses and resumes, unless the game itself uses Esc (NetHack: cancel a prompt) and the recording is
+    // running: then Esc goes to the game and Shift+Esc pauses.
+    const gameEsc = "Escape" in this.keyMap && this.state === "running" && !e.shiftKey;
+    if (e.key === "Escape" && !gameEsc) {
       e.preventDefault();
       if (this.state === "running") this.send({ t: "pause", paused: true });
       else if (this.state === "paused") this.send({ t: "pause", paused: false });

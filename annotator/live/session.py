@@ -7,7 +7,7 @@ sends what the session emits. Everything that touches the recorder runs on the s
   is a FIFO of inputs);
 - async environments: a clock at the set fps steps with the keys/gamepad held now, plus any key pressed and
   released since the last frame (a tap shorter than a frame still acts once);
-- Esc pauses (no step while paused), Enter resumes or starts the next episode; at the end of an episode the
+- Esc pauses (Shift+Esc in games whose key map has Esc, e.g. NetHack; no step while paused), Enter resumes or starts the next episode; at the end of an episode the
   browser answers with `save` (accept / completed), as the reference client's save dialog does;
 - `stop` keeps an episode with steps as CANCELLED and ends the session; it also ends on `close` (tab closed, connection lost, server shutdown): the recorder closes, so an
   episode with steps is registered as ABANDONED with its files complete, the environment and the writer

@@ -271,3 +271,36 @@ def test_killed_server_leaves_a_recording_the_next_start_registers(server, brows
     assert not temp.exists() and episode.state == State.STATE_ABANDONED
     # The transition after the last frame is held back for the save flow: 9 of 10 reached the files.
     assert episode.num_steps == 9 and stored_keys(episode, data_dir) == [[k] for k in (KEYS * 2)[:9]]
+
+
+def test_nethack_gets_esc_and_shift_esc_pauses(browser, tmp_path):
+    """NetHack uses Esc itself (cancel a prompt, close a menu): while recording it, Esc is the game's action and
+    Shift+Esc pauses; paused, Esc resumes as everywhere."""
+    repo = open_store(None, tmp_path)
+    spec = study_pb2.StudySpec(name="NetHack practice", description="NetHack by hand")
+    env = spec.environment_specs.add(id="nethack", name="NetHack", sync=True, max_episode_steps=0)
+    env.net_hack.id = "NetHackChallenge-v0"  # the full action set, Esc included (NetHackScore has no Esc)
+    repo.create_study(spec, ALICE)
+    repo.close()
+    srv = Server(tmp_path)
+    srv.start()
+    try:
+        page = start_recording(browser, srv.url)
+        assert "Escape" in page.locator(".lr-keys").inner_text()
+        page.keyboard.press("Escape")
+        wait_frame(page, state="running", step=1)  # an action, not a pause
+        page.keyboard.press("Shift+Escape")
+        wait_frame(page, state="paused")
+        press(page, ["k"] * 2)  # nothing while paused
+        page.keyboard.press("Escape")
+        wait_frame(page, state="running")
+        press(page, ["Escape", "k"])
+        wait_frame(page, step=3)
+        page.get_by_role("button", name="End episode…").click()
+        page.get_by_role("button", name="Save episode").click()
+        page.get_by_text("saved as Completed").wait_for(timeout=60_000)
+        episode = wait_episode(tmp_path, lambda e: e.state == State.STATE_COMPLETED)
+        assert stored_keys(episode, tmp_path) == [["Escape"], ["Escape"], ["k"]]
+        page.close()
+    finally:
+        srv.stop()
