@@ -11,20 +11,15 @@ store at once.
 from __future__ import annotations
 
 import datetime as dt
-import json
-import multiprocessing
-import queue
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from google.protobuf import json_format
-from google.protobuf.message import Message
-
+from annotator.errors import OperationError
+from annotator.export_child import export_in_child_process
+from annotator.readers import ReaderCache, SharedReader
+from annotator.step_data import to_data
 from pipelines.errors import StepmarkError
 from pipelines.store.errors import Conflict, NotFound
 from protos.rlds_creator import client_pb2, study_pb2
@@ -39,10 +34,6 @@ STATE_LABELS = {
     study_pb2.Episode.STATE_REJECTED: "Rejected",
 }
 STATE_BY_LABEL = {label: state for state, label in STATE_LABELS.items()}
-
-
-class OperationError(StepmarkError):
-    """An operation that cannot run in the session's current state (e.g. a step tag with no episode open)."""
 
 
 class NotesConflict(OperationError):
@@ -136,175 +127,6 @@ def tagged_steps(episode: study_pb2.Episode) -> dict[int, list[str]]:
         for index, meta in sorted(episode.step_metadata.items())
         if len(meta.tags)
     }
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Observation / action -> client_pb2.Data
-
-
-def _is_image(value: Any) -> bool:
-    return (
-        isinstance(value, np.ndarray)
-        and value.dtype == np.uint8
-        and value.ndim == 3
-        and value.shape[-1] in (1, 3, 4)
-        and value.shape[0] >= 8
-        and value.shape[1] >= 8
-    )
-
-
-def _encode_png(array: np.ndarray) -> bytes:
-    import io
-
-    from PIL import Image
-
-    if array.shape[-1] == 1:
-        array = array[..., 0]
-    buf = io.BytesIO()
-    Image.fromarray(array).save(buf, format="PNG", compress_level=1)
-    return buf.getvalue()
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, bytes):
-        return f"<{len(value)} bytes>"
-    if isinstance(value, Message):
-        return json_format.MessageToDict(value, preserving_proto_field_name=True)
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def to_data(value: Any, name: str = "") -> client_pb2.Data:
-    """Observation or action as the protocol's `Data`: images (HxWxC uint8) as PNGs, everything else as JSON.
-
-    Nested dicts are walked so an observation {"rgb": frame, "pos": [..]} becomes one named image plus JSON of
-    the rest. Protobuf messages (UI observations) are shown as JSON without their raw bytes fields.
-    """
-    data = client_pb2.Data()
-    rest = _split_images(value, name, data)
-    if rest is not None and not (isinstance(rest, dict) and not rest and data.images):
-        data.json_encoded = json.dumps(_jsonable(rest), default=str)
-    return data
-
-
-def _split_images(value: Any, name: str, data: client_pb2.Data) -> Any:
-    if _is_image(value):
-        data.images.add(name=name, image=_encode_png(value))
-        return None
-    if isinstance(value, dict):
-        rest = {}
-        for key, item in value.items():
-            sub = _split_images(item, f"{name}/{key}" if name else str(key), data)
-            if sub is not None:
-                rest[str(key)] = sub
-        return rest
-    if isinstance(value, Message):
-        return _message_without_bytes(value)
-    return value
-
-
-def _message_without_bytes(message: Message) -> dict:
-    copy = type(message)()
-    copy.CopyFrom(message)
-    _clear_bytes(copy)
-    return json_format.MessageToDict(copy, preserving_proto_field_name=True)
-
-
-def _clear_bytes(message: Message) -> None:
-    for fd, value in message.ListFields():
-        if fd.type == fd.TYPE_BYTES:
-            message.ClearField(fd.name)
-        elif fd.type == fd.TYPE_MESSAGE:
-            if fd.label == fd.LABEL_REPEATED:
-                if fd.message_type.GetOptions().map_entry:
-                    continue
-                for item in value:
-                    _clear_bytes(item)
-            else:
-                _clear_bytes(value)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Episode readers: opened once per episode and kept (random access; never decode every frame up front).
-
-
-class SharedReader:
-    """An episode reader that several annotator sessions (threads) may use at once.
-
-    Rewards for the whole episode are read once, lazily, keeping only the floats.
-    """
-
-    def __init__(self, reader: Any) -> None:
-        self._reader = reader
-        self._lock = threading.Lock()
-        self._rewards: list[float] | None = None
-        self.metadata: dict = dict(getattr(reader, "metadata", {}) or {})
-
-    def __len__(self) -> int:
-        return len(self._reader)
-
-    def step(self, index: int) -> Any:
-        with self._lock:
-            return self._reader.step(index)
-
-    def rewards(self) -> list[float]:
-        if self._rewards is None:
-            with self._lock:
-                fast = getattr(self._reader, "rewards", None)
-                if callable(fast):
-                    values = list(fast())
-                else:
-                    values = [self._reader.step(i).reward for i in range(len(self._reader))]
-            self._rewards = [0.0 if v is None or not np.isfinite(v) else float(v) for v in values]
-        return self._rewards
-
-    def close(self) -> None:
-        with self._lock:
-            self._reader.close()
-
-
-def open_shared_reader(episode: study_pb2.Episode, data_dir: str | Path) -> SharedReader:
-    from pipelines.episodes import open_episode
-
-    return SharedReader(open_episode(episode, data_dir))
-
-
-class ReaderCache:
-    """Least-recently-used open readers keyed by episode reference (the annotator's default outside Streamlit)."""
-
-    def __init__(self, data_dir: str | Path, max_open: int = 8) -> None:
-        self.data_dir = Path(data_dir)
-        self.max_open = max_open
-        self._readers: OrderedDict[str, SharedReader] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __call__(self, episode: study_pb2.Episode) -> SharedReader:
-        key = ref_key(ref_of(episode))
-        with self._lock:
-            reader = self._readers.get(key)
-            if reader is not None:
-                self._readers.move_to_end(key)
-                return reader
-        reader = open_shared_reader(episode, self.data_dir)
-        with self._lock:
-            self._readers[key] = reader
-            while len(self._readers) > self.max_open:
-                _, old = self._readers.popitem(last=False)
-                old.close()
-        return reader
-
-    def close(self) -> None:
-        with self._lock:
-            for reader in self._readers.values():
-                reader.close()
-            self._readers.clear()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -925,121 +747,3 @@ _RESPONSE_FIELDS: dict[str, type] = {
     field.name: getattr(client_pb2, field.message_type.name)
     for field in client_pb2.OperationResponse.DESCRIPTOR.oneofs_by_name["type"].fields
 }
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# UI steps: what the replay page draws (objects, screenshot, the action and where it touched).
-
-
-@dataclass(frozen=True)
-class Touch:
-    """Where the step's action touched (screenshot pixels); end_* set for swipes."""
-
-    x: int
-    y: int
-    end_x: int | None = None
-    end_y: int | None = None
-
-
-@dataclass
-class UiStepView:
-    objects: list[Any]
-    image: bytes | None
-    action: Any
-    touch: Any
-    target_index: int | None
-    action_text: str
-    warnings: list[str]
-
-
-def ui_step_view(step: Any) -> UiStepView:
-    """Pull the objects, screenshot and action out of a UI episode's `Step` (observation: llm4mobile TimeStep
-    or Observation; action: stepmark `Action`)."""
-    from protos.stepmark import ui_episode_pb2
-
-    observation = step.observation
-    if hasattr(observation, "observation") and not hasattr(observation, "objects"):
-        observation = observation.observation  # a TimeStep
-    objects = list(getattr(observation, "objects", []) or [])
-    image = step.image or getattr(observation, "screenshot", b"") or None
-    action = step.action
-    if isinstance(action, dict):
-        action = json_format.ParseDict(action, ui_episode_pb2.Action(), ignore_unknown_fields=True)
-    warnings = list((step.info or {}).get("warnings", []) or []) if isinstance(step.info, dict) else []
-    if (
-        not isinstance(action, ui_episode_pb2.Action)
-        or action.type == ui_episode_pb2.Action.ACTION_UNSPECIFIED
-    ):
-        return UiStepView(
-            objects, image, None, None, None, "none recorded (last screen or no input)", warnings
-        )
-    kind = ui_episode_pb2.Action.Type.Name(action.type)
-    touch = None
-    if action.type in (ui_episode_pb2.Action.TAP, ui_episode_pb2.Action.LONG_PRESS):
-        touch = Touch(action.x, action.y)
-    elif action.type == ui_episode_pb2.Action.SWIPE:
-        touch = Touch(action.x, action.y, action.end_x, action.end_y)
-    target = action.target_index if action.HasField("target_index") else None
-    parts = [kind]
-    if touch is not None:
-        parts.append(f"at ({action.x}, {action.y})")
-        if touch.end_x is not None:
-            parts.append(f"to ({action.end_x}, {action.end_y})")
-    if action.text:
-        parts.append(f"text {action.text!r}")
-    if target is not None and 0 <= target < len(objects):
-        obj = objects[target]
-        label = obj.text or obj.content_desc or obj.resource_id or obj.android_class
-        parts.append(f"on object #{target} ({label})")
-    return UiStepView(objects, image, action, touch, target, " ".join(parts), warnings)
-
-
-def export_in_child_process(request: Any, progress: Progress | None = None) -> Any:
-    """Run `pipelines.export.export_episodes` in a spawned child process and return its ExportSummary.
-
-    TFDS exports load TensorFlow, and TensorFlow and MuJoCo's OSMesa renderer crash when both are loaded into one
-    process (measured here); the annotator's server also records Robosuite and RoboDesk episodes, so exports
-    never run inside it. Progress (0-100) comes back over a queue; a failure comes back as its message.
-    """
-    ctx = multiprocessing.get_context("spawn")
-    messages = ctx.Queue()
-    child = ctx.Process(target=_export_child, args=(request, messages), name="stepmark-export", daemon=True)
-    child.start()
-    try:
-        while True:
-            try:
-                kind, value = messages.get(timeout=0.5)
-            except queue.Empty:
-                if child.is_alive():
-                    continue
-                try:  # the child may have exited right after its last message
-                    kind, value = messages.get(timeout=2.0)
-                except queue.Empty:
-                    raise OperationError(
-                        f"the export process exited with code {child.exitcode} before reporting a result"
-                    ) from None
-            if kind == "progress":
-                if progress is not None:
-                    progress(value)
-            elif kind == "done":
-                return value
-            else:
-                raise OperationError(f"export failed: {value}")
-    finally:
-        child.join(timeout=30)
-        if child.is_alive():
-            child.kill()
-            child.join()
-
-
-def _export_child(request: Any, messages: Any) -> None:
-    from pipelines import export
-
-    try:
-        summary = export.export_episodes(request, lambda percent: messages.put(("progress", float(percent))))
-    except StepmarkError as exc:
-        messages.put(("error", str(exc)))
-    except Exception as exc:  # reported to the page, never swallowed
-        messages.put(("error", f"{type(exc).__name__}: {exc}"))
-    else:
-        messages.put(("done", summary))

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from annotator.operations import Operations, SharedReader
+from annotator.operations import Operations
 from annotator.plain import md_escape
+from annotator.readers import SharedReader
 from annotator.web import context
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import study_pb2

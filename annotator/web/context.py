@@ -69,7 +69,7 @@ def repository(store: str | None, data_dir: str):
 @functools.cache
 def readers(data_dir: str):
     """Open episode readers, least recently used closed first (pages and routes share them)."""
-    from annotator.operations import ReaderCache
+    from annotator.readers import ReaderCache
 
     return ReaderCache(data_dir, max_open=16)
 

@@ -79,7 +79,7 @@ def _record(where: Where, ref) -> Any:
     episode, reader = where.open(ref)
     if episode_kind(episode) != "ui":
         raise RequestError(f"episode {ref.episode_id!r} is not a UI episode: grounding applies to UI steps only")
-    # the UiEpisode held by the shared reader (annotator.operations.SharedReader wraps a UiEpisodeReader); read
+    # the UiEpisode held by the shared reader (annotator.readers.SharedReader wraps a UiEpisodeReader); read
     # only: every change here goes to the store, and effective targets are computed on copies
     return getattr(reader, "_reader", reader).record
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from PIL import Image
 
-from annotator.operations import to_data, ui_step_view
+from annotator.step_data import to_data
+from annotator.ui_step import ui_step_view
 from pipelines.hierarchy.screenshot import sniff_format
 from protos.llm4mobile import episode_pb2
 from protos.rlds_creator import study_pb2

@@ -17,8 +17,8 @@ from annotator.operations import (
     parse_ref_key,
     ref_key,
     ref_of,
-    to_data,
 )
+from annotator.step_data import to_data
 from pipelines.episodes import open_episode
 from pipelines.store import open_store
 from protos.rlds_creator import client_pb2, study_pb2
