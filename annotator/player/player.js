@@ -274,6 +274,13 @@ class Player {
   }
 
   show(step) {
+    if (step !== this.cur) {
+      // A selected object belongs to the step it was picked on: drop it now, not when the table is rebuilt
+      // (that waits for the keys to pause), so a click or a grounding action in between never applies another
+      // step's object index to this step.
+      this.selected = null;
+      this.hovered = null;
+    }
     this.cur = step;
     try {
       window.sessionStorage.setItem(`stepmark-step:${this.data.ref}`, String(step));
@@ -462,11 +469,6 @@ class Player {
     if (!s) {
       title.textContent = "Objects (loading…)";
       return;
-    }
-    if (this.objectsFor !== s.index) {
-      this.selected = null;
-      this.hovered = null;
-      this.objectsFor = s.index;
     }
     const objs = s.objects || [];
     const more = s.objects_total > objs.length ? ` (first ${objs.length} of ${s.objects_total} shown)` : "";

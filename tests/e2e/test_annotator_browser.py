@@ -259,6 +259,36 @@ def test_grounding_retarget_label_and_draw_on_a_ui_step_then_undo(server, browse
     page.close()
 
 
+def test_an_object_selected_on_one_step_never_acts_on_the_next(server, browser):
+    """Found in review: the selection was cleared only when the next step's object table was rebuilt (after the
+    keys pause), so "Target = selected" pressed right after → set the previous step's object index as the new
+    step's target. The key and the click go in one task here, before any rebuild could run."""
+    from pipelines.store import grounding
+
+    url, data_dir, study = server
+    repo = open_store(None, data_dir)
+    episode = next(e for e in repo.list_episodes(study_id=study.id) if e.num_steps >= 2)
+    ref = ref_of(episode)
+    page = open_replay(browser, url, episode, step=0)
+    rows = page.locator(".sm-table tbody tr")
+    rows.first.wait_for(timeout=30_000)
+    rows.nth(1).click()
+    assert page.locator(".sm-table tbody tr.sm-sel").count() == 1
+    before = {step: len(grounding.for_step(repo, ref, step)) for step in (0, 1)}
+    page.evaluate("""() => {
+      const frame = window.__smFrame;
+      const root = frame.getRootNode();
+      document.dispatchEvent(new KeyboardEvent("keydown", {key: "ArrowRight", code: "ArrowRight", bubbles: true}));
+      document.dispatchEvent(new KeyboardEvent("keyup", {key: "ArrowRight", code: "ArrowRight", bubbles: true}));
+      root.querySelector('[data-act="g-target"]').click();
+    }""")
+    player_message(page, "Select an object first")
+    assert frame_step(page) == 1
+    time.sleep(1.0)  # a wrongly sent target would have reached the store by now
+    assert {step: len(grounding.for_step(repo, ref, step)) for step in (0, 1)} == before
+    page.close()
+
+
 def _exported_grounding(data_dir: Path, study_id: str, episode_id: str, out: Path) -> tuple[bool, bool, bool]:
     """Export the study (envlogger, Alice's annotations) and read it back with envlogger's reader: (an
     annotator's target, a labelled object, a drawn box) found in the episode."""
