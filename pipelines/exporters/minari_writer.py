@@ -20,8 +20,10 @@ The step contract maps to Minari's convention (an episode of N transitions):
   text/bytes leaves (`observation/<path>`: no gymnasium space); action text leaves are `action/<path>`
   (entry k: action k−1);
 - image observations (uint8 Box leaves Minari treats as images, `minari.dataset.minari_storage.
-  is_image_space`) are stored as JPEG bytes, as Minari stores them (it decodes them on reading): the recorded
-  JPEG frames as they are (not re-encoded), other frames JPEG-encoded with Minari's own `encode_frame`.
+  is_image_space`: 2-3 dims, at least 32x32, bounds 0..255) are stored as encoded images, one row per
+  observation, as Minari stores them (its reader decodes them with Pillow): the recorded JPEG frames as they
+  are (not re-encoded, as in TFDS and Parquet), any other such leaf as PNG, so it comes back exact (Minari's
+  own writer would JPEG it, lossy for arrays that are not pictures, e.g. NetHack's `inv_strs`).
 Episode-level fields (`episode_id`, `split`, `tags`, ...) are the episode group's attributes
 (`dataset.storage.get_episode_metadata([k])`).
 """
@@ -78,8 +80,9 @@ def dataset_ids(out: Path, archive: bool, group_names: list[str]) -> dict[str, s
 
 
 def folder_name(group_name: str) -> str:
-    """A dataset's folder under OUT with `--split-by-spec` (Minari ids need a version)."""
-    return f"{group_name}-v0"
+    """A dataset's folder under OUT with `--split-by-spec` (Minari ids allow letters, digits, '-' and '_', and
+    need a version)."""
+    return re.sub(r"[^-_\w]", "_", group_name, flags=re.ASCII) + "-v0"
 
 
 def check_request(lossless_images: bool) -> None:
@@ -212,10 +215,22 @@ def _write_tree(group: h5py.Group, tree: dict[str, Any]) -> int:
 # --- one episode ----------------------------------------------------------------------------------------------
 
 
-def _encode_frame(frame: np.ndarray) -> bytes:
-    from minari.dataset._storages.hdf5_storage import encode_frame  # Minari's own encoder (PIL JPEG)
+def _encode_png(frame: np.ndarray, path: tuple[str, ...]) -> bytes:
+    """A lossless frame for Minari's image reader (it opens the bytes with Pillow, whatever the format): PNG,
+    so that arrays Minari counts as images but are not pictures (NetHack's `inv_strs`) come back exact."""
+    import io
 
-    return encode_frame(frame).tobytes()
+    from PIL import Image
+
+    arr = np.asarray(frame, np.uint8)
+    if arr.ndim == 3 and arr.shape[-1] not in (3, 4):
+        raise StepmarkError(
+            f"observation {'/'.join(path)}: a uint8 array of shape {list(arr.shape)} is an image to Minari, but "
+            "no image format holds it (channels must be 3 or 4)"
+        )
+    buffer = io.BytesIO()
+    Image.fromarray(arr).save(buffer, format="PNG")
+    return buffer.getvalue()
 
 
 def _is_jpeg(data: bytes | None) -> bool:
@@ -248,7 +263,7 @@ def _space_columns(
             if leaf == path and _is_jpeg(jpeg):
                 out.append(bytes(jpeg))  # the recorded frame, as it is
             else:
-                out.append(_encode_frame(np.asarray(value, np.uint8)))
+                out.append(_encode_png(value, path))
         return out
     arr = np.stack([np.asarray(v) for v in values]) if values else np.zeros((0, *space.shape), space.dtype)
     if arr.shape[1:] != tuple(space.shape):
