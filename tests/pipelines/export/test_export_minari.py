@@ -125,6 +125,9 @@ def test_procgen_images_match_the_envlogger_export(
     for k, split in seen:
         by_split.setdefault(split, []).append(k)
     assert metadata["stepmark_splits"] == {s: sorted(v) for s, v in sorted(by_split.items())}
+    for split, indices in metadata["stepmark_splits"].items():  # a split as a Minari dataset (README loader)
+        part = minari.MinariDataset(ds.storage, episode_indices=np.array(indices))
+        assert {_episode_metadata(ds, e.id)["split"] for e in part.iterate_episodes()} == {split}
     (sampled,) = ds.sample_episodes(1)
     assert len(sampled.rewards) == _episode_metadata(ds, sampled.id)["total_steps"]
     assert ds.total_steps == sum(int(_episode_metadata(ds, k)["total_steps"]) for k in range(2))
