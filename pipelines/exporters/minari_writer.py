@@ -280,6 +280,8 @@ def _leaves(value: Any) -> list[tuple[tuple[str, ...], Any]]:
         path, v = stack.pop()
         if isinstance(v, dict):
             stack.extend((path + (str(k),), x) for k, x in v.items())
+        elif isinstance(v, tuple):  # Tuple spaces: members by position, as `_space_paths` names them
+            stack.extend((path + (str(i),), x) for i, x in enumerate(v))
         else:
             out.append((path, v))
     return out
@@ -322,7 +324,7 @@ def _text_leaves(prefix: str, space: Any, values: list[Any]) -> dict[str, Any]:
 
 def _get(value: Any, path: tuple[str, ...]) -> Any:
     for key in path:
-        value = value[key]
+        value = value[int(key)] if isinstance(value, tuple) else value[key]
     return value
 
 

@@ -200,7 +200,7 @@ def test_ui_episodes_load_with_padded_objects(
         obs = {
             "screen_width": np.asarray(ep.observations["screen_width"][k]),
             "screen_height": np.asarray(ep.observations["screen_height"][k]),
-            "objects_padded": {name: v[k] for name, v in padded.items()},
+            "objects_padded": {name: np.asarray(v[k]) for name, v in padded.items()},
         }
         assert ds.observation_space.contains(obs)
         expected = record["observation"]["objects_padded"]
@@ -216,6 +216,26 @@ def test_ui_episodes_load_with_padded_objects(
     assert all(-1 <= t < 16 for t in targets)
     names = [t.decode() for t in ep.infos["action"]["type_name"]]
     assert names == [""] + [r["action"]["type_name"] for r in records[1:]]
+
+
+def test_stripped_archive_keeps_statistics_and_drops_internal_metadata(
+    export_data: ExportData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refs = [export_data.ref(e) for e in export_data.nethack]
+    summary = _export(
+        export_data, tmp_path / "nethack-v2.zip", refs=refs, archive=True, strip_internal_metadata=True
+    )
+    assert summary.episodes == 2
+    from pipelines.exporters.archive import safe_extract
+
+    safe_extract(tmp_path / "nethack-v2.zip", tmp_path / "unpacked" / "nethack-v2")
+    ds = _load(monkeypatch, tmp_path / "unpacked", "nethack-v2")
+    ep = ds[0]
+    assert sorted(ep.infos) == ["episode", "tag:door"]  # no json, keys, image when stripped
+    assert ep.infos["episode"]["mask"][-1] and len(ep.infos["episode"]["r"]) == len(ep) + 1
+    attrs = _episode_metadata(ds, 0)
+    assert "tags" not in attrs and "notes" not in attrs and attrs["episode_length"] == len(ep)
+    assert ds.storage.metadata["stepmark_export"]["strip_internal_metadata"] is True
 
 
 def test_split_by_spec_writes_one_minari_dataset_per_environment(
@@ -274,3 +294,28 @@ def test_cli_help_lists_minari(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["export", "--help"])
     text = capsys.readouterr().out
     assert "minari" in text and "padded:N" in text
+
+
+@pytest.mark.slow
+def test_minari_export_on_a_dask_cluster_equals_the_local_run(
+    export_data: ExportData, tmp_path: Path
+) -> None:
+    """Workers in other processes write the per-episode files; the last step assembles the same bytes."""
+    from distributed import LocalCluster
+
+    from tests.pipelines.export.test_dask import digests
+
+    refs = [export_data.ref(e) for e in [*export_data.procgen, *export_data.nethack]]
+    (tmp_path / "local").mkdir()
+    (tmp_path / "dask").mkdir()
+    local = _export(export_data, tmp_path / "local" / "study", refs=refs, split_by_spec=True)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        dask_args = [
+            "--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
+            f"--dask_client_address={cluster.scheduler_address}",
+        ]
+        summary = _export(
+            export_data, tmp_path / "dask" / "study", refs=refs, split_by_spec=True, beam_args=dask_args
+        )
+    assert (summary.episodes, summary.steps) == (local.episodes, local.steps) and summary.episodes == 4
+    assert digests(tmp_path / "local") == digests(tmp_path / "dask")
