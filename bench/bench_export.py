@@ -8,7 +8,7 @@ frames in the custom data), registered `--copies` times in a small study and 3 x
 one (real files; many episodes without recording them all).
 Figures, in one run:
 - read: `open_episode` + decode every step of every episode of the large study in a plain loop (the floor);
-- each format (envlogger, tfds, parquet) on FnApiRunner with 1 worker, each export in a child process of its
+- each format (envlogger, tfds, parquet, minari) on FnApiRunner with 1 worker, each export in a child process of its
   own, on the small and on the large study: throughput of the large export, the marginal throughput between
   the two (fixed costs — interpreter and TensorFlow start-up, planning, the last step — cancel out), bytes
   on disk, and the child's peak RSS for the small and the large dataset (flat = memory bounded by episodes);
@@ -184,6 +184,7 @@ def main() -> None:
         runs = [
             ("envlogger FnApiRunner 1 worker", "envlogger", ["--direct_num_workers=1"]),
             ("parquet FnApiRunner 1 worker", "parquet", ["--direct_num_workers=1"]),
+            ("minari FnApiRunner 1 worker", "minari", ["--direct_num_workers=1"]),
         ]
         if not args.no_tfds:
             runs.append(("tfds FnApiRunner 1 worker", "tfds", ["--direct_num_workers=1"]))
@@ -196,16 +197,17 @@ def main() -> None:
 
         def measure(name: str, fmt: str, beam_args: list[str]) -> None:
             i = len(results)
-            a = timed_export(data_dir, small, work / f"s{i}", fmt, beam_args)
-            b = timed_export(data_dir, large, work / f"l{i}", fmt, beam_args)
+            # Folder names are Minari dataset ids (NAME-vN), which every format accepts.
+            a = timed_export(data_dir, small, work / f"s{i}-v0", fmt, beam_args)
+            b = timed_export(data_dir, large, work / f"l{i}-v0", fmt, beam_args)
             print(line(f"export {name} (large)", *b[:3], base=read_rate))
             results[name] = marginal(a, b)
             walls[name] = b[1] / b[0]
             sizes[name], memory[name] = b[2], (a[3], b[3])
             print(f"{'':<36}marginal {results[name][0]:9.0f} steps/s {results[name][1]:7.1f} MB/s"
                   f"   {b[2]:.2f} MB on disk   peak RSS {a[3]:.0f} MB (small) {b[3]:.0f} MB (large)")  # fmt: skip
-            shutil.rmtree(work / f"s{i}", ignore_errors=True)
-            shutil.rmtree(work / f"l{i}", ignore_errors=True)
+            shutil.rmtree(work / f"s{i}-v0", ignore_errors=True)
+            shutil.rmtree(work / f"l{i}-v0", ignore_errors=True)
 
         for name, fmt, beam_args in runs:
             measure(name, fmt, beam_args)

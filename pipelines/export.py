@@ -72,7 +72,7 @@ from pipelines.exporters.ui_objects import parse_ui_objects
 from pipelines.store import open_store
 from protos.rlds_creator import study_pb2
 
-FORMATS = ("envlogger", "tfds", "parquet")
+FORMATS = ("envlogger", "tfds", "parquet", "minari")
 SUMMARY_FILE = "stepmark_export.json"
 DEAD_LETTERS_FILE = "dead_letters.jsonl"
 WORK_DIR = "_work"
@@ -98,6 +98,8 @@ class DatasetJob:
     features_json: str = ""  # TFDS only
     work_dir: str = ""  # TFDS only: per-episode files until the last step names the shards
     parquet_schema: bytes = b""  # Parquet only: the one Arrow schema of every file
+    minari_layout: str = ""  # Minari only: spaces and frame leaf (exporters/minari_writer.Layout, JSON)
+    minari_id: str = ""  # Minari only: the dataset id (metadata.json)
     # UI episodes: the grounding annotations applied on top of the converted record (exporters/grounding.py):
     # the mode, whose annotations `mine` means, and the annotations of this dataset's episodes by store id.
     annotations: str = "none"
@@ -137,6 +139,10 @@ class ExportEpisodeFn(beam.DoFn):
                 from pipelines.exporters import parquet_writer
 
                 self._serializers[name] = parquet_writer.schema_from_bytes(job.parquet_schema)
+            elif job.format == "minari":
+                from pipelines.exporters import minari_writer
+
+                self._serializers[name] = minari_writer.EpisodeWriter(job.minari_layout)
 
     def _dead(
         self, dataset: str, episode: study_pb2.Episode, reason: str, exc: BaseException
@@ -183,11 +189,15 @@ class ExportEpisodeFn(beam.DoFn):
                 from pipelines.exporters import parquet_writer
 
                 size = parquet_writer.write_episode(exported, self._serializers[dataset], job.staging_dir)
+            elif job.format == "minari":
+                from pipelines.exporters import minari_writer
+
+                size = minari_writer.write_episode(self._serializers[dataset], exported, job.work_dir)
             else:
                 size = envlogger_writer.write_episode_shard(exported, job.staging_dir).num_bytes
         except Exception as exc:  # noqa: BLE001
             # Writers' errors (envlogger's, TensorFlow's) often carry no file name: say where it was writing.
-            where = job.work_dir if job.format == "tfds" and job.work_dir else job.staging_dir
+            where = job.work_dir if job.format in ("tfds", "minari") and job.work_dir else job.staging_dir
             yield self._dead(dataset, episode, "write_failed", OSError(f"{exc} (writing into {where})"))
             return
         self.episodes.inc()
@@ -450,6 +460,10 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         from pipelines.exporters import tfds_writer  # TensorFlow only on the TFDS path
 
         tfds_writer.require_tfds()
+    if request.format == "minari":
+        from pipelines.exporters import minari_writer
+
+        minari_writer.check_request(request.lossless_images)
 
     query = SelectionQuery(
         refs=tuple(request.refs),
@@ -465,6 +479,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         if len(groups) > 1 and not request.split_by_spec:
             raise mixed_specs_error(repo, groups)
         environment_specs = {g.name: environment_spec_json(repo, g) for g in groups}
+        minari_ids = _minari_ids(request, out, groups)
         grounding_notes = _grounding_of(repo, groups, request.annotations)
     if progress:
         progress(0.0)
@@ -489,6 +504,8 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         plans: list[_Plan] = []
         for group in groups:
             dataset_dir = root / group.name if len(groups) > 1 else root
+            if request.format == "minari" and len(groups) > 1:
+                dataset_dir = root / minari_ids[group.name]["folder"]
             job = DatasetJob(
                 name=group.name,
                 format=request.format,
@@ -530,6 +547,20 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                     sample, frame, options.strip_internal_metadata, info
                 )
                 job = dataclasses.replace(job, parquet_schema=parquet_writer.schema_to_bytes(schema))
+            if request.format == "minari":
+                from pipelines.exporters import minari_writer, transform
+
+                if group.kind == KIND_UI:  # padded objects: fixed shapes, spaces derived from the data
+                    env_specs = envlogger_writer.specs_from_episode(sample)
+                layout = minari_writer.layout_for(
+                    env_specs, transform.frame_leaf(sample), options.strip_internal_metadata
+                )
+                job = dataclasses.replace(
+                    job,
+                    minari_layout=layout.to_json(),
+                    minari_id=minari_ids[group.name]["id"],
+                    work_dir=str(staging / WORK_DIR / "minari" / group.name),
+                )
             plans.append(
                 _Plan(
                     group=group,
@@ -605,6 +636,19 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
     return summary
 
 
+def _minari_ids(request: ExportRequest, out: Path, groups: Sequence[SpecGroup]) -> dict[str, dict[str, str]]:
+    """`--format minari`: each dataset's Minari id and folder; refuses ragged UI datasets and bad names."""
+    if request.format != "minari":
+        return {}
+    from pipelines.exporters import minari_writer
+
+    padded = parse_ui_objects(request.ui_objects)
+    for group in groups:
+        minari_writer.check_group(group.kind, padded, group.name)
+    ids = minari_writer.dataset_ids(out, request.archive, [g.name for g in groups])
+    return {g: {"id": i, "folder": i.rpartition("/")[2]} for g, i in ids.items()}
+
+
 def _derived_specs(sample: ExportEpisode) -> dict[str, Any] | None:
     if sample.meta.kind == KIND_UI:  # UI observations have per-screen object counts: no fixed dm_env spec
         return None
@@ -636,7 +680,7 @@ def _finish_dataset(
     group, job = plan.group, plan.job
     dataset = DatasetSummary(
         name=group.name,
-        path=group.name if num_groups > 1 else ".",
+        path=Path(job.staging_dir).name if num_groups > 1 else ".",
         kind=group.kind,
         environment_id=group.environment_id,
     )
@@ -692,6 +736,15 @@ def _finish_dataset(
             raise StepmarkError(
                 f"dataset {group.name}: wrote {written} episodes, expected {dataset.episodes}"
             )
+    elif job.format == "minari":
+        from pipelines.exporters import minari_writer
+
+        episodes = [(int(r["index"]), r.get("split") or "", int(r["steps"]) - 1) for r in results]
+        written = minari_writer.finish_dataset(
+            job.staging_dir, job.work_dir, job.minari_id, episodes, job.minari_layout, export_info, description
+        )
+        if written != dataset.episodes:
+            raise StepmarkError(f"dataset {group.name}: wrote {written} episodes, expected {dataset.episodes}")
     elif job.format == "envlogger":
         envlogger_writer.write_dataset_metadata(job.staging_dir, plan.env_specs, {"stepmark_export": export_info})
     # Parquet: the workers' files are the dataset; the metadata is in their schema.
@@ -726,7 +779,8 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         choices=FORMATS,
         default="envlogger",
         help="envlogger (Riegeli, for envlogger.Reader; default), tfds (TFDS/RLDS folder; needs the [tfds] "
-        "extra) or parquet (one table of steps for pyarrow, pandas, Hugging Face datasets)",
+        "extra), parquet (one table of steps for pyarrow, pandas, Hugging Face datasets) or minari (a Minari "
+        "HDF5 dataset for minari.load_dataset; --out's name is its id, NAME-vN; UI needs --ui-objects padded:N)",
     )
     how.add_argument("--out", required=True, help="dataset folder (or ZIP file with --archive) to create")
     how.add_argument("--archive", action="store_true", help="write one ZIP file instead of a folder")
