@@ -521,7 +521,9 @@ class Operations:
             raise OperationError("choose at least one episode to export")
         opts = options or ExportOptions()
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")
-        out = (opts.out_dir or self.export_dir) / f"export-{stamp}"
+        # A Minari dataset's folder name is its id and must read NAME-vN (minari.load_dataset finds it by it).
+        name = f"export-{stamp}-v0" if opts.format == "minari" else f"export-{stamp}"
+        out = (opts.out_dir or self.export_dir) / name
         out.parent.mkdir(parents=True, exist_ok=True)
         if request.archive:
             out = out.with_suffix(".zip")

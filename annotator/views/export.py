@@ -46,6 +46,7 @@ FORMAT_LABELS = {
     "envlogger": "envlogger / RLDS (Riegeli)",
     "tfds": "TFDS dataset",
     "parquet": "Parquet (pandas, Hugging Face datasets)",
+    "minari": "Minari (Farama; UI episodes need UI objects per screen)",
 }
 ANNOTATION_LABELS = {
     "consensus": "consensus of annotators",

@@ -6,7 +6,8 @@ Two forms of the same specs, both JSON text in the dataset metadata (`schemas/da
   "dtype", "num_values" | "minimum"/"maximum"}`, dicts as `{"type": "dict", "items": {...}}`, tuples/lists as
   `{"type": "tuple", "items": [...]}`;
 - gymnasium spaces (`observation_space`, `action_space`) in Minari's serialization format
-  (`minari.serialization.deserialize_space` reads them): Discrete, Box (bounds as one number when uniform),
+  (the same JSON shape; the Minari export writes Box bounds in full, since Minari 0.5.3's reader refuses
+  one-number bounds under gymnasium 1.x): Discrete, Box (bounds as one number when uniform),
   Dict, Tuple. An unbounded dm_env `Array` becomes a Box over its dtype's range (floats: +-inf, written as
   JSON `Infinity`, which Python's `json` reads).
 Pure functions: specs in, plain values out.
@@ -101,7 +102,7 @@ def spaces_metadata(specs: dict[str, Any] | None) -> dict[str, str]:
 
 def space_from_json(value: Any) -> Any:
     """A gymnasium space from `spec_to_space`'s JSON (text or parsed) — the loader for consumers without
-    Minari (`minari.serialization.deserialize_space` reads the same form)."""
+    Minari (Minari's own reader needs Box bounds in full; the Minari export writes them so)."""
     from gymnasium import spaces as gym_spaces
 
     if isinstance(value, str):

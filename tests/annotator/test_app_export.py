@@ -178,3 +178,20 @@ def test_export_page_names_a_bad_split(env_data, monkeypatch):
     assert not at.exception, at.exception
     assert at.error and "split" in at.error[0].value.lower(), [e.value for e in at.error]
     assert not at.get("download_button")
+
+
+def test_export_page_writes_a_minari_dataset_minari_loads(env_data, monkeypatch):
+    import minari
+
+    at = export_page(env_data, monkeypatch)
+    at.multiselect(key="export_pick").set_value([ref_key(ref_of(e)) for e in env_data.episodes]).run()
+    at.radio(key="export_format").set_value("minari")
+    at.radio(key="export_archive").set_value("folder")
+    at.button(key="export_run").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    folder = md_unescape(at.success[0].value).removeprefix("Export ready: ")
+    dataset = minari.MinariDataset(f"{folder}/data")
+    assert dataset.total_episodes == len(env_data.episodes)
+    assert sorted(len(e.actions) for e in dataset.iterate_episodes()) == sorted(
+        e.num_steps for e in env_data.episodes
+    )
