@@ -1,6 +1,6 @@
 """AITW and AndroidControl TFRecords on a real distributed engine: grouping records by episode id (AITW steps,
-duplicated AndroidControl episodes) across two
-Dask worker processes must give byte-identical shards and dead letters to FnApiRunner."""
+duplicated AndroidControl episodes) across two Dask worker processes must give byte-identical shards and dead
+letters to FnApiRunner."""
 
 from __future__ import annotations
 
