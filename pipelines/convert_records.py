@@ -16,6 +16,7 @@ records claiming one episode id are all `duplicate_episode` dead letters.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
@@ -64,6 +65,29 @@ class GroupRecords(beam.DoFn):
             yield pvalue.TaggedOutput(DEAD, dead)
         if grouped.episode is not None:
             yield grouped.episode
+
+
+def distinct_ids(sources: Iterable[EpisodeSource | RecordEpisode]) -> list[EpisodeSource | RecordEpisode]:
+    """One shard's episodes, sorted by id, every id once. Record ids are unique among records (the grouping)
+    and file layouts' among file layouts (discovery); a record episode whose id a file layout's episode also
+    has (an AndroidControl id `101` beside a folder `101/`; both hash to the same shard) gets discovery's
+    `~2`, `~3`, ... suffix and a note saying so (schemas/layouts.md, "Duplicate records")."""
+    ordered = sorted(sources, key=lambda s: (s.episode_id, isinstance(s, RecordEpisode), s.source_path))
+    used = {s.episode_id for s in ordered}
+    seen: set[str] = set()
+    out: list[EpisodeSource | RecordEpisode] = []
+    for source in ordered:
+        if source.episode_id in seen and isinstance(source, RecordEpisode):
+            n = 2
+            while f"{source.episode_id}~{n}" in used:
+                n += 1
+            new_id = f"{source.episode_id}~{n}"
+            used.add(new_id)
+            note = f"episode id {source.episode_id} is also a file layout's episode: converted as {new_id}"
+            source = dataclasses.replace(source, episode_id=new_id, notes=(*source.notes, note))
+        seen.add(source.episode_id)
+        out.append(source)
+    return sorted(out, key=lambda s: s.episode_id)
 
 
 def _key(item: RecordEpisode | AitwStep) -> tuple[str, RecordEpisode | AitwStep]:

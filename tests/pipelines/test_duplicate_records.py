@@ -2,8 +2,9 @@
 independent writers from the real fixtures: records that repeat byte for byte are read once (counted with the
 `duplicate_records_collapsed` metric and noted in the episode's warnings); differing records claiming one
 AndroidControl episode id (or one id across AndroidControl and AITW) are all `duplicate_episode` dead letters;
-an AITW step id with differing records keeps none of them; forest files of one screen in two forms, and a
-single screen beside a step folder of the same name, keep distinct episodes."""
+an AITW step id with differing records keeps none of them; a record id equal to a folder episode's gets a `~2`
+suffix; forest files of one screen in two forms, and a single screen beside a step folder of the same name,
+keep distinct episodes."""
 
 from __future__ import annotations
 
@@ -134,4 +135,23 @@ def test_forest_files_of_one_name(tmp_path: Path, fixtures_dir: Path) -> None:
     assert len(single.episode.time_steps[0].observation.objects) == sum(len(w.tree.nodes) for w in fractal.windows)
     assert [i.hierarchy_path.rsplit("/", 1)[1] for i in steps.step_info] == ["0.pb", "1.textproto"]
     assert "also found 0.textproto for this step; not used" in steps.step_info[0].warnings
+    assert list(ui_records.read_dead_letters(str(out))) == []
+
+
+def test_record_id_equal_to_a_folder_episode(tmp_path: Path, fixtures_dir: Path) -> None:
+    """An AndroidControl id that a file layout's episode also has (a folder `301/`): the folder keeps its id,
+    the record episode gets discovery's `~2` suffix and a note; nothing is dropped."""
+    inp, out = tmp_path / "in", tmp_path / "out"
+    (inp / "301").mkdir(parents=True)
+    fractal = forest_from_dump((fixtures_dir / "uiautomator" / FRACTAL).read_bytes())
+    (inp / "301" / "0.pb").write_bytes(fractal.SerializeToString())
+    (inp / "301" / "1.pb").write_bytes(fractal.SerializeToString())
+    write_tfrecord(inp / "control.tfrecord.gz", [_control(fixtures_dir, 301, b"Record 301", [FRACTAL, VISION])])
+    assert run([str(inp), str(out), "--quiet", "--shards=3"]) == 0
+    episodes = {e.episode_id: e for e in ui_records.iter_episodes(str(out))}
+    assert sorted(episodes) == ["301", "301~2"]
+    assert episodes["301"].source == "step_folder"
+    record = episodes["301~2"]
+    assert record.source == "android_control" and record.goal == "Record 301"
+    assert "episode id 301 is also a file layout's episode: converted as 301~2" in record.metadata["warnings"]
     assert list(ui_records.read_dead_letters(str(out))) == []
