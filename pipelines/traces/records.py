@@ -10,7 +10,6 @@ the duplicate rule.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -115,15 +114,17 @@ def group_records(episode_id: str, items: Iterable[RecordEpisode | AitwStep]) ->
         else:
             recs.extend((item.layout, path, offset, data) for path, offset, data in item.records)
     recs.sort(key=lambda r: (r[1], r[2], r[0]))
-    first: dict[tuple[str, bytes], tuple[str, str, int, bytes]] = {}
+    # Only records of one layout and length can be copies: compared byte for byte within those (no hashing
+    # of every AITW screenshot; a differing record of the same length usually differs early).
+    same_size: dict[tuple[str, int], list[bytes]] = {}
     unique: list[tuple[str, str, int, bytes]] = []
     repeats: list[tuple[str, str, int, bytes]] = []
     for rec in recs:
-        key = (rec[0], hashlib.sha256(rec[3]).digest())
-        if key in first:
+        kept = same_size.setdefault((rec[0], len(rec[3])), [])
+        if any(rec[3] == data for data in kept):
             repeats.append(rec)
         else:
-            first[key] = rec
+            kept.append(rec[3])
             unique.append(rec)
     eid = display(episode_id)
     layouts = sorted({r[0] for r in unique})
