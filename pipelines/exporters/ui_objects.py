@@ -5,7 +5,8 @@ the converter's order, `index`) fill rows 0..k-1, `mask` is true on them; rows k
 and mask false; objects beyond N are left out (`num_objects` says how many the screen had). Boxes are
 normalised to 0..1 by the screen size (clipped). The action's `target_index` keeps pointing at its row, or
 becomes -1 when the target was beyond N. Accessibility-forest screens add each object's window (row in the
-step's windows, its type, layer and focus; -1/""/0/false for objects in no window). Fields: `schemas/dataset_spec.md` ("Padded UI objects").
+step's windows, its type, layer and focus; -1/""/0/false for objects in no window). Fields:
+`schemas/dataset_spec.md` ("Padded UI objects").
 """
 
 from __future__ import annotations
