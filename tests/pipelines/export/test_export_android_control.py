@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -181,6 +182,8 @@ def test_envlogger_and_parquet_carry_the_same_ui_fields(control: ControlData, tm
             assert [w[field] for w in table] == windows[t][field], (t, field)
         assert _column(obs["objects"]["window"]) == object_windows[t]
         assert [o["window"] for o in rows.iloc[t]["observation/objects"]] == object_windows[t]
+    # the documented schema holds with real windows and instructions in the data
+    jsonschema.validate(readback.envlogger_instance(tmp_path / "el"), readback.schema())
 
 
 def test_stripped_exports_keep_the_instruction(control: ControlData, tmp_path: Path) -> None:
@@ -234,6 +237,7 @@ def test_tfds_equals_envlogger_through_tfds_reader(control: ControlData, tmp_pat
         (rlds,) = _envlogger_via_tfds_reader(tmp_path / f"el-{name}")
         (ours,) = readback.read_tfds(tmp_path / f"tf-{name}")
         _compare_episode(name, rlds, ours)
+        jsonschema.validate(readback.tfds_instance(tmp_path / f"tf-{name}"), readback.schema())
 
     (ours,) = readback.read_tfds(tmp_path / "tf-full")
     record = control.record
