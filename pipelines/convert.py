@@ -43,7 +43,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from pipelines import tfrecord
 from pipelines.beam_options import check_runner, pipeline_options, runner_name
 from pipelines.convert_guarded import EPISODE_TIMEOUT, GuardedConverter
-from pipelines.convert_records import ReadRecordInputs
+from pipelines.convert_records import ReadRecordInputs, distinct_ids
 from pipelines.errors import StepmarkError
 from pipelines.traces import DeadLetter, EpisodeSource, IgnoredFile, discover, files
 from pipelines.traces.discover import RECORD_FILE
@@ -224,7 +224,7 @@ class ConvertShard(beam.DoFn):
 
     def process(self, element: tuple[int, Iterable[EpisodeSource | RecordEpisode]]) -> Iterator:
         shard, sources = element
-        ordered = sorted(sources, key=lambda s: s.episode_id)
+        ordered = distinct_ids(sources)
         path = files.join(self.temp_dir, f"shard-{shard:05d}-{uuid.uuid4().hex}.tfrecord")
         episodes = steps = objects = mismatched = size = 0
         layouts: Counter[str] = Counter()

@@ -2,28 +2,32 @@
 `pipelines.convert`:
 
     tfrecord_file sources -> ReadRecordFiles (frames, classifies; bad records are dead letters)
-        AndroidControl records -> RecordEpisode (one record = one episode)
-        AITW step records -> key by episode_id -> GroupByKey -> RecordEpisode (all steps of the episode)
+        AndroidControl records (one record = one episode) and AITW step records
+        -> key by episode_id -> GroupByKey -> GroupRecords (the duplicate rule) -> RecordEpisode
 
-The RecordEpisodes then join the file-based episode sources in convert's shard grouping. AITW needs the
-GroupByKey: its 5.7 million step records are spread over files in no particular order, and grouping them on
-the runner scales across workers. Step bytes travel with the records (nothing is re-read).
+The RecordEpisodes then join the file-based episode sources in convert's shard grouping. The GroupByKey serves
+both formats: AITW's 5.7 million step records are spread over files in no particular order, and an
+AndroidControl episode id may turn up in two files (a shard given twice, two releases merged); grouping on the
+runner scales across workers and sees every record of an id at once. Step bytes travel with the records
+(nothing is re-read). The duplicate rule (`traces.records.group_records`, schemas/layouts.md "Duplicate
+records"): byte-identical repeats are read once and counted (`duplicate_records_collapsed`); differing
+records claiming one episode id are all `duplicate_episode` dead letters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from pipelines.traces.model import DeadLetter, EpisodeSource, RecordEpisode
-from pipelines.traces.records import AitwStep, group_aitw, read_file_records
+from pipelines.traces.records import AitwStep, group_records, read_file_records
 
 DEAD = "dead_letters"
 AITW = "aitw_steps"
-REPORT = "report"
 
 
 class ReadRecordFiles(beam.DoFn):
@@ -33,12 +37,7 @@ class ReadRecordFiles(beam.DoFn):
         self.namespace = namespace
 
     def process(self, source: EpisodeSource) -> Iterator:
-        from pipelines.convert import DiscoveryReport
-
-        episodes = 0
         for item in read_file_records(source.source_path):
-            if isinstance(item, RecordEpisode):
-                episodes += 1
             if isinstance(item, DeadLetter):
                 Metrics.counter(self.namespace, f"dead_letter_{item.reason}").inc()
                 yield pvalue.TaggedOutput(DEAD, item)
@@ -46,13 +45,58 @@ class ReadRecordFiles(beam.DoFn):
                 Metrics.counter(self.namespace, "aitw_step_records").inc()
                 yield pvalue.TaggedOutput(AITW, item)
             else:
+                Metrics.counter(self.namespace, "android_control_records").inc()
                 yield item
-        yield pvalue.TaggedOutput(REPORT, DiscoveryReport(episodes, 0, ()))
+
+
+class GroupRecords(beam.DoFn):
+    """(episode id, [RecordEpisode | AitwStep]) -> one RecordEpisode (main) or `duplicate_episode` dead
+    letters (tagged), by `group_records`."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+
+    def process(self, element: tuple[str, Iterable[RecordEpisode | AitwStep]]) -> Iterator:
+        grouped = group_records(*element)
+        if grouped.collapsed:
+            Metrics.counter(self.namespace, "duplicate_records_collapsed").inc(grouped.collapsed)
+        for dead in grouped.dead_letters:
+            Metrics.counter(self.namespace, f"dead_letter_{dead.reason}").inc()
+            yield pvalue.TaggedOutput(DEAD, dead)
+        if grouped.episode is not None:
+            yield grouped.episode
+
+
+def distinct_ids(sources: Iterable[EpisodeSource | RecordEpisode]) -> list[EpisodeSource | RecordEpisode]:
+    """One shard's episodes, sorted by id, every id once. Record ids are unique among records (the grouping)
+    and file layouts' among file layouts (discovery); a record episode whose id a file layout's episode also
+    has (an AndroidControl id `101` beside a folder `101/`; both hash to the same shard) gets discovery's
+    `~2`, `~3`, ... suffix and a note saying so (schemas/layouts.md, "Duplicate records")."""
+    ordered = sorted(sources, key=lambda s: (s.episode_id, isinstance(s, RecordEpisode), s.source_path))
+    used = {s.episode_id for s in ordered}
+    seen: set[str] = set()
+    out: list[EpisodeSource | RecordEpisode] = []
+    for source in ordered:
+        if source.episode_id in seen and isinstance(source, RecordEpisode):
+            n = 2
+            while f"{source.episode_id}~{n}" in used:
+                n += 1
+            new_id = f"{source.episode_id}~{n}"
+            used.add(new_id)
+            note = f"episode id {source.episode_id} is also a file layout's episode: converted as {new_id}"
+            source = dataclasses.replace(source, episode_id=new_id, notes=(*source.notes, note))
+        seen.add(source.episode_id)
+        out.append(source)
+    return sorted(out, key=lambda s: s.episode_id)
+
+
+def _key(item: RecordEpisode | AitwStep) -> tuple[str, RecordEpisode | AitwStep]:
+    return item.episode_id, item
 
 
 class ReadRecordInputs(beam.PTransform):
     """PCollection[EpisodeSource of tfrecord files] -> {"episodes": RecordEpisode, "dead_letters": DeadLetter,
-    "reports": DiscoveryReport} (episodes found in the records: AndroidControl per file, AITW one total)."""
+    "reports": DiscoveryReport} (one report: the number of distinct episode ids found in the records)."""
 
     def __init__(self, namespace: str) -> None:
         super().__init__()
@@ -62,30 +106,33 @@ class ReadRecordInputs(beam.PTransform):
         from pipelines.convert import DiscoveryReport, OnlyType  # convert imports this module
 
         read = record_files | "ReadRecordFiles" >> beam.ParDo(ReadRecordFiles(self.namespace)).with_outputs(
-            DEAD, AITW, REPORT, main="episodes"
+            DEAD, AITW, main="episodes"
         )
-        aitw = (
-            read[AITW]
-            | "OnlyAitwSteps" >> OnlyType(AitwStep)
-            | "KeyByEpisode" >> beam.Map(lambda s: (s.episode_id, s))
-            | "GroupAitwSteps" >> beam.GroupByKey()
-            | "AitwEpisodes" >> beam.MapTuple(group_aitw).with_output_types(RecordEpisode)
+        grouped = (
+            (
+                read.episodes | "OnlyRecordEpisodes" >> OnlyType(RecordEpisode),
+                read[AITW] | "OnlyAitwSteps" >> OnlyType(AitwStep),
+            )
+            | "AllRecords" >> beam.Flatten()
+            | "KeyByEpisode" >> beam.Map(_key)
+            | "GroupByEpisode" >> beam.GroupByKey()
+            | "GroupRecords" >> beam.ParDo(GroupRecords(self.namespace)).with_outputs(DEAD, main="episodes")
         )
-        episodes = (
-            read.episodes | "OnlyRecordEpisodes" >> OnlyType(RecordEpisode),
-            aitw,
-        ) | "AllRecordEpisodes" >> beam.Flatten()
-        aitw_found = (
-            aitw
-            | "CountAitwEpisodes" >> beam.combiners.Count.Globally()
-            | "AitwReport" >> beam.Map(lambda n: DiscoveryReport(n, 0, ())).with_output_types(DiscoveryReport)
+        episodes = grouped.episodes | "OnlyGroupedEpisodes" >> OnlyType(RecordEpisode)
+        duplicates = grouped[DEAD] | "OnlyDuplicateDead" >> OnlyType(DeadLetter)
+        # Episodes found = distinct ids, converted or not (a duplicate_episode id is one found episode).
+        found = (
+            (
+                episodes | "EpisodeIds" >> beam.Map(lambda e: e.episode_id),
+                duplicates | "DuplicateIds" >> beam.Map(lambda d: d.episode_id),
+            )
+            | "AllIds" >> beam.Flatten()
+            | "DistinctIds" >> beam.Distinct()
+            | "CountIds" >> beam.combiners.Count.Globally()
+            | "RecordReport" >> beam.Map(lambda n: DiscoveryReport(n, 0, ())).with_output_types(DiscoveryReport)
         )
-        reports = (
-            read[REPORT] | "OnlyRecordReports" >> OnlyType(DiscoveryReport),
-            aitw_found,
-        ) | "AllRecordReports" >> beam.Flatten()
-        return {
-            "episodes": episodes,
-            "dead_letters": read[DEAD] | "OnlyRecordDead" >> OnlyType(DeadLetter),
-            "reports": reports,
-        }
+        dead = (
+            read[DEAD] | "OnlyRecordDead" >> OnlyType(DeadLetter),
+            duplicates,
+        ) | "AllRecordDead" >> beam.Flatten()
+        return {"episodes": episodes, "dead_letters": dead, "reports": found}

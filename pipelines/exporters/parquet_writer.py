@@ -14,7 +14,8 @@ key/value metadata. Columns:
 - `observation/<path>` and `action/<path>` leaves: scalars as themselves, arrays flattened to lists (their
   shapes in the metadata's `shapes`), text as strings, bytes as binary; the observation's frame leaf holds the
   recorded JPEG bytes (as in TFDS; `--lossless-images` keeps the raw arrays); UI `observation/objects` is a
-  list of structs (one per object) and the UI action's fields are `action/<field>` columns.
+  list of structs (one per object), `observation/windows` one struct per window, and the UI action's fields are
+  `action/<field>` columns.
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.exporters.transform import KIND_UI, UI_OBJECT_FIELDS, ExportEpisode, ExportStep, info_json
+from pipelines.exporters.transform import (
+    KIND_UI,
+    UI_OBJECT_FIELDS,
+    UI_WINDOW_FIELDS,
+    ExportEpisode,
+    ExportStep,
+    info_json,
+)
 
 DATA_DIR = "data"
 METADATA_KEY = b"stepmark_export"
@@ -93,9 +101,15 @@ def _objects_type() -> pa.DataType:
     return pa.list_(pa.struct(fields))
 
 
-def _objects_rows(table: dict[str, list[Any]]) -> list[dict[str, Any]]:
+def _objects_rows(table: dict[str, list[Any]], fields: tuple[str, ...] = UI_OBJECT_FIELDS) -> list[dict[str, Any]]:
     n = len(table["id"])
-    return [{k: _plain(table[k][i]) for k in UI_OBJECT_FIELDS} for i in range(n)]
+    return [{k: _plain(table[k][i]) for k in fields} for i in range(n)]
+
+
+def _windows_type() -> pa.DataType:
+    """`observation/windows` (UI, full object form): one struct per window of the step's forest."""
+    kinds = {"type": pa.string(), "title": pa.string(), "focused": pa.bool_(), "active": pa.bool_()}
+    return pa.list_(pa.struct([pa.field(name, kinds.get(name, pa.int32())) for name in UI_WINDOW_FIELDS]))
 
 
 class RowBuilder:
@@ -118,6 +132,7 @@ class RowBuilder:
             }
             if "objects" in obs:
                 cols["observation/objects"] = _objects_rows(obs["objects"])
+                cols["observation/windows"] = _objects_rows(obs["windows"], UI_WINDOW_FIELDS)
             else:  # --ui-objects padded:N: fixed-length columns
                 padded = obs["objects_padded"]
                 cols.update({name: _plain(v) for name, v in _leaves("observation/objects_padded", padded)})
@@ -186,6 +201,8 @@ def schema_for(
     for name, value in first.items():
         if name == "observation/objects":
             typ = _objects_type()
+        elif name == "observation/windows":
+            typ = _windows_type()
         elif name in ("tags", "keys"):
             typ = pa.list_(pa.string())
         elif name == builder.frame_column:

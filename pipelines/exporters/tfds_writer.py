@@ -26,13 +26,16 @@ import numpy as np
 from pipelines.errors import StepmarkError
 from pipelines.exporters.transform import (
     KIND_UI,
+    TARGET_CANDIDATES,
     UI_OBJECT_FIELDS,
+    UI_WINDOW_FIELDS,
     ExportEpisode,
     ExportStep,
     TransformOptions,
     frame_leaf,
     info_json,
 )
+from pipelines.exporters.ui_objects import PADDED_TEXT_FIELDS
 
 
 class _DropAbslWarnings(logging.Filter):
@@ -129,7 +132,8 @@ def _float64() -> Any:
 
 def _padded_objects_features(n: int) -> Any:
     flag, i32 = np.bool_, np.int32
-    vector = {"type": i32, "grid_location": i32, "depth": i32, "pre_order": i32, "post_order": i32}
+    vector = {"type": i32, "grid_location": i32, "depth": i32, "pre_order": i32, "post_order": i32, "window": i32,
+              "window_layer": i32}  # fmt: skip
     fields: dict[str, Any] = {
         "num_objects": np.int32,
         "mask": tfds.features.Tensor(shape=(n,), dtype=flag),
@@ -137,11 +141,9 @@ def _padded_objects_features(n: int) -> Any:
         **{k: tfds.features.Tensor(shape=(n,), dtype=t, encoding=tfds.features.Encoding.BYTES) for k, t in vector.items()},
         **{
             k: tfds.features.Tensor(shape=(n,), dtype=flag)
-            for k in ("is_leaf", "is_actionable", "clickable", "human_drawn", "box_corrected")
+            for k in ("is_leaf", "is_actionable", "clickable", "human_drawn", "box_corrected", "window_focused")
         },
-        "text": tfds.features.Tensor(shape=(n,), dtype=np.object_),
-        "resource_id": tfds.features.Tensor(shape=(n,), dtype=np.object_),
-        "labels": tfds.features.Tensor(shape=(n,), dtype=np.object_),
+        **{k: tfds.features.Tensor(shape=(n,), dtype=np.object_) for k in PADDED_TEXT_FIELDS},
     }
     return tfds.features.FeaturesDict(fields)
 
@@ -170,8 +172,12 @@ def _ui_observation_features(padded: int = 0) -> Any:
         "labels": text,
         "human_drawn": flag,
         "box_corrected": flag,
+        "window": i32,
     }
     assert tuple(columns) == UI_OBJECT_FIELDS
+    windows = {"id": i32, "type": text, "title": text, "layer": i32, "focused": flag, "active": flag,
+               "first_object": i32, "num_objects": i32}  # fmt: skip
+    assert tuple(windows) == UI_WINDOW_FIELDS
     fields: dict[str, Any] = {
         "screenshot": tfds.features.Tensor(shape=(), dtype=np.object_),
         "screen_width": np.int32,
@@ -182,6 +188,7 @@ def _ui_observation_features(padded: int = 0) -> Any:
         fields["objects_padded"] = _padded_objects_features(padded)
     else:
         fields["objects"] = tfds.features.Sequence(columns)
+        fields["windows"] = tfds.features.Sequence(windows)
     return tfds.features.FeaturesDict(fields)
 
 
@@ -200,6 +207,12 @@ def _ui_action_features(strip: bool) -> Any:
         "converter_target_index": np.int32,
         "text": text,
         "duration_ms": np.int64,
+        "instruction": text,
+        "direction": text,
+        "target_rule": text,
+        "target_candidates": tfds.features.Tensor(
+            shape=(TARGET_CANDIDATES,), dtype=np.int32, encoding=tfds.features.Encoding.BYTES
+        ),
     }
     if not strip:
         fields["raw_json"] = text
@@ -345,7 +358,7 @@ def _tfds_text(observation: Any) -> Any:
     take object arrays."""
     if isinstance(observation, dict) and "objects_padded" in observation:
         padded = dict(observation["objects_padded"])
-        for key in ("text", "resource_id", "labels"):
+        for key in PADDED_TEXT_FIELDS:
             padded[key] = np.asarray(padded[key], dtype=object)
         return {**observation, "objects_padded": padded}
     return observation

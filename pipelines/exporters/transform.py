@@ -281,7 +281,38 @@ UI_OBJECT_FIELDS = (
     "labels",
     "human_drawn",
     "box_corrected",
+    "window",
 )
+#: Columns of a UI observation's `windows` table (accessibility forests: one row per window, forest order;
+#: empty for the other formats). From `StepInfo.windows`; `schemas/dataset_spec.md`.
+UI_WINDOW_FIELDS = ("id", "type", "title", "layer", "focused", "active", "first_object", "num_objects")
+#: Runner-up targets carried per action (`Action.target_candidates` holds at most 4), padded with -1.
+TARGET_CANDIDATES = 4
+
+
+def window_table(windows: Sequence[dict[str, Any]] = ()) -> dict[str, list[Any]]:
+    """The step's windows (its `StepInfo.windows` as JSON, from the reader: zero values left out) as columns."""
+    ws = list(windows or ())
+    return {
+        "id": [np.int32(w.get("id", 0)) for w in ws],
+        "type": [str(w.get("type", "")) for w in ws],
+        "title": [str(w.get("title", "")) for w in ws],
+        "layer": [np.int32(w.get("layer", 0)) for w in ws],
+        "focused": [bool(w.get("focused", False)) for w in ws],
+        "active": [bool(w.get("active", False)) for w in ws],
+        "first_object": [np.int32(w.get("first_object", 0)) for w in ws],
+        "num_objects": [np.int32(w.get("num_objects", 0)) for w in ws],
+    }
+
+
+def object_windows(num_objects: int, table: dict[str, list[Any]]) -> list[int]:
+    """Per object: the row of its window in the windows table, -1 when it belongs to none (formats without
+    windows, boxes an annotator drew)."""
+    out = [-1] * num_objects
+    for row, (first, count) in enumerate(zip(table["first_object"], table["num_objects"], strict=True)):
+        for i in range(max(int(first), 0), min(int(first) + int(count), num_objects)):
+            out[i] = row
+    return out
 
 
 def object_grounding(
@@ -301,7 +332,11 @@ def object_grounding(
 
 
 def ui_observation(
-    observation: episode_pb2.Observation, *, padded: int = 0, annotations: Sequence[dict[str, Any]] = ()
+    observation: episode_pb2.Observation,
+    *,
+    padded: int = 0,
+    annotations: Sequence[dict[str, Any]] = (),
+    windows: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """A UI screen as fixed-named fields: the screenshot bytes, its size, an object table, and the proto.
 
@@ -309,10 +344,13 @@ def ui_observation(
     (left, top, right, bottom) in screenshot pixels. `proto` is the whole `llm4mobile.proto.Observation`
     without its screenshot (kept once, in `screenshot`), so nothing the converter produced is lost.
     `annotations` (the step's `object_annotations`) fill the grounding columns `labels`, `human_drawn`,
-    `box_corrected`.
+    `box_corrected`. `windows` (the step's `StepInfo.windows`) give the `windows` table (full form) and each
+    object's `window` row (both forms; padded: with the window's type, layer and focus per object row).
     """
     objs = observation.objects
     labels, drawn, corrected = object_grounding(observation, annotations)
+    wtable = window_table(windows)
+    in_window = object_windows(len(objs), wtable)
     # Lists, one entry per object: envlogger's codec reads an empty array back as None but keeps an empty list.
     table: dict[str, Any] = {
         "id": [o.id for o in objs],
@@ -336,6 +374,7 @@ def ui_observation(
         "labels": labels,
         "human_drawn": drawn,
         "box_corrected": corrected,
+        "window": [np.int32(w) for w in in_window],
     }
     without_screenshot = episode_pb2.Observation()
     without_screenshot.CopyFrom(observation)
@@ -349,15 +388,23 @@ def ui_observation(
     if padded:
         from pipelines.exporters.ui_objects import padded_objects
 
-        out["objects_padded"] = padded_objects(observation, padded, grounding=(labels, drawn, corrected))
+        out["objects_padded"] = padded_objects(
+            observation, padded, grounding=(labels, drawn, corrected), windows=(in_window, wtable)
+        )
     else:
         out["objects"] = table
+        out["windows"] = wtable
     return out
 
 
 def ui_action(action: ui_episode_pb2.Action | None, *, strip: bool, padded: int = 0) -> dict[str, Any]:
-    """A `stepmark.Action` as scalars; `target_index` is -1 when no object was hit, `raw_json` kept unstripped."""
+    """A `stepmark.Action` as scalars (and `target_candidates` as int32[4], -1 padded); `target_index` is -1
+    when no object was hit; `raw_json` kept unstripped. Object indices are rows of the padded table with
+    `padded`."""
     a = action if action is not None else ui_episode_pb2.Action()
+    candidates = np.full((TARGET_CANDIDATES,), -1, np.int32)
+    for i, index in enumerate(list(a.target_candidates)[:TARGET_CANDIDATES]):
+        candidates[i] = _padded_index(index, padded)
     out: dict[str, Any] = {
         "type": np.int32(a.type),
         "type_name": ui_episode_pb2.Action.Type.Name(a.type),
@@ -373,6 +420,10 @@ def ui_action(action: ui_episode_pb2.Action | None, *, strip: bool, padded: int 
         ),
         "text": a.text,
         "duration_ms": np.int64(a.duration_ms),
+        "instruction": a.instruction,
+        "direction": a.direction,
+        "target_rule": a.target_rule,
+        "target_candidates": candidates,
     }
     if not strip:
         out["raw_json"] = a.raw_json
@@ -471,8 +522,13 @@ def transform_episode(
             info.pop(EPISODE_KEY, None)
         if kind == KIND_UI:
             screen = step.observation if step is not None else placeholder_ui_observation()
-            notes = (step.info or {}).get("object_annotations", []) if step is not None else []
-            observation = ui_observation(screen, padded=options.ui_objects_padded, annotations=notes)
+            step_info = (step.info or {}) if step is not None else {}
+            observation = ui_observation(
+                screen,
+                padded=options.ui_objects_padded,
+                annotations=step_info.get("object_annotations", []),
+                windows=step_info.get("windows", []),
+            )
             action = None if last else ui_action(step.action, strip=strip, padded=options.ui_objects_padded)
             # Traces do not say whether the task ended: every UI episode ends in a truncation (discount 1).
             reward, discount, terminal = 0.0, (0.0 if last else 1.0), False

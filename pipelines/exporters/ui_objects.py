@@ -4,7 +4,9 @@ Pure functions (a `llm4mobile.proto.Observation` in, numpy arrays out). The firs
 the converter's order, `index`) fill rows 0..k-1, `mask` is true on them; rows k..N-1 are zeros, empty text
 and mask false; objects beyond N are left out (`num_objects` says how many the screen had). Boxes are
 normalised to 0..1 by the screen size (clipped). The action's `target_index` keeps pointing at its row, or
-becomes -1 when the target was beyond N. Fields: `schemas/dataset_spec.md` ("Padded UI objects").
+becomes -1 when the target was beyond N. Accessibility-forest screens add each object's window (row in the
+step's windows, its type, layer and focus; -1/""/0/false for objects in no window). Fields:
+`schemas/dataset_spec.md` ("Padded UI objects").
 """
 
 from __future__ import annotations
@@ -36,7 +38,14 @@ PADDED_FIELDS = (
     "labels",
     "human_drawn",
     "box_corrected",
+    "window",
+    "window_type",
+    "window_layer",
+    "window_focused",
 )
+
+#: The text columns of the padded table (numpy str arrays here; TFDS stores them as object tensors).
+PADDED_TEXT_FIELDS = ("text", "resource_id", "labels", "window_type")
 
 
 def parse_ui_objects(text: str) -> int:
@@ -53,11 +62,20 @@ def padded_objects(
     observation: episode_pb2.Observation,
     n: int,
     grounding: tuple[list[str], list[bool], list[bool]] | None = None,
+    windows: tuple[list[int], dict[str, list[Any]]] | None = None,
 ) -> dict[str, Any]:
     """The screen's first `n` objects as fixed-shape arrays (see the module docstring); `grounding` = the
-    per-object (labels, human_drawn, box_corrected) of `transform.object_grounding`."""
+    per-object (labels, human_drawn, box_corrected) of `transform.object_grounding`; `windows` = each
+    object's window row (-1: none) and the windows table of `transform.window_table`, whose type, layer and
+    focus are repeated on the rows of the window's objects (a fixed shape, unlike a table of windows)."""
     objs = list(observation.objects)[:n]
     k = len(objs)
+    rows, wtable = windows if windows else ([-1] * k, {"type": [], "layer": [], "focused": []})
+    rows = list(rows[:k])
+
+    def of_window(column: str, none: Any) -> list[Any]:
+        return [wtable[column][r] if r >= 0 else none for r in rows]
+
     w = float(observation.screen_width) or 1.0
     h = float(observation.screen_height) or 1.0
     bbox = np.zeros((n, 4), np.float32)
@@ -95,6 +113,10 @@ def padded_objects(
         "labels": texts(list(grounding[0][:k]) if grounding else [""] * k),
         "human_drawn": flags(list(grounding[1][:k]) if grounding else [False] * k),
         "box_corrected": flags(list(grounding[2][:k]) if grounding else [False] * k),
+        "window": ints(rows),
+        "window_type": texts(of_window("type", "")),
+        "window_layer": ints(of_window("layer", 0)),
+        "window_focused": flags(of_window("focused", False)),
     }
 
 

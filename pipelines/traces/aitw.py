@@ -1,9 +1,10 @@
 """Android in the Wild (AITW): one `tf.train.Example` per step, grouped into episodes by `episode_id` in the
 pipeline -> `RawEpisode` + the step bytes it refers to. Mapping in schemas/layouts.md.
 
-Steps are ordered by `step_id`; a step id seen twice keeps its first record (by file and offset) and the
-others are `duplicate_step` dead letters; ids of 0..episode_length-1 with no record are `missing_step` dead
-letters. Each step's annotations become a small JSON document (`pipelines.hierarchy.aitw`), its raw RGB
+Steps are ordered by `step_id`. Records repeated byte for byte were already read once by the grouping
+(`records.group_records`); a step id that still has several (differing) records keeps none of them: each is a
+`duplicate_step` dead letter naming the others (which one is right cannot be told). Ids of
+0..episode_length-1 with no record are `missing_step` dead letters. Each step's annotations become a small JSON document (`pipelines.hierarchy.aitw`), its raw RGB
 pixels a PNG. Dual-point gestures are taps when touch and lift are within 0.04 of the screen (AITW's own
 `action_matching` rule), swipes otherwise.
 """
@@ -182,16 +183,19 @@ def read(item: RecordEpisode) -> tuple[RawEpisode, dict[str, bytes]]:
     episode = RawEpisode(source=source, steps=[], num_source_steps=length)
     if len(lengths) > 1:
         episode.warnings.append(f"steps disagree on episode_length ({sorted(lengths)}): {length} used")
-    seen: dict[int, str] = {}
+    where_of: dict[int, list[str]] = {}
+    for step_id, path, offset, _ in parsed:
+        where_of.setdefault(step_id, []).append(display(f"{path}@{offset}"))
+    seen = set(where_of)
     activities: list[str] = []
     blobs: dict[str, bytes] = {}
     for step_id, path, offset, example in parsed:
         where = f"{path}@{offset}"
-        if step_id in seen:
-            dead.append(DeadLetter(path, step_id, "duplicate_step", f"episode {display(eid)}: step {step_id} "
-                                   f"at {where} repeats the one at {seen[step_id]}; the first is kept", eid))  # fmt: skip
+        if len(where_of[step_id]) > 1:  # byte-identical copies were already read once (records.group_records)
+            others = where_of[step_id]
+            dead.append(DeadLetter(path, step_id, "duplicate_step", f"episode {display(eid)}: step {step_id} has "
+                                   f"{len(others)} differing records ({', '.join(others[:10])}); none is kept", eid))  # fmt: skip
             continue
-        seen[step_id] = where
         try:
             raw_step, step_blobs, activity = read_step(example, step_id, where)
         except (ExampleError, HierarchyError) as exc:

@@ -126,6 +126,9 @@ class RecordEpisode:
     source_path: str
     records: tuple[tuple[str, int, bytes], ...]
     dead_letters: tuple[DeadLetter, ...] = ()
+    #: What the grouping noticed without losing anything (records repeated byte for byte, read once); they
+    #: become episode warnings (`UiEpisode.metadata["warnings"]`).
+    notes: tuple[str, ...] = ()
 
 
 @dataclass

@@ -4,7 +4,8 @@ say what each one is. A record that cannot be framed, decoded or recognised is a
 naming the file and byte offset; a truncated file ends its reading with one.
 
 `read_file_records` yields, in file order: `RecordEpisode`s (AndroidControl: one record, one episode),
-`AitwStep`s (to be grouped by episode id) and `DeadLetter`s.
+`AitwStep`s and `DeadLetter`s; the pipeline then groups both kinds by episode id and `group_records` applies
+the duplicate rule.
 """
 
 from __future__ import annotations
@@ -76,10 +77,73 @@ def read_file_records(path: str) -> Iterator[RecordEpisode | AitwStep | DeadLett
         yield DeadLetter(path, None, "bad_record", f"{name}: {type(exc).__name__}: {exc}", name)
 
 
-def group_aitw(episode_id: str, steps: Iterable[AitwStep]) -> RecordEpisode:
-    """The grouped steps of one AITW episode (order does not matter: `aitw.read` sorts)."""
-    records = tuple(sorted((s.path, s.offset, s.data) for s in steps))
-    return RecordEpisode(aitw.LAYOUT, episode_id, records[0][0] if records else "", records)
+#: Record positions named in one duplicate note or dead letter (the rest are counted).
+SHOWN_POSITIONS = 10
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """What `group_records` made of the records sharing one episode id."""
+
+    episode: RecordEpisode | None
+    dead_letters: tuple[DeadLetter, ...]
+    collapsed: int  # records that repeated another one byte for byte and were read once
+
+
+def _positions(records: list[tuple[str, str, int, bytes]]) -> str:
+    shown = ", ".join(display(f"{path}@{offset}") for _, path, offset, _ in records[:SHOWN_POSITIONS])
+    more = len(records) - SHOWN_POSITIONS
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def group_records(episode_id: str, items: Iterable[RecordEpisode | AitwStep]) -> Grouped:
+    """The one rule for records that share an episode id (schemas/layouts.md, "Duplicate records"):
+
+    * a record that repeats another byte for byte (a file given twice, a shard copied) is read once; the
+      episode keeps a note naming the copies, and `collapsed` counts them;
+    * AITW step records of one id form the episode (repeated *step ids* are `aitw.read`'s concern);
+    * records that differ but claim one episode id as a whole episode (two AndroidControl records, or
+      AndroidControl and AITW records) leave no way to tell which is right: none is converted, each is a
+      `duplicate_episode` dead letter naming the id and every claiming record.
+
+    Order of `items` does not matter (positions are sorted by file and offset), so every runner agrees."""
+    recs: list[tuple[str, str, int, bytes]] = []
+    for item in items:
+        if isinstance(item, AitwStep):
+            recs.append((aitw.LAYOUT, item.path, item.offset, item.data))
+        else:
+            recs.extend((item.layout, path, offset, data) for path, offset, data in item.records)
+    recs.sort(key=lambda r: (r[1], r[2], r[0]))
+    # Only records of one layout and length can be copies: compared byte for byte within those (no hashing
+    # of every AITW screenshot; a differing record of the same length usually differs early).
+    same_size: dict[tuple[str, int], list[bytes]] = {}
+    unique: list[tuple[str, str, int, bytes]] = []
+    repeats: list[tuple[str, str, int, bytes]] = []
+    for rec in recs:
+        kept = same_size.setdefault((rec[0], len(rec[3])), [])
+        if any(rec[3] == data for data in kept):
+            repeats.append(rec)
+        else:
+            kept.append(rec[3])
+            unique.append(rec)
+    eid = display(episode_id)
+    layouts = sorted({r[0] for r in unique})
+    if len(layouts) > 1 or (layouts == [android_control.LAYOUT] and len(unique) > 1):
+        message = (
+            f"episode id {eid} is claimed by {len(unique)} differing records ({', '.join(layouts)}): "
+            f"{_positions(unique)}; none is converted"
+        )
+        dead = tuple(DeadLetter(path, None, "duplicate_episode", message, episode_id) for _, path, _, _ in unique)
+        return Grouped(None, dead, len(repeats))
+    notes: tuple[str, ...] = ()
+    if repeats:
+        notes = (
+            f"{len(repeats)} record(s) repeat another record of this episode byte for byte and were read once: "
+            f"{_positions(repeats)}",
+        )
+    records = tuple((path, offset, data) for _, path, offset, data in unique)
+    episode = RecordEpisode(layouts[0], episode_id, records[0][0], records, notes=notes)
+    return Grouped(episode, (), len(repeats))
 
 
 READERS: dict[str, Callable[[RecordEpisode], tuple[RawEpisode, dict[str, bytes]]]] = {
@@ -89,4 +153,6 @@ READERS: dict[str, Callable[[RecordEpisode], tuple[RawEpisode, dict[str, bytes]]
 
 
 def read_record_episode(item: RecordEpisode) -> tuple[RawEpisode, dict[str, bytes]]:
-    return READERS[item.layout](item)
+    episode, blobs = READERS[item.layout](item)
+    episode.warnings.extend(item.notes)
+    return episode, blobs

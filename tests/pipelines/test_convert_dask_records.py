@@ -1,5 +1,6 @@
-"""AITW and AndroidControl TFRecords on a real distributed engine: grouping AITW steps by episode across two
-Dask worker processes must give byte-identical shards and dead letters to FnApiRunner."""
+"""AITW and AndroidControl TFRecords on a real distributed engine: grouping records by episode id (AITW steps,
+duplicated AndroidControl episodes) across two Dask worker processes must give byte-identical shards and dead
+letters to FnApiRunner."""
 
 from __future__ import annotations
 
@@ -55,17 +56,21 @@ def test_dask_groups_aitw_steps_like_fnapi(tmp_path: Path, fixtures_dir: Path) -
         write_tfrecord(inp / f"general-0000{f}-of-00003", records[f::3])
     shot = png_from(fixtures_dir / "rico" / "33600.jpg", 540, 1200)
     forest = forest_from_dump((fixtures_dir / "uiautomator" / "fractal-forge_ui_controls.xml").read_bytes())
-    control = example(
-        {
-            "episode_id": feature_ints(7),
-            "goal": feature_bytes(b"Pick a palette"),
-            "screenshots": feature_bytes(shot, shot),
-            "accessibility_trees": feature_bytes(forest.SerializeToString(), forest.SerializeToString()),
-            "actions": feature_bytes(json.dumps({"action_type": "click", "x": 135, "y": 872}).encode()),
-            "step_instructions": feature_bytes(b"tap Ocean"),
-        }
-    )
-    write_tfrecord(inp / "android_control-00000-of-00001", [control])
+    def control(episode_id: int, goal: bytes) -> bytes:
+        return example(
+            {
+                "episode_id": feature_ints(episode_id),
+                "goal": feature_bytes(goal),
+                "screenshots": feature_bytes(shot, shot),
+                "accessibility_trees": feature_bytes(forest.SerializeToString(), forest.SerializeToString()),
+                "actions": feature_bytes(json.dumps({"action_type": "click", "x": 135, "y": 872}).encode()),
+                "step_instructions": feature_bytes(b"tap Ocean"),
+            }
+        )
+
+    # episode 7 again in a second file, byte for byte (read once); episode 8 twice, differing (dead letters)
+    write_tfrecord(inp / "android_control-00000-of-00002", [control(7, b"Pick a palette"), control(8, b"A")])
+    write_tfrecord(inp / "android_control-00001-of-00002", [control(8, b"B"), control(7, b"Pick a palette")])
 
     assert run([str(inp), str(tmp_path / "fnapi"), "--shards", "3", "--quiet"]) == 0
     logging.getLogger("distributed").setLevel(logging.ERROR)
@@ -88,6 +93,9 @@ def test_dask_groups_aitw_steps_like_fnapi(tmp_path: Path, fixtures_dir: Path) -
         return sorted((out / "dead_letters.jsonl").read_text().splitlines())
 
     assert dead(tmp_path / "fnapi") == dead(tmp_path / "dask")
-    assert [json.loads(line)["reason"] for line in dead(tmp_path / "dask")] == ["missing_step"]
+    reasons = sorted(json.loads(line)["reason"] for line in dead(tmp_path / "dask"))
+    assert reasons == ["duplicate_episode", "duplicate_episode", "missing_step"]
+    assert "2 record(s) repeat" not in episodes["7"].metadata["warnings"]
+    assert "1 record(s) repeat another record of this episode byte for byte" in episodes["7"].metadata["warnings"]
     for out in ("fnapi", "dask"):
-        assert ui_records.read_summary(str(tmp_path / out))["discovered_episodes"] == 5
+        assert ui_records.read_summary(str(tmp_path / out))["discovered_episodes"] == 6
