@@ -1,6 +1,6 @@
 """An AndroidControl episode through every export path (schemas/dataset_spec.md, "UI episodes"): written with the
 tests' independent TFRecord/Example writer from real fixture screens (tests/pipelines/record_writers.py), converted
-by convert-ui, imported into a store as the UI export tests do, then exported as envlogger, Parquet and TFDS.
+by convert-ui, imported into a store as the UI export tests do, then exported as envlogger, Parquet, Minari and TFDS.
 The fields UI-agent trainers read — the step instruction, the scroll direction, the target rule and candidates,
 the forest's windows and each object's window, the episode's goal, app and source — arrive with the same values
 on every path, equal to the converted record's. TFDS runs in its own process (`-m tfds`)."""
@@ -253,3 +253,27 @@ def test_tfds_equals_envlogger_through_tfds_reader(control: ControlData, tmp_pat
         for field in WINDOW_FIELDS:
             assert _column(step["observation"]["windows"][field]) == windows[t][field], (t, field)
         assert _column(step["observation"]["objects"]["window"]) == object_windows[t]
+
+
+
+def test_minari_carries_the_same_ui_fields(control: ControlData, tmp_path: Path) -> None:
+    """Minari (UI only with padded objects): numbers are the action space, text goes to `infos["action"]` with
+    entry k describing the action that led to observation k (schemas/dataset_spec.md, "Minari")."""
+    import minari
+
+    n = 64
+    _export(control, tmp_path / "ac-v0", "minari", ui_objects=f"padded:{n}")
+    _export(control, tmp_path / "el", "envlogger", ui_objects=f"padded:{n}")
+    (episode,) = minari.MinariDataset(str(tmp_path / "ac-v0" / "data")).iterate_episodes()
+    (logged,) = readback.read_envlogger(tmp_path / "el")
+    expected = _expected_actions(control.record)
+    text = episode.infos["action"]
+    for key in ("instruction", "direction", "target_rule", "type_name"):
+        assert _column(text[key])[1:] == [a[key] for a in expected], key
+    candidates = np.asarray(episode.actions["target_candidates"]).tolist()
+    assert candidates == [a["target_candidates"] for a in expected]
+    for key in ("window", "window_layer", "window_focused"):
+        got = np.asarray(episode.observations["objects_padded"][key]).tolist()
+        want = [np.asarray(r["observation"]["objects_padded"][key]).astype(np.asarray(got).dtype).tolist()
+                for r in logged["records"]]  # fmt: skip
+        assert got == want, key
