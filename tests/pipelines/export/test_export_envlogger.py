@@ -411,3 +411,39 @@ def _same(ours, theirs) -> bool:  # type: ignore[no-untyped-def]
     if isinstance(ours, np.ndarray) or isinstance(theirs, np.ndarray):
         return np.array_equal(np.asarray(ours), np.asarray(theirs))
     return ours == theirs
+
+
+def test_shards_written_from_wire_bytes_equal_shards_written_from_messages(
+    export_data: ExportData, tmp_path: Path
+) -> None:
+    """The writer hands envlogger the serialized records (`_WireData`) instead of parsed messages: the shard
+    files are byte for byte what the message path writes, for environment and UI episodes."""
+    from pipelines.exporters import envlogger_writer
+    from pipelines.exporters.transform import TransformOptions, transform_episode
+
+    class _MessageWriter(envlogger_writer._Writer):
+        def _record_step(self, data, is_new_episode):  # type: ignore[no-untyped-def]
+            assert self._data_writer.add_step(envlogger_writer.encode(tuple(data)), is_new_episode)
+
+        def set_episode_metadata(self, data):  # type: ignore[no-untyped-def]
+            self._data_writer.set_episode_metadata(envlogger_writer.encode(data))
+
+    for n, episode in enumerate([export_data.procgen[0], export_data.ui[0]]):
+        with open_episode(episode, export_data.data_dir) as reader:
+            steps, meta = list(reader), reader.metadata
+        exported = transform_episode(n, episode, steps, TransformOptions(), meta)
+        staging = tmp_path / f"wire{n}"
+        staging.mkdir()
+        envlogger_writer.write_episode_shard(exported, str(staging))
+        folder = tmp_path / f"message{n}"
+        folder.mkdir()
+        writer = _MessageWriter(str(folder), {}, envlogger_writer.WRITER_OPTIONS)
+        for t, record in enumerate(envlogger_writer.episode_records(exported)):
+            writer.record_step(record, is_new_episode=t == 0)
+        writer.set_episode_metadata(exported.meta.to_dict())
+        writer.close()
+        (shard,) = [d for d in folder.iterdir() if d.is_dir()]
+        for name in envlogger_writer.SHARD_FILES:
+            wire = (staging / envlogger_writer.shard_name(n) / name).read_bytes()
+            assert wire == (shard / name).read_bytes(), (episode.id, name)
+        assert not list(staging.glob(f"{envlogger_writer.SCRATCH_PREFIX}*"))  # scratch removed
