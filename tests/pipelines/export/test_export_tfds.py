@@ -194,3 +194,30 @@ def test_a_normal_tfds_export_prints_no_tensorflow_log_lines(export_data: Export
     ]
     assert noisy == []
     assert "exported 1 episode(s)" in done.stdout
+
+
+def test_a_tfds_export_never_imports_tensorflow(export_data: ExportData, tmp_path: Path) -> None:
+    """TFDS encodes and serializes with numpy and its own protos: importing TensorFlow (~3 s) would only add a
+    fixed cost to every export and worker. UI and environment episodes (nested `keys` sequences included)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    refs = [export_data.ref(export_data.procgen[0]), export_data.ref(export_data.ui[0])]
+    code = (
+        "import sys\n"
+        "from pipelines import export\n"
+        "from pipelines.exporters.selection import parse_ref\n"
+        f"refs = [parse_ref(r) for r in {[f'{r.study_id}/{r.session_id}/{r.episode_id}' for r in refs]!r}]\n"
+        "for n, ref in enumerate(refs):\n"
+        f"    export.export_episodes(export.ExportRequest(data_dir={str(export_data.data_dir)!r}, "
+        f"out={str(tmp_path)!r} + f'/out{{n}}', format='tfds', refs=[ref]))\n"
+        "print('tensorflow' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
+    assert readback.read_tfds(tmp_path / "out0") and readback.read_tfds(tmp_path / "out1")
