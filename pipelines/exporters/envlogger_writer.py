@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -135,6 +136,27 @@ def _entry_head(key_item: bytes | None, size: int) -> bytes:
     return b"\x0a" + _varint(len(pair_head) + size) + pair_head
 
 
+# Entries of scalar leaves (head + serialized Data), by (key, type, value): the same flags, step types,
+# discounts and short strings on most steps. Floats by their bytes, so -0.0 and 0.0 stay apart.
+_SCALAR_TYPES = frozenset({bool, np.bool_, int, np.int64, str, float})
+_scalar_entries: dict[tuple[bytes | None, type, Any], bytes] = {}
+_DOUBLE = struct.Struct("<d")
+
+
+def _scalar_entry(key_item: bytes | None, value: Any) -> bytes | None:
+    kind = type(value)
+    if kind is str and len(value) > 64:
+        return None
+    memo = (key_item, kind, _DOUBLE.pack(value) if kind is float else value)
+    hit = _scalar_entries.get(memo)
+    if hit is None:
+        leaf = fast_codec.serialize(value)
+        hit = _entry_head(key_item, len(leaf)) + leaf
+        if len(_scalar_entries) < 16384:
+            _scalar_entries[memo] = hit
+    return hit
+
+
 class _Frame:
     """An open container: children still to write (last first), the parts written and their size, and the
     key it has in its parent. Data fields: array=2 (0x12), tuple=3 (0x1a), dict=4 (0x22)."""
@@ -189,11 +211,12 @@ def serialize(value: Any) -> bytes:
             if isinstance(child, list | tuple | dict):
                 stack.append(_Frame(child, key_item))
                 break
-            leaf = fast_codec.serialize(child)
-            head = _entry_head(key_item, len(leaf))
-            frame.parts.append(head)
-            frame.parts.append(leaf)
-            frame.size += len(head) + len(leaf)
+            entry = _scalar_entry(key_item, child) if type(child) in _SCALAR_TYPES else None
+            if entry is None:
+                leaf = fast_codec.serialize(child)
+                entry = _entry_head(key_item, len(leaf)) + leaf
+            frame.parts.append(entry)
+            frame.size += len(entry)
         else:
             stack.pop()
             parts, size = frame.close()
