@@ -447,3 +447,31 @@ def test_shards_written_from_wire_bytes_equal_shards_written_from_messages(
             wire = (staging / envlogger_writer.shard_name(n) / name).read_bytes()
             assert wire == (shard / name).read_bytes(), (episode.id, name)
         assert not list(staging.glob(f"{envlogger_writer.SCRATCH_PREFIX}*"))  # scratch removed
+
+
+def test_scratch_in_memory_and_leftovers_of_dead_processes_removed(tmp_path: Path, monkeypatch) -> None:
+    """envlogger's files are written in a memory scratch folder (no fsync cost) when one is usable; a killed
+    worker's leftover there is removed by the next process that writes a shard; without one (or without
+    room), the export's own temporary folder is used."""
+    import os
+    import subprocess
+    import sys
+
+    from pipelines.exporters import envlogger_writer
+
+    memory = tmp_path / "shm"
+    memory.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = memory / f"{envlogger_writer.SCRATCH_PREFIX}{int(dead.stdout)}-x"
+    leftover.mkdir()
+    mine = memory / f"{envlogger_writer.SCRATCH_PREFIX}{os.getpid()}-y"
+    mine.mkdir()
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    monkeypatch.setattr(envlogger_writer, "MEMORY_SCRATCH", str(memory))
+    monkeypatch.setattr(envlogger_writer, "_scratch_checked", [])
+    assert envlogger_writer._local_scratch(str(staging)) == str(memory)
+    assert not leftover.exists() and mine.exists()
+    monkeypatch.setattr(envlogger_writer, "MEMORY_SCRATCH_FREE", 1 << 62)  # no room
+    monkeypatch.setattr(envlogger_writer, "_scratch_checked", [])
+    assert envlogger_writer._local_scratch(str(staging)) == str(staging)
