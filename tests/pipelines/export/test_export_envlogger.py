@@ -411,3 +411,67 @@ def _same(ours, theirs) -> bool:  # type: ignore[no-untyped-def]
     if isinstance(ours, np.ndarray) or isinstance(theirs, np.ndarray):
         return np.array_equal(np.asarray(ours), np.asarray(theirs))
     return ours == theirs
+
+
+def test_shards_written_from_wire_bytes_equal_shards_written_from_messages(
+    export_data: ExportData, tmp_path: Path
+) -> None:
+    """The writer hands envlogger the serialized records (`_WireData`) instead of parsed messages: the shard
+    files are byte for byte what the message path writes, for environment and UI episodes."""
+    from pipelines.exporters import envlogger_writer
+    from pipelines.exporters.transform import TransformOptions, transform_episode
+
+    class _MessageWriter(envlogger_writer._Writer):
+        def _record_step(self, data, is_new_episode):  # type: ignore[no-untyped-def]
+            assert self._data_writer.add_step(envlogger_writer.encode(tuple(data)), is_new_episode)
+
+        def set_episode_metadata(self, data):  # type: ignore[no-untyped-def]
+            self._data_writer.set_episode_metadata(envlogger_writer.encode(data))
+
+    for n, episode in enumerate([export_data.procgen[0], export_data.ui[0]]):
+        with open_episode(episode, export_data.data_dir) as reader:
+            steps, meta = list(reader), reader.metadata
+        exported = transform_episode(n, episode, steps, TransformOptions(), meta)
+        staging = tmp_path / f"wire{n}"
+        staging.mkdir()
+        envlogger_writer.write_episode_shard(exported, str(staging))
+        folder = tmp_path / f"message{n}"
+        folder.mkdir()
+        writer = _MessageWriter(str(folder), {}, envlogger_writer.WRITER_OPTIONS)
+        for t, record in enumerate(envlogger_writer.episode_records(exported)):
+            writer.record_step(record, is_new_episode=t == 0)
+        writer.set_episode_metadata(exported.meta.to_dict())
+        writer.close()
+        (shard,) = [d for d in folder.iterdir() if d.is_dir()]
+        for name in envlogger_writer.SHARD_FILES:
+            wire = (staging / envlogger_writer.shard_name(n) / name).read_bytes()
+            assert wire == (shard / name).read_bytes(), (episode.id, name)
+        assert not list(staging.glob(f"{envlogger_writer.SCRATCH_PREFIX}*"))  # scratch removed
+
+
+def test_scratch_in_memory_and_leftovers_of_dead_processes_removed(tmp_path: Path, monkeypatch) -> None:
+    """envlogger's files are written in a memory scratch folder (no fsync cost) when one is usable; a killed
+    worker's leftover there is removed by the next process that writes a shard; without one (or without
+    room), the export's own temporary folder is used."""
+    import os
+    import subprocess
+    import sys
+
+    from pipelines.exporters import envlogger_writer
+
+    memory = tmp_path / "shm"
+    memory.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = memory / f"{envlogger_writer.SCRATCH_PREFIX}{int(dead.stdout)}-x"
+    leftover.mkdir()
+    mine = memory / f"{envlogger_writer.SCRATCH_PREFIX}{os.getpid()}-y"
+    mine.mkdir()
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    monkeypatch.setattr(envlogger_writer, "MEMORY_SCRATCH", str(memory))
+    monkeypatch.setattr(envlogger_writer, "_scratch_checked", [])
+    assert envlogger_writer._local_scratch(str(staging)) == str(memory)
+    assert not leftover.exists() and mine.exists()
+    monkeypatch.setattr(envlogger_writer, "MEMORY_SCRATCH_FREE", 1 << 62)  # no room
+    monkeypatch.setattr(envlogger_writer, "_scratch_checked", [])
+    assert envlogger_writer._local_scratch(str(staging)) == str(staging)

@@ -194,3 +194,54 @@ def test_a_normal_tfds_export_prints_no_tensorflow_log_lines(export_data: Export
     ]
     assert noisy == []
     assert "exported 1 episode(s)" in done.stdout
+
+
+def test_a_tfds_export_never_imports_tensorflow(export_data: ExportData, tmp_path: Path) -> None:
+    """TFDS encodes and serializes with numpy and its own protos: importing TensorFlow (~3 s) would only add a
+    fixed cost to every export and worker. UI and environment episodes (nested `keys` sequences included)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    refs = [export_data.ref(export_data.procgen[0]), export_data.ref(export_data.ui[0])]
+    code = (
+        "import sys\n"
+        "from pipelines import export\n"
+        "from pipelines.exporters.selection import parse_ref\n"
+        f"refs = [parse_ref(r) for r in {[f'{r.study_id}/{r.session_id}/{r.episode_id}' for r in refs]!r}]\n"
+        "for n, ref in enumerate(refs):\n"
+        f"    export.export_episodes(export.ExportRequest(data_dir={str(export_data.data_dir)!r}, "
+        f"out={str(tmp_path)!r} + f'/out{{n}}', format='tfds', refs=[ref]))\n"
+        "print('tensorflow' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
+    assert readback.read_tfds(tmp_path / "out0") and readback.read_tfds(tmp_path / "out1")
+
+
+def test_steps_encoded_by_column_serialize_like_tfds_itself(export_data: ExportData) -> None:
+    """`EpisodeSerializer` encodes the steps column by column (`encode_steps`); the serialized example is byte
+    for byte what TFDS's own `features.encode_example` gives: environment and UI episodes (full and padded
+    object tables), with and without internal metadata, with step tag fields."""
+    from pipelines.exporters import tfds_writer
+    from pipelines.exporters.transform import TransformOptions, transform_episode
+
+    cases = [
+        (export_data.procgen[0], TransformOptions(step_tag_labels=("goal", "jump"))),
+        (export_data.nethack[0], TransformOptions(strip_internal_metadata=True)),
+        (export_data.ui[0], TransformOptions()),
+        (export_data.ui[0], TransformOptions(ui_objects_padded=8)),
+    ]
+    for episode, options in cases:
+        with open_episode(episode, export_data.data_dir) as reader:
+            steps, meta = list(reader), reader.metadata
+        exported = transform_episode(0, episode, steps, options, meta)
+        features = tfds_writer.build_features(exported, options)
+        serializer = tfds_writer.EpisodeSerializer(tfds_writer.features_to_json(features))
+        theirs = serializer.features.encode_example(tfds_writer.episode_example(exported, serializer.features))
+        expected = serializer._serializer.get_tf_example(theirs).SerializeToString(deterministic=True)
+        assert serializer.serialize(exported) == expected, (episode.id, options)
