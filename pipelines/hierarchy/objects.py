@@ -11,6 +11,8 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import compress, starmap
+from operator import itemgetter
 from typing import NamedTuple
 
 from protos.llm4mobile import episode_pb2
@@ -184,6 +186,33 @@ def _template(key: _TemplateKey) -> tuple[bytes, bool, bool, bool]:
     return entry
 
 
+class RawColumns(NamedTuple):
+    """The `RawNode` fields of all nodes of a screen, one sequence per field (same names and order).
+
+    Parsers that read a screen column by column (uiautomator) hand these to `build_columns` directly;
+    `build_screen` transposes its rows into them.
+    """
+
+    parent: Sequence[int]
+    depth: Sequence[int]
+    sibling: Sequence[int]
+    android_class: Sequence[str]
+    package: Sequence[str]
+    text: Sequence[str]
+    content_desc: Sequence[str]
+    resource_id: Sequence[str]
+    hint: Sequence[str]
+    box: Sequence[Box | None]
+    flags: Sequence[tuple[bool, ...]]
+    editable: Sequence[bool | None]
+    ancestors: Sequence[tuple[str, ...]]
+    naf: Sequence[bool]
+
+
+_BOX_TEXT = "{},{},{},{}".format  # a box as the id hashes it: "left,top,right,bottom"
+_ID_KEY_TAIL = "/{}|{}|{}".format  # the id key after the parent's id: "/<sibling>|<class>|<box>"
+
+
 def build_screen(
     nodes: Sequence[RawNode],
     width: int,
@@ -195,62 +224,67 @@ def build_screen(
     size_estimated: bool = False,
 ) -> Screen:
     """Objects with every computed field from pre-ordered nodes (parents before children)."""
-    warnings = list(warnings or ())
-    n = len(nodes)
-    size = [1] * n
-    children = [0] * n
-    for i in range(n - 1, -1, -1):
-        p = nodes[i].parent
-        if p >= 0:
-            size[p] += size[i]
-            children[p] += 1
+    columns = RawColumns(*zip(*nodes, strict=True)) if nodes else RawColumns(*([()] * len(RawColumns._fields)))
+    return build_columns(
+        columns, width, height, rotation=rotation, fmt=fmt, warnings=warnings, size_estimated=size_estimated
+    )
 
-    ids: list[str] = [""] * n
-    objects: list[episode_pb2.Object] = []
-    append = objects.append
-    templates_get = _TEMPLATES.get
+
+def build_columns(
+    columns: RawColumns,
+    width: int,
+    height: int,
+    *,
+    rotation: int = 0,
+    fmt: str = "",
+    warnings: list[str] | None = None,
+    size_estimated: bool = False,
+    box_texts: Sequence[str] | None = None,
+) -> Screen:
+    """`build_screen` from columns. `box_texts`, when the parser has them, are the boxes exactly as
+    `"{left},{top},{right},{bottom}"` formats them (they go into the ids), saving that formatting."""
+    warnings = list(warnings or ())
+    parents, depths, siblings, classes, packages, texts, descs, resource_ids, hints, boxes, flags = columns[:11]
+    n = len(parents)
+    # Subtree sizes and child counts, leaves first; a window root's parent -1 lands in the extra last slot.
+    size = [1] * (n + 1)
+    children = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        p = parents[i]
+        size[p] += size[i]
+        children[p] += 1
+
+    if box_texts is None:
+        if None in boxes:
+            box_texts = ["" if box is None else _BOX_TEXT(*box) for box in boxes]
+        else:
+            box_texts = list(starmap(_BOX_TEXT, boxes))
+    # Everything per node that is not a proto field is prepared column by column at C speed.
+    key_tails = list(map(_ID_KEY_TAIL, siblings, classes, box_texts))
+    template_keys = list(zip(classes, packages, columns.ancestors, flags, strict=True))
+    cached = list(map(_TEMPLATES.get, template_keys))
+    if None in cached:
+        cached = [entry or _template(key) for entry, key in zip(cached, template_keys, strict=True)]
+    protos = list(map(_FromString, map(itemgetter(0), cached)))
+
+    ids: list[str] = [""] * (n + 1)  # ids[-1]: the "" parent id of window roots
     new_hash = _ID_HASH.copy  # copying a prepared BLAKE2b-64 state is cheaper than constructing one
-    naf: list[int] = []
     missing = invalid = off_screen = outside = 0
     w2, h2 = 2 * width, 2 * height
     i = -1
-    for (
-        p,
-        depth,
-        sibling,
-        android_class,
-        package,
-        text,
-        content_desc,
-        resource_id,
-        hint,
-        box,
-        flags,
-        editable,
-        ancestors,
-        is_naf,
-    ) in nodes:
+    for o, p, key_tail, depth, box, text, content_desc, resource_id, hint, entry, editable in zip(
+        protos, parents, key_tails, depths, boxes, texts, descs, resource_ids, hints, cached, columns.editable,
+        strict=True,
+    ):
         i += 1
-        key = (android_class, package, ancestors, flags)
-        cached = templates_get(key) or _template(key)
-        o = _FromString(cached[0])
-        if p >= 0:
-            parent_id = ids[p]
-            o.parent_id = parent_id
-            o.parent_index = p
-        else:
-            parent_id = ""
-            o.parent_index = -1
-        if box is None:
-            where = ""
-        else:
-            where = f"{box[0]},{box[1]},{box[2]},{box[3]}"
+        parent_id = ids[p]
         hasher = new_hash()
-        hasher.update(f"{parent_id}/{sibling}|{android_class}|{where}".encode())
-        oid = hasher.hexdigest()
-        ids[i] = oid
-        o.id = oid
+        hasher.update((parent_id + key_tail).encode())
+        ids[i] = o.id = hasher.hexdigest()
         o.index = i
+        o.parent_index = p
+        if parent_id:
+            o.parent_id = parent_id
         if text:
             o.text = text
         if content_desc:
@@ -300,11 +334,8 @@ def build_screen(
         if not children[i]:
             o.is_leaf = True
         if grid:
-            if cached[1] if editable is None else (cached[2] if editable else cached[3]):
+            if entry[1] if editable is None else (entry[2] if editable else entry[3]):
                 o.is_actionable = True
-        if is_naf:
-            naf.append(i)
-        append(o)
     if missing:
         warnings.append(
             f"{missing} object(s) without usable bounds (missing, unparseable or beyond int32): "
@@ -316,7 +347,8 @@ def build_screen(
         warnings.append(f"{off_screen} object(s) with the box centre off-screen: grid UNKNOWN_LOCATION")
     if outside:
         warnings.append(f"{outside} object(s) partly outside the {width}x{height} screen (boxes kept as is)")
-    return Screen(objects, width, height, rotation, fmt, warnings, naf, (1.0, 1.0), size_estimated)
+    naf = list(compress(range(n), columns.naf))
+    return Screen(protos, width, height, rotation, fmt, warnings, naf, (1.0, 1.0), size_estimated)
 
 
 def window_size(boxes: Sequence[Box | None]) -> tuple[int, int]:

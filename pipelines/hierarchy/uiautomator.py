@@ -13,21 +13,21 @@ from __future__ import annotations
 import codecs
 import re
 import threading
-from operator import itemgetter
+from itertools import repeat
+from operator import eq, itemgetter, methodcaller, ne
 
 from lxml import etree
 
-from .bounds import Box, from_string
+from .bounds import Box, from_strings
 from .encoding import bom_encoding
 from .errors import HierarchyError
 from .objects import (
     MAX_DEPTH,
     MAX_OBJECTS,
-    RawNode,
+    RawColumns,
     Screen,
-    build_screen,
+    build_columns,
     check_size,
-    raw_node,
     screen_size_from_windows,
     too_large,
 )
@@ -70,16 +70,20 @@ _FLAG_ATTRIBUTES = (
 _USUAL = itemgetter(
     "class", "package", "text", "content-desc", "bounds", *(name for name, _ in _FLAG_ATTRIBUTES)
 )
-# Raw attribute strings -> flags tuple, per visibility; dumps repeat a handful of combinations.
-_FLAGS: dict[bool, dict[tuple[str, ...], tuple[bool, ...]]] = {True: {}, False: {}}
+_SHOWN = methodcaller("get", "visible-to-user")
+_RESOURCE_ID = methodcaller("get", "resource-id", "")
+_HINT = methodcaller("get", "hint", "")
+_NAF = methodcaller("get", "NAF")
+# (visible, raw flag attribute strings) -> flags tuple; dumps repeat a handful of combinations.
+_FLAGS: dict[tuple[bool, ...], tuple[bool, ...]] = {}
 
 
-def _flags(values: tuple[str, ...], visible: bool) -> tuple[bool, ...]:
+def _flags(key: tuple) -> tuple[bool, ...]:
+    visible, *values = key
     clickable, enabled, *rest = (value == "true" for value in values)
     flags = (clickable, visible, values[1] != "false", *rest)
-    cache = _FLAGS[visible]
-    if len(cache) < 4096:
-        cache[values] = flags
+    if len(_FLAGS) < 4096:
+        _FLAGS[key] = flags
     return flags
 
 
@@ -91,111 +95,147 @@ def _local_names(tag: str, attrib: dict[str, str]) -> tuple[str, dict[str, str]]
     return tag.rsplit("}", 1)[-1], local
 
 
+def _usual(attrib: dict[str, str], tag: str) -> tuple[str | None, ...]:
+    """`_USUAL(attrib)` for an element that lacks some of those attributes (Appium, hand-made, damaged)."""
+    get = attrib.get
+    return (
+        get("class") or (tag if tag != "node" else ""),
+        get("package", ""),
+        get("text", ""),
+        get("content-desc", ""),
+        get("bounds"),
+    ) + tuple(get(name, default) for name, default in _FLAG_ATTRIBUTES)
+
+
+_NO_ROOT, _DROPPED, _HIERARCHY = -3, -2, -1
+
+
 class _Collector:
-    """lxml parser target: turns start/end events into `RawNode`s while libxml2 reads (no element tree).
+    """lxml parser target that keeps each node's attribute dict and parent while libxml2 reads.
 
     Every element below `<hierarchy>` is a node, whatever its tag (`node` in uiautomator dumps, the class name
     in Appium page sources). A dump without `<hierarchy>` whose root element has `bounds` is one window.
+    `start` does as little as it can per element (it runs once per view); `nodes` then reads the attributes
+    column by column with C-level maps.
     """
 
     def reset(self, drop_invisible: bool) -> None:
         self.drop_invisible = drop_invisible
-        self.nodes: list[RawNode] = []
-        self.child_counts: list[int] = []
-        # Open elements: node index, -1 for <hierarchy>, -2 inside a dropped subtree.
-        self.stack: list[int] = []
+        self.attribs: list[dict[str, str]] = []
+        self.parents: list[int] = []  # node index of the parent, -1 for a window root
+        self.tags: dict[int, str] = {}  # tags other than "node" (Appium), by node index
+        # Open elements: node index, _HIERARCHY, _DROPPED inside a dropped subtree; _NO_ROOT below the root.
+        self.stack: list[int] = [_NO_ROOT]
         self.top: dict[str, str] | None = None
         self.root_tag = ""
-        self.windows = 0
         self.dropped = 0
-        self.root_boxes: list[Box | None] = []
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
+        stack = self.stack
+        p = stack[-1]
+        if p < 0 or self.drop_invisible or tag[:1] == "{" or tag != "node":
+            self._start(tag, attrib, p)
+            return
+        attribs = self.attribs
+        index = len(attribs)
+        if index >= MAX_OBJECTS:
+            raise too_large()
+        attribs.append(attrib)
+        self.parents.append(p)
+        stack.append(index)
+
+    def _start(self, tag: str, attrib: dict[str, str], p: int) -> None:
+        """`start` for the root, window roots, dropped subtrees, namespaced or non-`node` tags."""
+        stack = self.stack
+        if p == _DROPPED:
+            stack.append(_DROPPED)
+            self.dropped += 1
+            return
         if tag[:1] == "{":  # namespaced page source: use local names (lxml gives "{uri}name")
             tag, attrib = _local_names(tag, attrib)
-        stack = self.stack
-        if stack:
-            p = stack[-1]
-            if p == -2:
-                stack.append(-2)
-                self.dropped += 1
-                return
-        else:
+        if p == _NO_ROOT:
             self.root_tag = tag
             if tag == "hierarchy":
                 self.top = attrib
-                stack.append(-1)
+                stack.append(_HIERARCHY)
                 return
             if "bounds" not in attrib:
                 raise HierarchyError("malformed", f"root element <{tag}> is not a view hierarchy")
             p = -1
-        get = attrib.get
-        shown = get("visible-to-user")
-        if shown is None:
-            shown = get("displayed")  # Appium
-        visible = shown != "false"
-        if not visible and self.drop_invisible:
-            stack.append(-2)
-            self.dropped += 1
-            return
-        if p == -1:
-            depth = 0
-            sibling = self.windows
-            self.windows += 1
-        else:
-            depth = self.nodes[p].depth + 1
-            if depth > MAX_DEPTH:
-                raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
-            child_counts = self.child_counts
-            sibling = child_counts[p]
-            child_counts[p] = sibling + 1
-        try:  # every attribute a uiautomator dump always writes, fetched in one C call
-            values = _USUAL(attrib)
-        except KeyError:  # Appium page source, hand-made or damaged dumps
-            values = (
-                get("class") or (tag if tag != "node" else ""),
-                get("package", ""),
-                get("text", ""),
-                get("content-desc", ""),
-                get("bounds"),
-            ) + tuple(get(name, default) for name, default in _FLAG_ATTRIBUTES)
-        flag_values = values[5:]
-        flags = _FLAGS[visible].get(flag_values) or _flags(flag_values, visible)
-        bounds = values[4]
-        box = from_string(bounds) if bounds else None
-        if p == -1:
-            self.root_boxes.append(box)
-        nodes = self.nodes
-        if len(nodes) >= MAX_OBJECTS:
+        if self.drop_invisible:
+            shown = attrib.get("visible-to-user")
+            if shown is None:
+                shown = attrib.get("displayed")  # Appium
+            if shown == "false":
+                stack.append(_DROPPED)
+                self.dropped += 1
+                return
+        attribs = self.attribs
+        index = len(attribs)
+        if index >= MAX_OBJECTS:
             raise too_large()
-        stack.append(len(nodes))
-        self.child_counts.append(0)
-        nodes.append(
-            raw_node(
-                (
-                    p,
-                    depth,
-                    sibling,
-                    values[0],
-                    values[1],
-                    values[2],
-                    values[3],
-                    get("resource-id", ""),
-                    get("hint", ""),
-                    box,
-                    flags,
-                    None,
-                    (),
-                    get("NAF") == "true",
-                )
-            )
-        )
+        if tag != "node":
+            self.tags[index] = tag
+        attribs.append(attrib)
+        self.parents.append(p)
+        stack.append(index)
 
     def end(self, tag: str) -> None:
         self.stack.pop()
 
     def close(self) -> _Collector:
         return self
+
+    @property
+    def windows(self) -> int:
+        return self.parents.count(-1)
+
+    def columns(self) -> tuple[RawColumns, list[str] | None, list[Box | None]]:
+        """The collected nodes as `RawColumns`, their boxes as "l,t,r,b" texts when the dump wrote them so
+        (see `bounds.from_strings`), and the window roots' boxes."""
+        attribs, parents = self.attribs, self.parents
+        n = len(attribs)
+        if not n:
+            return RawColumns(*([()] * len(RawColumns._fields))), None, []
+        # Depth and position among siblings in one pass; a window root's parent -1 reads the extra last slot.
+        depths = [0] * (n + 1)
+        depths[n] = -1
+        counts = [0] * (n + 1)
+        siblings = [0] * n
+        for i, p in enumerate(parents):
+            depths[i] = depths[p] + 1
+            siblings[i] = sibling = counts[p]
+            counts[p] = sibling + 1
+        depths.pop()
+        if max(depths) > MAX_DEPTH:
+            raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
+        try:  # every attribute a uiautomator dump always writes, for all nodes in one C-level pass
+            values = list(map(_USUAL, attribs))
+        except KeyError:
+            tags = self.tags
+            values = [
+                _USUAL(attrib) if _USUAL_KEYS <= attrib.keys() else _usual(attrib, tags.get(i, "node"))
+                for i, attrib in enumerate(attribs)
+            ]
+        classes, packages, texts, descs, bounds, *flag_columns = zip(*values, strict=True)
+        shown = list(map(_SHOWN, attribs))
+        if None in shown:  # older dumps have no visible-to-user; Appium page sources say "displayed"
+            shown = [s if s is not None else a.get("displayed") for s, a in zip(shown, attribs, strict=True)]
+        keys = list(zip(map(ne, shown, repeat("false")), *flag_columns, strict=True))
+        flags = list(map(_FLAGS.get, keys))
+        if None in flags:
+            flags = [f or _flags(k) for f, k in zip(flags, keys, strict=True)]
+        boxes, box_texts = from_strings(bounds)
+        columns = RawColumns(
+            parents, depths, siblings, classes, packages, texts, descs, list(map(_RESOURCE_ID, attribs)),
+            list(map(_HINT, attribs)), boxes, flags, [None] * n, [()] * n,
+            list(map(eq, map(_NAF, attribs), repeat("true"))),
+        )  # fmt: skip
+        roots = [box for p, box in zip(parents, boxes, strict=True) if p == -1]
+        return columns, box_texts, roots
+
+
+_USUAL_KEYS = frozenset(["class", "package", "text", "content-desc", "bounds", *(n for n, _ in _FLAG_ATTRIBUTES)])
 
 
 def _parser() -> tuple[etree.XMLParser, _Collector]:
@@ -400,7 +440,7 @@ def parse(
         warnings.append(f"rotation {top.get('rotation')!r} is not 0-3: taken as 0")
         rotation = 0
 
-    root_boxes = found.root_boxes
+    columns, box_texts, root_boxes = found.columns()
     estimated = False
     if screen_size is not None:
         width, height = screen_size
@@ -414,6 +454,13 @@ def parse(
         width, height, estimated = screen_size_from_windows(root_boxes, warnings)
     if width <= 0 or height <= 0:
         warnings.append("screen size unknown (no window bounds): every grid location is UNKNOWN_LOCATION")
-    return build_screen(
-        found.nodes, width, height, rotation=rotation, fmt=FORMAT, warnings=warnings, size_estimated=estimated
+    return build_columns(
+        columns,
+        width,
+        height,
+        rotation=rotation,
+        fmt=FORMAT,
+        warnings=warnings,
+        size_estimated=estimated,
+        box_texts=box_texts,
     )
