@@ -81,9 +81,10 @@ def from_string(text: str) -> Box | None:
         return None
 
 
-def from_strings(texts: Sequence[str | None]) -> tuple[list[Box | None], list[str] | None]:
-    """`from_string` of every text (None for None or ""), in bulk, and each box as "left,top,right,bottom"
-    text when that is exactly how the input wrote it (else None: the caller formats the boxes itself).
+def from_strings(texts: Sequence[str | None]) -> tuple[list[Sequence[int] | None], list[str] | None]:
+    """`from_string` of every text (None for None or ""), in bulk, as (left, top, right, bottom) sequences
+    (`Box`es or lists), and each box as "left,top,right,bottom" text when that is exactly how the input wrote
+    it (else None: the caller formats the boxes itself).
 
     When every text is a canonical `[x1,y1][x2,y2]` with plain integers (what every dump writes), one regex
     match vouches for all of them and one JSON decode converts all the integers; otherwise each text goes
@@ -92,7 +93,7 @@ def from_strings(texts: Sequence[str | None]) -> tuple[list[Box | None], list[st
         if _CANONICAL_LIST.fullmatch("|".join(texts)):  # type: ignore[arg-type]
             body = ",".join(texts).replace("][", ",")  # type: ignore[arg-type]  # "[l,t,r,b],[l,t,r,b]"
             try:  # JSON refuses leading zeros (and int() over 4,300 digits): from_string decides those
-                boxes = list(map(_new_box, json.loads(f"[{body}]")))
+                boxes = json.loads(f"[{body}]")
             except ValueError:
                 pass
             else:  # "-0" is read as 0 and so would not be written back as it was

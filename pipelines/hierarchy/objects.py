@@ -47,7 +47,8 @@ def check_size(data: bytes) -> None:
 
 _Object = episode_pb2.Object
 _ID_HASH = hashlib.blake2b(digest_size=8)
-_FromString = episode_pb2.Object.FromString
+_Observation = episode_pb2.Observation
+_OBJECTS_TAG = b"\x0a"  # Observation.objects: field 1, length-delimited
 
 
 class RawNode(NamedTuple):
@@ -152,10 +153,21 @@ def object_id(parent_id: str, sibling: int, android_class: str, box: Box | None)
 
 _TemplateKey = tuple[str, str, tuple[str, ...], tuple[bool, ...]]
 # Serialized Object holding the fields shared by every node with the same class, package, ancestors and flags,
-# plus is_actionable for editable unknown / True / False. Parsing these bytes is far cheaper than setting the
-# fields one by one; shared by all screens of the process (bounded, cleared when full).
+# framed as one entry of `Observation.objects`, plus is_actionable for editable unknown / True / False. Parsing
+# a screen's templates as one Observation is far cheaper than setting the fields one by one; shared by all
+# screens of the process (bounded, cleared when full).
 _TEMPLATES: dict[_TemplateKey, tuple[bytes, bool, bool, bool]] = {}
 _TEMPLATES_MAX = 16384
+
+
+def _varint(value: int) -> bytes:
+    """Protobuf base-128 encoding of a non-negative integer."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _template(key: _TemplateKey) -> tuple[bytes, bool, bool, bool]:
@@ -174,8 +186,9 @@ def _template(key: _TemplateKey) -> tuple[bytes, bool, bool, bool]:
     slider = (object_type == _SEEKBAR or _SEEKBAR in multi) and flags[_FOCUSABLE]
     acts = flags[_CLICKABLE] or flags[_LONG] or flags[_CHECKABLE] or flags[_SCROLLABLE] or slider
     type_editable = object_type in EDITABLE_TYPES or any(t in EDITABLE_TYPES for t in multi)
+    serialized = proto.SerializeToString()
     entry = (
-        proto.SerializeToString(),
+        _OBJECTS_TAG + _varint(len(serialized)) + serialized,
         usable and (acts or type_editable),  # the source has no editable flag: decided by the type
         usable,  # the source says editable
         usable and acts,  # the source says not editable
@@ -202,7 +215,7 @@ class RawColumns(NamedTuple):
     content_desc: Sequence[str]
     resource_id: Sequence[str]
     hint: Sequence[str]
-    box: Sequence[Box | None]
+    box: Sequence[Sequence[int] | None]  # (left, top, right, bottom): `Box`es, or lists from bounds.from_strings
     flags: Sequence[tuple[bool, ...]]
     editable: Sequence[bool | None]
     ancestors: Sequence[tuple[str, ...]]
@@ -265,7 +278,7 @@ def build_columns(
     cached = list(map(_TEMPLATES.get, template_keys))
     if None in cached:
         cached = [entry or _template(key) for entry, key in zip(cached, template_keys, strict=True)]
-    protos = list(map(_FromString, map(itemgetter(0), cached)))
+    protos = list(_Observation.FromString(b"".join(map(itemgetter(0), cached))).objects)
 
     ids: list[str] = [""] * (n + 1)  # ids[-1]: the "" parent id of window roots
     new_hash = _ID_HASH.copy  # copying a prepared BLAKE2b-64 state is cheaper than constructing one

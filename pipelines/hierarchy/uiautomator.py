@@ -13,8 +13,8 @@ from __future__ import annotations
 import codecs
 import re
 import threading
-from itertools import repeat
-from operator import eq, itemgetter, methodcaller, ne
+from itertools import compress, repeat
+from operator import eq, itemgetter, ne
 
 from lxml import etree
 
@@ -67,13 +67,11 @@ _FLAG_ATTRIBUTES = (
     ("checkable", "false"),
     ("checked", "false"),
 )
-_USUAL = itemgetter(
-    "class", "package", "text", "content-desc", "bounds", *(name for name, _ in _FLAG_ATTRIBUTES)
-)
-_SHOWN = methodcaller("get", "visible-to-user")
-_RESOURCE_ID = methodcaller("get", "resource-id", "")
-_HINT = methodcaller("get", "hint", "")
-_NAF = methodcaller("get", "NAF")
+_USUAL_NAMES = ("class", "package", "text", "content-desc", "bounds", *(name for name, _ in _FLAG_ATTRIBUTES))
+_USUAL_KEYS = frozenset(_USUAL_NAMES)
+# Attributes only some dumps write (resource-id since API 18, hint since API 26, visible-to-user since API 29),
+# with the value assumed when a node has none; "displayed" (Appium) stands in for visible-to-user.
+_OPTIONAL = {"resource-id": "", "hint": "", "visible-to-user": None}
 # (visible, raw flag attribute strings) -> flags tuple; dumps repeat a handful of combinations.
 _FLAGS: dict[tuple[bool, ...], tuple[bool, ...]] = {}
 
@@ -95,35 +93,32 @@ def _local_names(tag: str, attrib: dict[str, str]) -> tuple[str, dict[str, str]]
     return tag.rsplit("}", 1)[-1], local
 
 
-def _usual(attrib: dict[str, str], tag: str) -> tuple[str | None, ...]:
-    """`_USUAL(attrib)` for an element that lacks some of those attributes (Appium, hand-made, damaged)."""
-    get = attrib.get
-    return (
-        get("class") or (tag if tag != "node" else ""),
-        get("package", ""),
-        get("text", ""),
-        get("content-desc", ""),
-        get("bounds"),
-    ) + tuple(get(name, default) for name, default in _FLAG_ATTRIBUTES)
-
-
+# Value assumed for a missing attribute (None for those no field uses).
+_DEFAULTS = {"package": "", "text": "", "content-desc": "", **_OPTIONAL, **dict(_FLAG_ATTRIBUTES)}
 _NO_ROOT, _DROPPED, _HIERARCHY = -3, -2, -1
 
 
 class _Collector:
-    """lxml parser target that keeps each node's attribute dict and parent while libxml2 reads.
+    """lxml parser target that turns each element into a row of attribute values while libxml2 reads.
 
     Every element below `<hierarchy>` is a node, whatever its tag (`node` in uiautomator dumps, the class name
     in Appium page sources). A dump without `<hierarchy>` whose root element has `bounds` is one window.
-    `start` does as little as it can per element (it runs once per view); `nodes` then reads the attributes
-    column by column with C-level maps.
+    `start` runs once per view, so its usual path is a single C-level fetch of the row; `columns` then
+    computes the rest column by column.
     """
 
     def reset(self, drop_invisible: bool) -> None:
         self.drop_invisible = drop_invisible
-        self.attribs: list[dict[str, str]] = []
+        # Row layout: the attribute names of the first node plus any usual or optional one it lacks. A node
+        # with as many attributes as the first one, all of the first one's names among them, has exactly its
+        # names: its row is one C-level fetch (`row`). Any other node goes through `_row`.
+        self.names: tuple[str, ...] = ()
+        self.row: itemgetter | None = None
+        self.row_size = -1  # attributes of the first node; -1 until it is seen
+        self.row_tail: tuple[str | None, ...] = ()  # values of the names the first node lacks
+        self.rows: list[tuple] = []
         self.parents: list[int] = []  # node index of the parent, -1 for a window root
-        self.tags: dict[int, str] = {}  # tags other than "node" (Appium), by node index
+        self.naf: list[int] = []  # nodes with NAF="true"
         # Open elements: node index, _HIERARCHY, _DROPPED inside a dropped subtree; _NO_ROOT below the root.
         self.stack: list[int] = [_NO_ROOT]
         self.top: dict[str, str] | None = None
@@ -133,16 +128,46 @@ class _Collector:
     def start(self, tag: str, attrib: dict[str, str]) -> None:
         stack = self.stack
         p = stack[-1]
-        if p < 0 or self.drop_invisible or tag[:1] == "{" or tag != "node":
+        if p < 0 or len(attrib) != self.row_size or tag != "node" or self.drop_invisible:
             self._start(tag, attrib, p)
             return
-        attribs = self.attribs
-        index = len(attribs)
+        rows = self.rows
+        index = len(rows)
         if index >= MAX_OBJECTS:
             raise too_large()
-        attribs.append(attrib)
+        try:
+            rows.append(self.row(attrib) + self.row_tail)  # type: ignore[misc]
+        except KeyError:
+            rows.append(self._row(attrib, tag))
         self.parents.append(p)
         stack.append(index)
+
+    def _layout(self, attrib: dict[str, str]) -> None:
+        """The row layout, from the first node (see `reset`)."""
+        first = tuple(attrib)
+        tail = tuple(name for name in (*_USUAL_NAMES, *_OPTIONAL) if name not in attrib)
+        self.names = first + tail
+        self.row = itemgetter(*first) if len(first) > 1 else (lambda a: (a[first[0]],) if first else ())
+        self.row_tail = tuple(_OPTIONAL.get(name) for name in tail)
+        # Namespaced or "displayed" dumps, and usual attributes missing, take `_row` every time.
+        usual = not tail or all(name in _OPTIONAL for name in tail)
+        self.row_size = len(first) if usual and "displayed" not in attrib and "NAF" not in attrib else -2
+
+    def _row(self, attrib: dict[str, str], tag: str) -> tuple[str | None, ...]:
+        """The row of any node, by name (Appium, hand-made, damaged dumps, nodes unlike the first)."""
+        get = attrib.get
+        if get("NAF") == "true":
+            self.naf.append(len(self.rows))
+        shown = get("visible-to-user")
+        special = {
+            # An element with every usual attribute keeps its class as is, else the tag stands in for it.
+            "class": get("class") if _USUAL_KEYS <= attrib.keys() else get("class") or (tag if tag != "node" else ""),
+            "bounds": get("bounds"),
+            "visible-to-user": shown if shown is not None else get("displayed"),
+        }
+        return tuple(
+            special[name] if name in special else get(name, _DEFAULTS.get(name)) for name in self.names
+        )
 
     def _start(self, tag: str, attrib: dict[str, str], p: int) -> None:
         """`start` for the root, window roots, dropped subtrees, namespaced or non-`node` tags."""
@@ -170,13 +195,13 @@ class _Collector:
                 stack.append(_DROPPED)
                 self.dropped += 1
                 return
-        attribs = self.attribs
-        index = len(attribs)
+        rows = self.rows
+        index = len(rows)
         if index >= MAX_OBJECTS:
             raise too_large()
-        if tag != "node":
-            self.tags[index] = tag
-        attribs.append(attrib)
+        if self.row is None:
+            self._layout(attrib)
+        rows.append(self._row(attrib, tag))
         self.parents.append(p)
         stack.append(index)
 
@@ -193,8 +218,8 @@ class _Collector:
     def columns(self) -> tuple[RawColumns, list[str] | None, list[Box | None]]:
         """The collected nodes as `RawColumns`, their boxes as "l,t,r,b" texts when the dump wrote them so
         (see `bounds.from_strings`), and the window roots' boxes."""
-        attribs, parents = self.attribs, self.parents
-        n = len(attribs)
+        rows, parents = self.rows, self.parents
+        n = len(rows)
         if not n:
             return RawColumns(*([()] * len(RawColumns._fields))), None, []
         # Depth and position among siblings in one pass; a window root's parent -1 reads the extra last slot.
@@ -209,33 +234,26 @@ class _Collector:
         depths.pop()
         if max(depths) > MAX_DEPTH:
             raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
-        try:  # every attribute a uiautomator dump always writes, for all nodes in one C-level pass
-            values = list(map(_USUAL, attribs))
-        except KeyError:
-            tags = self.tags
-            values = [
-                _USUAL(attrib) if _USUAL_KEYS <= attrib.keys() else _usual(attrib, tags.get(i, "node"))
-                for i, attrib in enumerate(attribs)
-            ]
-        classes, packages, texts, descs, bounds, *flag_columns = zip(*values, strict=True)
-        shown = list(map(_SHOWN, attribs))
-        if None in shown:  # older dumps have no visible-to-user; Appium page sources say "displayed"
-            shown = [s if s is not None else a.get("displayed") for s, a in zip(shown, attribs, strict=True)]
-        keys = list(zip(map(ne, shown, repeat("false")), *flag_columns, strict=True))
+        named = dict(zip(self.names, zip(*rows, strict=True), strict=True))
+        classes, packages, texts, descs, bounds = itemgetter(*_USUAL_NAMES[:5])(named)
+        flag_columns = itemgetter(*(name for name, _ in _FLAG_ATTRIBUTES))(named)
+        optional = named
+        shown = optional["visible-to-user"]
+        visible = map(ne, shown, repeat("false"))
+        keys = list(zip(visible, *flag_columns, strict=True))
         flags = list(map(_FLAGS.get, keys))
         if None in flags:
             flags = [f or _flags(k) for f, k in zip(flags, keys, strict=True)]
         boxes, box_texts = from_strings(bounds)
+        naf = [False] * n
+        for i in self.naf:
+            naf[i] = True
         columns = RawColumns(
-            parents, depths, siblings, classes, packages, texts, descs, list(map(_RESOURCE_ID, attribs)),
-            list(map(_HINT, attribs)), boxes, flags, [None] * n, [()] * n,
-            list(map(eq, map(_NAF, attribs), repeat("true"))),
+            parents, depths, siblings, classes, packages, texts, descs, optional["resource-id"],
+            optional["hint"], boxes, flags, [None] * n, [()] * n, naf,
         )  # fmt: skip
-        roots = [box for p, box in zip(parents, boxes, strict=True) if p == -1]
+        roots = [None if box is None else Box(*box) for box in compress(boxes, map(eq, parents, repeat(-1)))]
         return columns, box_texts, roots
-
-
-_USUAL_KEYS = frozenset(["class", "package", "text", "content-desc", "bounds", *(n for n, _ in _FLAG_ATTRIBUTES)])
 
 
 def _parser() -> tuple[etree.XMLParser, _Collector]:
@@ -390,7 +408,7 @@ def _load(data: bytes, warnings: list[str], drop_invisible: bool) -> _Collector:
     if not data or not data.strip():
         raise HierarchyError("empty", "the hierarchy file is empty")
     check_size(data)
-    if b"<!" in data and _FORBIDDEN_BYTES.search(data):
+    if b"!" in data and _FORBIDDEN_BYTES.search(data):  # "!" is one memchr; "<!" a slow scan of every "<"
         raise HierarchyError("forbidden_entity", "XML with a DOCTYPE/ENTITY declaration is refused")
     # Fast path for 8-bit text only: UTF-16/32 (NUL bytes) is decoded by _repair, whose checks see the text.
     if data.lstrip()[:1] == b"<" and b"\x00" not in data[:256]:
