@@ -17,6 +17,7 @@ _BOUNDS_RE = re.compile(rf"\[{_NUM},{_NUM}\]\s*\[{_NUM},{_NUM}\]")
 _CANONICAL = r"\[-?[0-9]+,-?[0-9]+\]\[-?[0-9]+,-?[0-9]+\]"
 #: Canonical bounds strings joined by "|": one regex match vouches for a whole screen's boxes at once.
 _CANONICAL_LIST = re.compile(rf"{_CANONICAL}(?:\|{_CANONICAL})*")
+_decode_json = json.JSONDecoder().raw_decode  # the text is ours: no surrounding whitespace to skip
 
 
 class Box(NamedTuple):
@@ -93,7 +94,7 @@ def from_strings(texts: Sequence[str | None]) -> tuple[list[Sequence[int] | None
         if _CANONICAL_LIST.fullmatch("|".join(texts)):  # type: ignore[arg-type]
             body = ",".join(texts).replace("][", ",")  # type: ignore[arg-type]  # "[l,t,r,b],[l,t,r,b]"
             try:  # JSON refuses leading zeros (and int() over 4,300 digits): from_string decides those
-                boxes = json.loads(f"[{body}]")
+                boxes = _decode_json(f"[{body}]")[0]
             except ValueError:
                 pass
             else:  # "-0" is read as 0 and so would not be written back as it was

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import compress, starmap
-from operator import itemgetter
+from operator import add, itemgetter, sub
 from typing import NamedTuple
 
 from protos.llm4mobile import episode_pb2
@@ -285,9 +285,11 @@ def build_columns(
     missing = invalid = off_screen = outside = 0
     w2, h2 = 2 * width, 2 * height
     i = -1
-    for o, p, key_tail, depth, box, text, content_desc, resource_id, hint, entry, editable in zip(
-        protos, parents, key_tails, depths, boxes, texts, descs, resource_ids, hints, cached, columns.editable,
-        strict=True,
+    # post-order id = pre-order id - depth + subtree size - 1
+    post_orders = list(map(sub, map(add, range(-1, n - 1), size), depths))
+    for o, p, key_tail, depth, post_order, child_count, box, text, content_desc, resource_id, hint, entry, editable in zip(
+        protos, parents, key_tails, depths, post_orders, children, boxes, texts, descs, resource_ids, hints, cached,
+        columns.editable, strict=False,  # size and children have an extra last slot
     ):
         i += 1
         parent_id = ids[p]
@@ -343,8 +345,8 @@ def build_columns(
         d = o.dom_position
         d.depth = depth
         d.pre_order_id = i
-        d.post_order_id = i - depth + size[i] - 1
-        if not children[i]:
+        d.post_order_id = post_order
+        if not child_count:
             o.is_leaf = True
         if grid:
             if entry[1] if editable is None else (entry[2] if editable else entry[3]):

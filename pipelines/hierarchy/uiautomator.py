@@ -13,6 +13,7 @@ from __future__ import annotations
 import codecs
 import re
 import threading
+from collections.abc import Callable
 from itertools import compress, repeat
 from operator import eq, itemgetter, ne
 
@@ -72,6 +73,8 @@ _USUAL_KEYS = frozenset(_USUAL_NAMES)
 # Attributes only some dumps write (resource-id since API 18, hint since API 26, visible-to-user since API 29),
 # with the value assumed when a node has none; "displayed" (Appium) stands in for visible-to-user.
 _OPTIONAL = {"resource-id": "", "hint": "", "visible-to-user": None}
+_COLUMNS = itemgetter(*_USUAL_NAMES[:5], *_OPTIONAL)
+_FLAG_COLUMNS = itemgetter(*(name for name, _ in _FLAG_ATTRIBUTES))
 # (visible, raw flag attribute strings) -> flags tuple; dumps repeat a handful of combinations.
 _FLAGS: dict[tuple[bool, ...], tuple[bool, ...]] = {}
 
@@ -95,6 +98,21 @@ def _local_names(tag: str, attrib: dict[str, str]) -> tuple[str, dict[str, str]]
 
 # Value assumed for a missing attribute (None for those no field uses).
 _DEFAULTS = {"package": "", "text": "", "content-desc": "", **_OPTIONAL, **dict(_FLAG_ATTRIBUTES)}
+_Layout = tuple[tuple[str, ...], Callable[[dict[str, str]], tuple], tuple[str | None, ...], int]
+# First nodes' attribute names -> their row layout (dumps of one device share one).
+_LAYOUTS: dict[tuple[str, ...], _Layout] = {}
+
+
+def _new_layout(first: tuple[str, ...]) -> _Layout:
+    """(names, row getter, values of the names the first node lacks, attribute count of the fast path)."""
+    tail = tuple(name for name in (*_USUAL_NAMES, *_OPTIONAL) if name not in first)
+    row = itemgetter(*first) if len(first) > 1 else (lambda a: (a[first[0]],) if first else ())
+    # Dumps that lack a usual attribute, say "displayed" (Appium) or NAF on their first node take `_row`.
+    usual = all(name in _OPTIONAL for name in tail)
+    size = len(first) if usual and "displayed" not in first and "NAF" not in first else -2
+    return first + tail, row, tuple(_OPTIONAL.get(name) for name in tail), size
+
+
 _NO_ROOT, _DROPPED, _HIERARCHY = -3, -2, -1
 
 
@@ -113,7 +131,7 @@ class _Collector:
         # with as many attributes as the first one, all of the first one's names among them, has exactly its
         # names: its row is one C-level fetch (`row`). Any other node goes through `_row`.
         self.names: tuple[str, ...] = ()
-        self.row: itemgetter | None = None
+        self.row: Callable[[dict[str, str]], tuple] | None = None
         self.row_size = -1  # attributes of the first node; -1 until it is seen
         self.row_tail: tuple[str | None, ...] = ()  # values of the names the first node lacks
         self.rows: list[tuple] = []
@@ -145,13 +163,12 @@ class _Collector:
     def _layout(self, attrib: dict[str, str]) -> None:
         """The row layout, from the first node (see `reset`)."""
         first = tuple(attrib)
-        tail = tuple(name for name in (*_USUAL_NAMES, *_OPTIONAL) if name not in attrib)
-        self.names = first + tail
-        self.row = itemgetter(*first) if len(first) > 1 else (lambda a: (a[first[0]],) if first else ())
-        self.row_tail = tuple(_OPTIONAL.get(name) for name in tail)
-        # Namespaced or "displayed" dumps, and usual attributes missing, take `_row` every time.
-        usual = not tail or all(name in _OPTIONAL for name in tail)
-        self.row_size = len(first) if usual and "displayed" not in attrib and "NAF" not in attrib else -2
+        layout = _LAYOUTS.get(first)
+        if layout is None:
+            layout = _new_layout(first)
+            if len(_LAYOUTS) < 256:
+                _LAYOUTS[first] = layout
+        self.names, self.row, self.row_tail, self.row_size = layout
 
     def _row(self, attrib: dict[str, str], tag: str) -> tuple[str | None, ...]:
         """The row of any node, by name (Appium, hand-made, damaged dumps, nodes unlike the first)."""
@@ -235,12 +252,8 @@ class _Collector:
         if max(depths) > MAX_DEPTH:
             raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
         named = dict(zip(self.names, zip(*rows, strict=True), strict=True))
-        classes, packages, texts, descs, bounds = itemgetter(*_USUAL_NAMES[:5])(named)
-        flag_columns = itemgetter(*(name for name, _ in _FLAG_ATTRIBUTES))(named)
-        optional = named
-        shown = optional["visible-to-user"]
-        visible = map(ne, shown, repeat("false"))
-        keys = list(zip(visible, *flag_columns, strict=True))
+        classes, packages, texts, descs, bounds, resource_ids, hints, shown = _COLUMNS(named)
+        keys = list(zip(map(ne, shown, repeat("false")), *_FLAG_COLUMNS(named), strict=True))
         flags = list(map(_FLAGS.get, keys))
         if None in flags:
             flags = [f or _flags(k) for f, k in zip(flags, keys, strict=True)]
@@ -249,8 +262,8 @@ class _Collector:
         for i in self.naf:
             naf[i] = True
         columns = RawColumns(
-            parents, depths, siblings, classes, packages, texts, descs, optional["resource-id"],
-            optional["hint"], boxes, flags, [None] * n, [()] * n, naf,
+            parents, depths, siblings, classes, packages, texts, descs, resource_ids, hints, boxes, flags,
+            [None] * n, [()] * n, naf,
         )  # fmt: skip
         roots = [None if box is None else Box(*box) for box in compress(boxes, map(eq, parents, repeat(-1)))]
         return columns, box_texts, roots
