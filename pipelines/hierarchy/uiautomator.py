@@ -137,6 +137,7 @@ class _Collector:
         self.rows: list[tuple] = []
         self.parents: list[int] = []  # node index of the parent, -1 for a window root
         self.naf: list[int] = []  # nodes with NAF="true"
+        self.tails: dict[int, tuple[str | None, ...]] = {}  # values of names the first node lacks, when set
         # Open elements: node index, _HIERARCHY, _DROPPED inside a dropped subtree; _NO_ROOT below the root.
         self.stack: list[int] = [_NO_ROOT]
         self.top: dict[str, str] | None = None
@@ -146,17 +147,19 @@ class _Collector:
     def start(self, tag: str, attrib: dict[str, str]) -> None:
         stack = self.stack
         p = stack[-1]
-        if p < 0 or len(attrib) != self.row_size or tag != "node" or self.drop_invisible:
+        if len(attrib) != self.row_size:  # the root, dumps in drop_invisible mode, nodes unlike the first
+            self._start(tag, attrib, p)
+            return
+        try:
+            row = self.row(attrib)  # type: ignore[misc]
+        except KeyError:  # some other attribute names (e.g. namespaced)
             self._start(tag, attrib, p)
             return
         rows = self.rows
         index = len(rows)
         if index >= MAX_OBJECTS:
             raise too_large()
-        try:
-            rows.append(self.row(attrib) + self.row_tail)  # type: ignore[misc]
-        except KeyError:
-            rows.append(self._row(attrib, tag))
+        rows.append(row)
         self.parents.append(p)
         stack.append(index)
 
@@ -169,12 +172,16 @@ class _Collector:
             if len(_LAYOUTS) < 256:
                 _LAYOUTS[first] = layout
         self.names, self.row, self.row_tail, self.row_size = layout
+        if self.drop_invisible:  # every node's visibility is checked in _start
+            self.row_size = -2
 
     def _row(self, attrib: dict[str, str], tag: str) -> tuple[str | None, ...]:
-        """The row of any node, by name (Appium, hand-made, damaged dumps, nodes unlike the first)."""
+        """The row of any node, by name (Appium, hand-made, damaged dumps, nodes unlike the first): the values
+        of the first node's names, and in `tails` those of the names it lacks when they are not the default."""
         get = attrib.get
+        index = len(self.rows)
         if get("NAF") == "true":
-            self.naf.append(len(self.rows))
+            self.naf.append(index)
         shown = get("visible-to-user")
         special = {
             # An element with every usual attribute keeps its class as is, else the tag stands in for it.
@@ -182,9 +189,11 @@ class _Collector:
             "bounds": get("bounds"),
             "visible-to-user": shown if shown is not None else get("displayed"),
         }
-        return tuple(
-            special[name] if name in special else get(name, _DEFAULTS.get(name)) for name in self.names
-        )
+        row = tuple(special[name] if name in special else get(name, _DEFAULTS.get(name)) for name in self.names)
+        first = len(self.names) - len(self.row_tail)
+        if row[first:] != self.row_tail:
+            self.tails[index] = row[first:]
+        return row[:first]
 
     def _start(self, tag: str, attrib: dict[str, str], p: int) -> None:
         """`start` for the root, window roots, dropped subtrees, namespaced or non-`node` tags."""
@@ -251,7 +260,13 @@ class _Collector:
         depths.pop()
         if max(depths) > MAX_DEPTH:
             raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
-        named = dict(zip(self.names, zip(*rows, strict=True), strict=True))
+        values = list(zip(*rows, strict=True))
+        for j, default in enumerate(self.row_tail):  # names the first node lacks: mostly their default
+            column = [default] * n
+            for i, tail in self.tails.items():
+                column[i] = tail[j]
+            values.append(column)
+        named = dict(zip(self.names, values, strict=True))
         classes, packages, texts, descs, bounds, resource_ids, hints, shown = _COLUMNS(named)
         keys = list(zip(map(ne, shown, repeat("false")), *_FLAG_COLUMNS(named), strict=True))
         flags = list(map(_FLAGS.get, keys))
