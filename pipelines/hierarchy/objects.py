@@ -153,9 +153,9 @@ def object_id(parent_id: str, sibling: int, android_class: str, box: Box | None)
 
 _TemplateKey = tuple[str, str, tuple[str, ...], tuple[bool, ...]]
 # Serialized Object holding the fields shared by every node with the same class, package, ancestors and flags,
-# framed as one entry of `Observation.objects`, plus is_actionable for editable unknown / True / False. Parsing
-# a screen's templates as one Observation is far cheaper than setting the fields one by one; shared by all
-# screens of the process (bounded, cleared when full).
+# framed as one entry of `Observation.objects`, plus is_actionable for editable unknown / True / False.
+# Parsing a screen's templates as one Observation is far cheaper than setting the fields one by one; shared by
+# all screens of the process (bounded, cleared when full).
 _TEMPLATES: dict[_TemplateKey, tuple[bytes, bool, bool, bool]] = {}
 _TEMPLATES_MAX = 16384
 
@@ -215,7 +215,7 @@ class RawColumns(NamedTuple):
     content_desc: Sequence[str]
     resource_id: Sequence[str]
     hint: Sequence[str]
-    box: Sequence[Sequence[int] | None]  # (left, top, right, bottom): `Box`es, or lists from bounds.from_strings
+    box: Sequence[Sequence[int] | None]  # (left, top, right, bottom): `Box`es, or lists (bounds.from_strings)
     flags: Sequence[tuple[bool, ...]]
     editable: Sequence[bool | None]
     ancestors: Sequence[tuple[str, ...]]
@@ -237,7 +237,7 @@ def build_screen(
     size_estimated: bool = False,
 ) -> Screen:
     """Objects with every computed field from pre-ordered nodes (parents before children)."""
-    columns = RawColumns(*zip(*nodes, strict=True)) if nodes else RawColumns(*([()] * len(RawColumns._fields)))
+    columns = RawColumns(*zip(*nodes, strict=True)) if nodes else RawColumns(*[()] * len(RawColumns._fields))
     return build_columns(
         columns, width, height, rotation=rotation, fmt=fmt, warnings=warnings, size_estimated=size_estimated
     )
@@ -257,7 +257,9 @@ def build_columns(
     """`build_screen` from columns. `box_texts`, when the parser has them, are the boxes exactly as
     `"{left},{top},{right},{bottom}"` formats them (they go into the ids), saving that formatting."""
     warnings = list(warnings or ())
-    parents, depths, siblings, classes, packages, texts, descs, resource_ids, hints, boxes, flags = columns[:11]
+    parents, depths, siblings, classes, packages, texts, descs, resource_ids, hints, boxes, flags = (
+        columns[:11]
+    )
     n = len(parents)
     # Subtree sizes and child counts, leaves first; a window root's parent -1 lands in the extra last slot.
     size = [1] * (n + 1)
@@ -287,10 +289,11 @@ def build_columns(
     i = -1
     # post-order id = pre-order id - depth + subtree size - 1
     post_orders = list(map(sub, map(add, range(-1, n - 1), size), depths))
-    for o, p, key_tail, depth, post_order, child_count, box, text, content_desc, resource_id, hint, entry, editable in zip(
-        protos, parents, key_tails, depths, post_orders, children, boxes, texts, descs, resource_ids, hints, cached,
-        columns.editable, strict=False,  # size and children have an extra last slot
-    ):
+    rows = zip(
+        protos, parents, key_tails, depths, post_orders, children, boxes, texts, descs, resource_ids, hints,
+        cached, columns.editable, strict=False,  # children has an extra last slot
+    )  # fmt: skip
+    for o, p, key_tail, depth, post_order, child_count, box, text, desc, rid, hint, entry, editable in rows:
         i += 1
         parent_id = ids[p]
         hasher = new_hash()
@@ -302,17 +305,17 @@ def build_columns(
             o.parent_id = parent_id
         if text:
             o.text = text
-        if content_desc:
-            o.content_desc = content_desc
-        if resource_id:
-            o.resource_id = resource_id
+        if desc:
+            o.content_desc = desc
+        if rid:
+            o.resource_id = rid
         if hint:
             o.text_hint = hint
-        name = text or content_desc or hint
+        name = text or desc or hint
         if name:
-            name = " ".join(name.split()) or readable_name(text, content_desc, resource_id, hint)
-        elif resource_id:
-            name = resource_id.rsplit("/", 1)[-1]
+            name = " ".join(name.split()) or readable_name(text, desc, rid, hint)
+        elif rid:
+            name = rid.rsplit("/", 1)[-1]
         if name:
             o.name = name
         grid = UNKNOWN_LOCATION

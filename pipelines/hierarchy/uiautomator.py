@@ -70,8 +70,8 @@ _FLAG_ATTRIBUTES = (
 )
 _USUAL_NAMES = ("class", "package", "text", "content-desc", "bounds", *(name for name, _ in _FLAG_ATTRIBUTES))
 _USUAL_KEYS = frozenset(_USUAL_NAMES)
-# Attributes only some dumps write (resource-id since API 18, hint since API 26, visible-to-user since API 29),
-# with the value assumed when a node has none; "displayed" (Appium) stands in for visible-to-user.
+# Attributes only some dumps write (resource-id since API 18, hint since API 26, visible-to-user since
+# API 29), with the value assumed when a node has none; "displayed" (Appium) stands in for visible-to-user.
 _OPTIONAL = {"resource-id": "", "hint": "", "visible-to-user": None}
 _COLUMNS = itemgetter(*_USUAL_NAMES[:5], *_OPTIONAL)
 _FLAG_COLUMNS = itemgetter(*(name for name, _ in _FLAG_ATTRIBUTES))
@@ -98,19 +98,24 @@ def _local_names(tag: str, attrib: dict[str, str]) -> tuple[str, dict[str, str]]
 
 # Value assumed for a missing attribute (None for those no field uses).
 _DEFAULTS = {"package": "", "text": "", "content-desc": "", **_OPTIONAL, **dict(_FLAG_ATTRIBUTES)}
-_Layout = tuple[tuple[str, ...], Callable[[dict[str, str]], tuple], tuple[str | None, ...], int]
+_Layout = tuple[
+    tuple[str, ...], tuple[str | None, ...], Callable[[dict[str, str]], tuple], tuple[str | None, ...], int
+]
 # First nodes' attribute names -> their row layout (dumps of one device share one).
 _LAYOUTS: dict[tuple[str, ...], _Layout] = {}
 
 
 def _new_layout(first: tuple[str, ...]) -> _Layout:
-    """(names, row getter, values of the names the first node lacks, attribute count of the fast path)."""
+    """(names, their defaults, row getter, values of the names the first node lacks, attribute count of the
+    fast path)."""
     tail = tuple(name for name in (*_USUAL_NAMES, *_OPTIONAL) if name not in first)
     row = itemgetter(*first) if len(first) > 1 else (lambda a: (a[first[0]],) if first else ())
     # Dumps that lack a usual attribute, say "displayed" (Appium) or NAF on their first node take `_row`.
     usual = all(name in _OPTIONAL for name in tail)
     size = len(first) if usual and "displayed" not in first and "NAF" not in first else -2
-    return first + tail, row, tuple(_OPTIONAL.get(name) for name in tail), size
+    names = first + tail
+    defaults = tuple(_DEFAULTS.get(name) for name in names)
+    return names, defaults, row, tuple(_OPTIONAL.get(name) for name in tail), size
 
 
 _NO_ROOT, _DROPPED, _HIERARCHY = -3, -2, -1
@@ -171,29 +176,28 @@ class _Collector:
             layout = _new_layout(first)
             if len(_LAYOUTS) < 256:
                 _LAYOUTS[first] = layout
-        self.names, self.row, self.row_tail, self.row_size = layout
+        self.names, self.defaults, self.row, self.row_tail, self.row_size = layout
         if self.drop_invisible:  # every node's visibility is checked in _start
             self.row_size = -2
 
     def _row(self, attrib: dict[str, str], tag: str) -> tuple[str | None, ...]:
-        """The row of any node, by name (Appium, hand-made, damaged dumps, nodes unlike the first): the values
-        of the first node's names, and in `tails` those of the names it lacks when they are not the default."""
+        """The row of any node, by name (Appium, hand-made, damaged dumps, nodes unlike the first): the
+        values of the first node's names, and in `tails` those of the names it lacks when not the default."""
         get = attrib.get
         index = len(self.rows)
         if get("NAF") == "true":
             self.naf.append(index)
-        shown = get("visible-to-user")
-        special = {
-            # An element with every usual attribute keeps its class as is, else the tag stands in for it.
-            "class": get("class") if _USUAL_KEYS <= attrib.keys() else get("class") or (tag if tag != "node" else ""),
-            "bounds": get("bounds"),
-            "visible-to-user": shown if shown is not None else get("displayed"),
-        }
-        row = tuple(special[name] if name in special else get(name, _DEFAULTS.get(name)) for name in self.names)
-        first = len(self.names) - len(self.row_tail)
-        if row[first:] != self.row_tail:
-            self.tails[index] = row[first:]
-        return row[:first]
+        names = self.names
+        row = list(map(get, names, self.defaults))
+        if not _USUAL_KEYS <= attrib.keys():  # the tag stands in for a missing or empty class
+            row[names.index("class")] = get("class") or (tag if tag != "node" else "")
+        shown = names.index("visible-to-user")
+        if row[shown] is None:
+            row[shown] = get("displayed")  # Appium
+        first = len(names) - len(self.row_tail)
+        if row[first:] != list(self.row_tail):
+            self.tails[index] = tuple(row[first:])
+        return tuple(row[:first])
 
     def _start(self, tag: str, attrib: dict[str, str], p: int) -> None:
         """`start` for the root, window roots, dropped subtrees, namespaced or non-`node` tags."""

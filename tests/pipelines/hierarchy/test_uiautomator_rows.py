@@ -84,7 +84,8 @@ def test_non_canonical_bounds_give_the_same_boxes(path: Path) -> None:
     expected = _objects(path.read_bytes())
 
     def edit(i: int, element: etree._Element) -> None:
-        if i % 3 == 0:  # "[0,12]" -> "[-0, 012]": spaces, leading zeros and a negative zero read as the same box
+        # "[0,12]" -> "[-0, 012]": spaces, leading zeros and a negative zero read as the same box
+        if i % 3 == 0:
             left, rest = element.get("bounds")[1:].split(",", 1)
             top, rest = rest.split("]", 1)
             element.set("bounds", f"[{'-0' if left == '0' else left}, 0{top}]{rest}")
@@ -95,13 +96,15 @@ def test_non_canonical_bounds_give_the_same_boxes(path: Path) -> None:
 def test_from_strings_matches_from_string_one_by_one() -> None:
     texts = [
         "[0,0][1080,1920]", "[-5,-0][10,20]", "[007,1][2,3]", "[ 1,2][3,4]", "[1,2][3,4.5]", "[1,2,3][4]",
-        "[1,2][3,4]|[5,6][7,8]", "[1,2]", "[]", "[1,2][3,4]x", "[١,2][3,4]", "[1_0,2][3,4]", "[9" + "9" * 5000 + ",2][3,4]",
+        "[1,2][3,4]|[5,6][7,8]", "[1,2]", "[]", "[1,2][3,4]x", "[١,2][3,4]", "[1_0,2][3,4]",
+        "[9" + "9" * 5000 + ",2][3,4]",
     ]  # fmt: skip
     for text in texts:
         for batch in ([text], ["[0,0][1,1]", text, "[2,2][3,3]"]):
             boxes, box_texts = from_strings(batch)
             want = [from_string(t) for t in batch]
-            assert [None if b is None else tuple(b) for b in boxes] == [None if b is None else tuple(b) for b in want]
+            as_tuples = [None if b is None else tuple(b) for b in boxes]
+            assert as_tuples == [None if b is None else tuple(b) for b in want]
             if box_texts is not None:
                 assert box_texts == [",".join(map(str, b)) for b in want], batch
     boxes, box_texts = from_strings(["[0,0][1080,1920]", "[-3,4][5,66]"])
