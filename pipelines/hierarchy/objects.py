@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import compress, starmap
+from itertools import compress
 from operator import add, itemgetter, sub
 from typing import NamedTuple
 
@@ -222,7 +222,8 @@ class RawColumns(NamedTuple):
     naf: Sequence[bool]
 
 
-_BOX_TEXT = "{},{},{},{}".format  # a box as the id hashes it: "left,top,right,bottom"
+#: RawColumns from an iterable of its 14 sequences without NamedTuple's Python-level __new__.
+_new_columns: Callable[..., RawColumns] = partial(tuple.__new__, RawColumns)
 _ID_KEY_TAIL = "/{}|{}|{}".format  # the id key after the parent's id: "/<sibling>|<class>|<box>"
 
 
@@ -237,7 +238,7 @@ def build_screen(
     size_estimated: bool = False,
 ) -> Screen:
     """Objects with every computed field from pre-ordered nodes (parents before children)."""
-    columns = RawColumns(*zip(*nodes, strict=True)) if nodes else RawColumns(*[()] * len(RawColumns._fields))
+    columns = _new_columns(zip(*nodes, strict=True) if nodes else [()] * len(RawColumns._fields))
     return build_columns(
         columns, width, height, rotation=rotation, fmt=fmt, warnings=warnings, size_estimated=size_estimated
     )
@@ -269,16 +270,17 @@ def build_columns(
         size[p] += size[i]
         children[p] += 1
 
+    # Everything per node that is not a proto field is prepared column by column.
     if box_texts is None:
-        if None in boxes:
-            box_texts = ["" if box is None else _BOX_TEXT(*box) for box in boxes]
-        else:
-            box_texts = list(starmap(_BOX_TEXT, boxes))
-    # Everything per node that is not a proto field is prepared column by column at C speed.
-    key_tails = list(map(_ID_KEY_TAIL, siblings, classes, box_texts))
-    template_keys = list(zip(classes, packages, columns.ancestors, flags, strict=True))
-    cached = list(map(_TEMPLATES.get, template_keys))
+        key_tails = [
+            f"/{s}|{c}|" if b is None else f"/{s}|{c}|{b[0]},{b[1]},{b[2]},{b[3]}"
+            for s, c, b in zip(siblings, classes, boxes, strict=True)
+        ]
+    else:
+        key_tails = list(map(_ID_KEY_TAIL, siblings, classes, box_texts))
+    cached = list(map(_TEMPLATES.get, zip(classes, packages, columns.ancestors, flags, strict=True)))
     if None in cached:
+        template_keys = zip(classes, packages, columns.ancestors, flags, strict=True)
         cached = [entry or _template(key) for entry, key in zip(cached, template_keys, strict=True)]
     protos = list(_Observation.FromString(b"".join(map(itemgetter(0), cached))).objects)
 
