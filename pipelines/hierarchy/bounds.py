@@ -6,6 +6,7 @@ what the device reported, and the caller flags it instead of silently repairing 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from functools import partial
@@ -13,6 +14,10 @@ from typing import NamedTuple
 
 _NUM = r"\s*(-?[0-9]+(?:\.[0-9]+)?)\s*"  # ASCII digits only (\d and int() also take other scripts')
 _BOUNDS_RE = re.compile(rf"\[{_NUM},{_NUM}\]\s*\[{_NUM},{_NUM}\]")
+_CANONICAL = r"\[-?[0-9]+,-?[0-9]+\]\[-?[0-9]+,-?[0-9]+\]"
+#: Canonical bounds strings joined by "|": one regex match vouches for a whole screen's boxes at once.
+_CANONICAL_LIST = re.compile(rf"{_CANONICAL}(?:\|{_CANONICAL})*")
+_decode_json = json.JSONDecoder().raw_decode  # the text is ours: no surrounding whitespace to skip
 
 
 class Box(NamedTuple):
@@ -75,6 +80,26 @@ def from_string(text: str) -> Box | None:
         return Box(*(_int(g) for g in m.groups()))
     except (ValueError, OverflowError):
         return None
+
+
+def from_strings(texts: Sequence[str | None]) -> tuple[list[Sequence[int] | None], list[str] | None]:
+    """`from_string` of every text (None for None or ""), in bulk, as (left, top, right, bottom) sequences
+    (`Box`es or lists), and each box as "left,top,right,bottom" text when that is exactly how the input wrote
+    it (else None: the caller formats the boxes itself).
+
+    When every text is a canonical `[x1,y1][x2,y2]` with plain integers (what every dump writes), one regex
+    match vouches for all of them and one JSON decode converts all the integers; otherwise each text goes
+    through `from_string`."""
+    if texts and None not in texts and "" not in texts:
+        if _CANONICAL_LIST.fullmatch("|".join(texts)):  # type: ignore[arg-type]
+            body = ",".join(texts).replace("][", ",")  # type: ignore[arg-type]  # "[l,t,r,b],[l,t,r,b]"
+            try:  # JSON refuses leading zeros (and int() over 4,300 digits): from_string decides those
+                boxes = _decode_json(f"[{body}]")[0]
+            except ValueError:
+                pass
+            else:  # "-0" is read as 0 and so would not be written back as it was
+                return boxes, None if "-0" in body else body[1:-1].split("],[")
+    return [from_string(text) if text else None for text in texts], None
 
 
 def from_pairs(pairs: object) -> Box | None:

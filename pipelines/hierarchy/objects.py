@@ -11,6 +11,8 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import compress
+from operator import add, itemgetter, sub
 from typing import NamedTuple
 
 from protos.llm4mobile import episode_pb2
@@ -45,7 +47,8 @@ def check_size(data: bytes) -> None:
 
 _Object = episode_pb2.Object
 _ID_HASH = hashlib.blake2b(digest_size=8)
-_FromString = episode_pb2.Object.FromString
+_Observation = episode_pb2.Observation
+_OBJECTS_TAG = b"\x0a"  # Observation.objects: field 1, length-delimited
 
 
 class RawNode(NamedTuple):
@@ -150,10 +153,21 @@ def object_id(parent_id: str, sibling: int, android_class: str, box: Box | None)
 
 _TemplateKey = tuple[str, str, tuple[str, ...], tuple[bool, ...]]
 # Serialized Object holding the fields shared by every node with the same class, package, ancestors and flags,
-# plus is_actionable for editable unknown / True / False. Parsing these bytes is far cheaper than setting the
-# fields one by one; shared by all screens of the process (bounded, cleared when full).
+# framed as one entry of `Observation.objects`, plus is_actionable for editable unknown / True / False.
+# Parsing a screen's templates as one Observation is far cheaper than setting the fields one by one; shared by
+# all screens of the process (bounded, cleared when full).
 _TEMPLATES: dict[_TemplateKey, tuple[bytes, bool, bool, bool]] = {}
 _TEMPLATES_MAX = 16384
+
+
+def _varint(value: int) -> bytes:
+    """Protobuf base-128 encoding of a non-negative integer."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _template(key: _TemplateKey) -> tuple[bytes, bool, bool, bool]:
@@ -172,8 +186,9 @@ def _template(key: _TemplateKey) -> tuple[bytes, bool, bool, bool]:
     slider = (object_type == _SEEKBAR or _SEEKBAR in multi) and flags[_FOCUSABLE]
     acts = flags[_CLICKABLE] or flags[_LONG] or flags[_CHECKABLE] or flags[_SCROLLABLE] or slider
     type_editable = object_type in EDITABLE_TYPES or any(t in EDITABLE_TYPES for t in multi)
+    serialized = proto.SerializeToString()
     entry = (
-        proto.SerializeToString(),
+        _OBJECTS_TAG + _varint(len(serialized)) + serialized,
         usable and (acts or type_editable),  # the source has no editable flag: decided by the type
         usable,  # the source says editable
         usable and acts,  # the source says not editable
@@ -182,6 +197,34 @@ def _template(key: _TemplateKey) -> tuple[bytes, bool, bool, bool]:
         _TEMPLATES.clear()
     _TEMPLATES[key] = entry
     return entry
+
+
+class RawColumns(NamedTuple):
+    """The `RawNode` fields of all nodes of a screen, one sequence per field (same names and order).
+
+    Parsers that read a screen column by column (uiautomator) hand these to `build_columns` directly;
+    `build_screen` transposes its rows into them.
+    """
+
+    parent: Sequence[int]
+    depth: Sequence[int]
+    sibling: Sequence[int]
+    android_class: Sequence[str]
+    package: Sequence[str]
+    text: Sequence[str]
+    content_desc: Sequence[str]
+    resource_id: Sequence[str]
+    hint: Sequence[str]
+    box: Sequence[Sequence[int] | None]  # (left, top, right, bottom): `Box`es, or lists (bounds.from_strings)
+    flags: Sequence[tuple[bool, ...]]
+    editable: Sequence[bool | None]
+    ancestors: Sequence[tuple[str, ...]]
+    naf: Sequence[bool]
+
+
+#: RawColumns from an iterable of its 14 sequences without NamedTuple's Python-level __new__.
+_new_columns: Callable[..., RawColumns] = partial(tuple.__new__, RawColumns)
+_ID_KEY_TAIL = "/{}|{}|{}".format  # the id key after the parent's id: "/<sibling>|<class>|<box>"
 
 
 def build_screen(
@@ -195,75 +238,86 @@ def build_screen(
     size_estimated: bool = False,
 ) -> Screen:
     """Objects with every computed field from pre-ordered nodes (parents before children)."""
-    warnings = list(warnings or ())
-    n = len(nodes)
-    size = [1] * n
-    children = [0] * n
-    for i in range(n - 1, -1, -1):
-        p = nodes[i].parent
-        if p >= 0:
-            size[p] += size[i]
-            children[p] += 1
+    columns = _new_columns(zip(*nodes, strict=True) if nodes else [()] * len(RawColumns._fields))
+    return build_columns(
+        columns, width, height, rotation=rotation, fmt=fmt, warnings=warnings, size_estimated=size_estimated
+    )
 
-    ids: list[str] = [""] * n
-    objects: list[episode_pb2.Object] = []
-    append = objects.append
-    templates_get = _TEMPLATES.get
+
+def build_columns(
+    columns: RawColumns,
+    width: int,
+    height: int,
+    *,
+    rotation: int = 0,
+    fmt: str = "",
+    warnings: list[str] | None = None,
+    size_estimated: bool = False,
+    box_texts: Sequence[str] | None = None,
+) -> Screen:
+    """`build_screen` from columns. `box_texts`, when the parser has them, are the boxes exactly as
+    `"{left},{top},{right},{bottom}"` formats them (they go into the ids), saving that formatting."""
+    warnings = list(warnings or ())
+    parents, depths, siblings, classes, packages, texts, descs, resource_ids, hints, boxes, flags = (
+        columns[:11]
+    )
+    n = len(parents)
+    # Subtree sizes and child counts, leaves first; a window root's parent -1 lands in the extra last slot.
+    size = [1] * (n + 1)
+    children = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        p = parents[i]
+        size[p] += size[i]
+        children[p] += 1
+
+    # Everything per node that is not a proto field is prepared column by column.
+    if box_texts is None:
+        key_tails = [
+            f"/{s}|{c}|" if b is None else f"/{s}|{c}|{b[0]},{b[1]},{b[2]},{b[3]}"
+            for s, c, b in zip(siblings, classes, boxes, strict=True)
+        ]
+    else:
+        key_tails = list(map(_ID_KEY_TAIL, siblings, classes, box_texts))
+    cached = list(map(_TEMPLATES.get, zip(classes, packages, columns.ancestors, flags, strict=True)))
+    if None in cached:
+        template_keys = zip(classes, packages, columns.ancestors, flags, strict=True)
+        cached = [entry or _template(key) for entry, key in zip(cached, template_keys, strict=True)]
+    protos = list(_Observation.FromString(b"".join(map(itemgetter(0), cached))).objects)
+
+    ids: list[str] = [""] * (n + 1)  # ids[-1]: the "" parent id of window roots
     new_hash = _ID_HASH.copy  # copying a prepared BLAKE2b-64 state is cheaper than constructing one
-    naf: list[int] = []
     missing = invalid = off_screen = outside = 0
     w2, h2 = 2 * width, 2 * height
     i = -1
-    for (
-        p,
-        depth,
-        sibling,
-        android_class,
-        package,
-        text,
-        content_desc,
-        resource_id,
-        hint,
-        box,
-        flags,
-        editable,
-        ancestors,
-        is_naf,
-    ) in nodes:
+    # post-order id = pre-order id - depth + subtree size - 1
+    post_orders = list(map(sub, map(add, range(-1, n - 1), size), depths))
+    rows = zip(
+        protos, parents, key_tails, depths, post_orders, children, boxes, texts, descs, resource_ids, hints,
+        cached, columns.editable, strict=False,  # children has an extra last slot
+    )  # fmt: skip
+    for o, p, key_tail, depth, post_order, child_count, box, text, desc, rid, hint, entry, editable in rows:
         i += 1
-        key = (android_class, package, ancestors, flags)
-        cached = templates_get(key) or _template(key)
-        o = _FromString(cached[0])
-        if p >= 0:
-            parent_id = ids[p]
-            o.parent_id = parent_id
-            o.parent_index = p
-        else:
-            parent_id = ""
-            o.parent_index = -1
-        if box is None:
-            where = ""
-        else:
-            where = f"{box[0]},{box[1]},{box[2]},{box[3]}"
+        parent_id = ids[p]
         hasher = new_hash()
-        hasher.update(f"{parent_id}/{sibling}|{android_class}|{where}".encode())
-        oid = hasher.hexdigest()
-        ids[i] = oid
-        o.id = oid
+        hasher.update((parent_id + key_tail).encode())
+        ids[i] = o.id = hasher.hexdigest()
         o.index = i
+        o.parent_index = p
+        if parent_id:
+            o.parent_id = parent_id
         if text:
             o.text = text
-        if content_desc:
-            o.content_desc = content_desc
-        if resource_id:
-            o.resource_id = resource_id
+        if desc:
+            o.content_desc = desc
+        if rid:
+            o.resource_id = rid
         if hint:
             o.text_hint = hint
-        name = text or content_desc or hint
+        name = text or desc or hint
         if name:
-            name = " ".join(name.split()) or readable_name(text, content_desc, resource_id, hint)
-        elif resource_id:
-            name = resource_id.rsplit("/", 1)[-1]
+            name = " ".join(name.split()) or readable_name(text, desc, rid, hint)
+        elif rid:
+            name = rid.rsplit("/", 1)[-1]
         if name:
             o.name = name
         grid = UNKNOWN_LOCATION
@@ -296,15 +350,12 @@ def build_screen(
         d = o.dom_position
         d.depth = depth
         d.pre_order_id = i
-        d.post_order_id = i - depth + size[i] - 1
-        if not children[i]:
+        d.post_order_id = post_order
+        if not child_count:
             o.is_leaf = True
         if grid:
-            if cached[1] if editable is None else (cached[2] if editable else cached[3]):
+            if entry[1] if editable is None else (entry[2] if editable else entry[3]):
                 o.is_actionable = True
-        if is_naf:
-            naf.append(i)
-        append(o)
     if missing:
         warnings.append(
             f"{missing} object(s) without usable bounds (missing, unparseable or beyond int32): "
@@ -316,7 +367,8 @@ def build_screen(
         warnings.append(f"{off_screen} object(s) with the box centre off-screen: grid UNKNOWN_LOCATION")
     if outside:
         warnings.append(f"{outside} object(s) partly outside the {width}x{height} screen (boxes kept as is)")
-    return Screen(objects, width, height, rotation, fmt, warnings, naf, (1.0, 1.0), size_estimated)
+    naf = list(compress(range(n), columns.naf))
+    return Screen(protos, width, height, rotation, fmt, warnings, naf, (1.0, 1.0), size_estimated)
 
 
 def window_size(boxes: Sequence[Box | None]) -> tuple[int, int]:

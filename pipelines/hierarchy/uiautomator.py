@@ -13,21 +13,22 @@ from __future__ import annotations
 import codecs
 import re
 import threading
-from operator import itemgetter
+from collections.abc import Callable
+from itertools import compress, repeat
+from operator import eq, itemgetter, ne
 
 from lxml import etree
 
-from .bounds import Box, from_string
+from .bounds import Box, from_strings
 from .encoding import bom_encoding
 from .errors import HierarchyError
 from .objects import (
     MAX_DEPTH,
     MAX_OBJECTS,
-    RawNode,
+    RawColumns,
     Screen,
-    build_screen,
+    build_columns,
     check_size,
-    raw_node,
     screen_size_from_windows,
     too_large,
 )
@@ -67,19 +68,23 @@ _FLAG_ATTRIBUTES = (
     ("checkable", "false"),
     ("checked", "false"),
 )
-_USUAL = itemgetter(
-    "class", "package", "text", "content-desc", "bounds", *(name for name, _ in _FLAG_ATTRIBUTES)
-)
-# Raw attribute strings -> flags tuple, per visibility; dumps repeat a handful of combinations.
-_FLAGS: dict[bool, dict[tuple[str, ...], tuple[bool, ...]]] = {True: {}, False: {}}
+_USUAL_NAMES = ("class", "package", "text", "content-desc", "bounds", *(name for name, _ in _FLAG_ATTRIBUTES))
+_USUAL_KEYS = frozenset(_USUAL_NAMES)
+# Attributes only some dumps write (resource-id since API 18, hint since API 26, visible-to-user since
+# API 29), with the value assumed when a node has none; "displayed" (Appium) stands in for visible-to-user.
+_OPTIONAL = {"resource-id": "", "hint": "", "visible-to-user": None}
+_COLUMNS = itemgetter(*_USUAL_NAMES[:5], *_OPTIONAL)
+_FLAG_COLUMNS = itemgetter(*(name for name, _ in _FLAG_ATTRIBUTES))
+# (visible, raw flag attribute strings) -> flags tuple; dumps repeat a handful of combinations.
+_FLAGS: dict[tuple[bool, ...], tuple[bool, ...]] = {}
 
 
-def _flags(values: tuple[str, ...], visible: bool) -> tuple[bool, ...]:
+def _flags(key: tuple) -> tuple[bool, ...]:
+    visible, *values = key
     clickable, enabled, *rest = (value == "true" for value in values)
     flags = (clickable, visible, values[1] != "false", *rest)
-    cache = _FLAGS[visible]
-    if len(cache) < 4096:
-        cache[values] = flags
+    if len(_FLAGS) < 4096:
+        _FLAGS[key] = flags
     return flags
 
 
@@ -91,111 +96,196 @@ def _local_names(tag: str, attrib: dict[str, str]) -> tuple[str, dict[str, str]]
     return tag.rsplit("}", 1)[-1], local
 
 
+# Value assumed for a missing attribute (None for those no field uses).
+_DEFAULTS = {"package": "", "text": "", "content-desc": "", **_OPTIONAL, **dict(_FLAG_ATTRIBUTES)}
+_Layout = tuple[
+    tuple[str, ...], tuple[str | None, ...], Callable[[dict[str, str]], tuple], tuple[str | None, ...], int
+]
+# First nodes' attribute names -> their row layout (dumps of one device share one).
+_LAYOUTS: dict[tuple[str, ...], _Layout] = {}
+
+
+def _new_layout(first: tuple[str, ...]) -> _Layout:
+    """(names, their defaults, row getter, values of the names the first node lacks, attribute count of the
+    fast path)."""
+    tail = tuple(name for name in (*_USUAL_NAMES, *_OPTIONAL) if name not in first)
+    row = itemgetter(*first) if len(first) > 1 else (lambda a: (a[first[0]],) if first else ())
+    # Dumps that lack a usual attribute, say "displayed" (Appium) or NAF on their first node take `_row`.
+    usual = all(name in _OPTIONAL for name in tail)
+    size = len(first) if usual and "displayed" not in first and "NAF" not in first else -2
+    names = first + tail
+    defaults = tuple(_DEFAULTS.get(name) for name in names)
+    return names, defaults, row, tuple(_OPTIONAL.get(name) for name in tail), size
+
+
+_NO_ROOT, _DROPPED, _HIERARCHY = -3, -2, -1
+
+
 class _Collector:
-    """lxml parser target: turns start/end events into `RawNode`s while libxml2 reads (no element tree).
+    """lxml parser target that turns each element into a row of attribute values while libxml2 reads.
 
     Every element below `<hierarchy>` is a node, whatever its tag (`node` in uiautomator dumps, the class name
     in Appium page sources). A dump without `<hierarchy>` whose root element has `bounds` is one window.
+    `start` runs once per view, so its usual path is a single C-level fetch of the row; `columns` then
+    computes the rest column by column.
     """
 
     def reset(self, drop_invisible: bool) -> None:
         self.drop_invisible = drop_invisible
-        self.nodes: list[RawNode] = []
-        self.child_counts: list[int] = []
-        # Open elements: node index, -1 for <hierarchy>, -2 inside a dropped subtree.
-        self.stack: list[int] = []
+        # Row layout: the attribute names of the first node plus any usual or optional one it lacks. A node
+        # with as many attributes as the first one, all of the first one's names among them, has exactly its
+        # names: its row is one C-level fetch (`row`). Any other node goes through `_row`.
+        self.names: tuple[str, ...] = ()
+        self.row: Callable[[dict[str, str]], tuple] | None = None
+        self.row_size = -1  # attributes of the first node; -1 until it is seen
+        self.row_tail: tuple[str | None, ...] = ()  # values of the names the first node lacks
+        self.rows: list[tuple] = []
+        self.parents: list[int] = []  # node index of the parent, -1 for a window root
+        self.naf: list[int] = []  # nodes with NAF="true"
+        self.tails: dict[int, tuple[str | None, ...]] = {}  # values of names the first node lacks, when set
+        # Open elements: node index, _HIERARCHY, _DROPPED inside a dropped subtree; _NO_ROOT below the root.
+        self.stack: list[int] = [_NO_ROOT]
         self.top: dict[str, str] | None = None
         self.root_tag = ""
-        self.windows = 0
         self.dropped = 0
-        self.root_boxes: list[Box | None] = []
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
+        stack = self.stack
+        p = stack[-1]
+        if len(attrib) != self.row_size:  # the root, dumps in drop_invisible mode, nodes unlike the first
+            self._start(tag, attrib, p)
+            return
+        try:
+            row = self.row(attrib)  # type: ignore[misc]
+        except KeyError:  # some other attribute names (e.g. namespaced)
+            self._start(tag, attrib, p)
+            return
+        rows = self.rows
+        index = len(rows)
+        if index >= MAX_OBJECTS:
+            raise too_large()
+        rows.append(row)
+        self.parents.append(p)
+        stack.append(index)
+
+    def _layout(self, attrib: dict[str, str]) -> None:
+        """The row layout, from the first node (see `reset`)."""
+        first = tuple(attrib)
+        layout = _LAYOUTS.get(first)
+        if layout is None:
+            layout = _new_layout(first)
+            if len(_LAYOUTS) < 256:
+                _LAYOUTS[first] = layout
+        self.names, self.defaults, self.row, self.row_tail, self.row_size = layout
+        if self.drop_invisible:  # every node's visibility is checked in _start
+            self.row_size = -2
+
+    def _row(self, attrib: dict[str, str], tag: str) -> tuple[str | None, ...]:
+        """The row of any node, by name (Appium, hand-made, damaged dumps, nodes unlike the first): the
+        values of the first node's names, and in `tails` those of the names it lacks when not the default."""
+        get = attrib.get
+        index = len(self.rows)
+        if get("NAF") == "true":
+            self.naf.append(index)
+        names = self.names
+        row = list(map(get, names, self.defaults))
+        if not _USUAL_KEYS <= attrib.keys():  # the tag stands in for a missing or empty class
+            row[names.index("class")] = get("class") or (tag if tag != "node" else "")
+        shown = names.index("visible-to-user")
+        if row[shown] is None:
+            row[shown] = get("displayed")  # Appium
+        first = len(names) - len(self.row_tail)
+        if row[first:] != list(self.row_tail):
+            self.tails[index] = tuple(row[first:])
+        return tuple(row[:first])
+
+    def _start(self, tag: str, attrib: dict[str, str], p: int) -> None:
+        """`start` for the root, window roots, dropped subtrees, namespaced or non-`node` tags."""
+        stack = self.stack
+        if p == _DROPPED:
+            stack.append(_DROPPED)
+            self.dropped += 1
+            return
         if tag[:1] == "{":  # namespaced page source: use local names (lxml gives "{uri}name")
             tag, attrib = _local_names(tag, attrib)
-        stack = self.stack
-        if stack:
-            p = stack[-1]
-            if p == -2:
-                stack.append(-2)
-                self.dropped += 1
-                return
-        else:
+        if p == _NO_ROOT:
             self.root_tag = tag
             if tag == "hierarchy":
                 self.top = attrib
-                stack.append(-1)
+                stack.append(_HIERARCHY)
                 return
             if "bounds" not in attrib:
                 raise HierarchyError("malformed", f"root element <{tag}> is not a view hierarchy")
             p = -1
-        get = attrib.get
-        shown = get("visible-to-user")
-        if shown is None:
-            shown = get("displayed")  # Appium
-        visible = shown != "false"
-        if not visible and self.drop_invisible:
-            stack.append(-2)
-            self.dropped += 1
-            return
-        if p == -1:
-            depth = 0
-            sibling = self.windows
-            self.windows += 1
-        else:
-            depth = self.nodes[p].depth + 1
-            if depth > MAX_DEPTH:
-                raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
-            child_counts = self.child_counts
-            sibling = child_counts[p]
-            child_counts[p] = sibling + 1
-        try:  # every attribute a uiautomator dump always writes, fetched in one C call
-            values = _USUAL(attrib)
-        except KeyError:  # Appium page source, hand-made or damaged dumps
-            values = (
-                get("class") or (tag if tag != "node" else ""),
-                get("package", ""),
-                get("text", ""),
-                get("content-desc", ""),
-                get("bounds"),
-            ) + tuple(get(name, default) for name, default in _FLAG_ATTRIBUTES)
-        flag_values = values[5:]
-        flags = _FLAGS[visible].get(flag_values) or _flags(flag_values, visible)
-        bounds = values[4]
-        box = from_string(bounds) if bounds else None
-        if p == -1:
-            self.root_boxes.append(box)
-        nodes = self.nodes
-        if len(nodes) >= MAX_OBJECTS:
+        if self.drop_invisible:
+            shown = attrib.get("visible-to-user")
+            if shown is None:
+                shown = attrib.get("displayed")  # Appium
+            if shown == "false":
+                stack.append(_DROPPED)
+                self.dropped += 1
+                return
+        rows = self.rows
+        index = len(rows)
+        if index >= MAX_OBJECTS:
             raise too_large()
-        stack.append(len(nodes))
-        self.child_counts.append(0)
-        nodes.append(
-            raw_node(
-                (
-                    p,
-                    depth,
-                    sibling,
-                    values[0],
-                    values[1],
-                    values[2],
-                    values[3],
-                    get("resource-id", ""),
-                    get("hint", ""),
-                    box,
-                    flags,
-                    None,
-                    (),
-                    get("NAF") == "true",
-                )
-            )
-        )
+        if self.row is None:
+            self._layout(attrib)
+        rows.append(self._row(attrib, tag))
+        self.parents.append(p)
+        stack.append(index)
 
     def end(self, tag: str) -> None:
         self.stack.pop()
 
     def close(self) -> _Collector:
         return self
+
+    @property
+    def windows(self) -> int:
+        return self.parents.count(-1)
+
+    def columns(self) -> tuple[RawColumns, list[str] | None, list[Box | None]]:
+        """The collected nodes as `RawColumns`, their boxes as "l,t,r,b" texts when the dump wrote them so
+        (see `bounds.from_strings`), and the window roots' boxes."""
+        rows, parents = self.rows, self.parents
+        n = len(rows)
+        if not n:
+            return RawColumns(*([()] * len(RawColumns._fields))), None, []
+        # Depth and position among siblings in one pass; a window root's parent -1 reads the extra last slot.
+        depths = [0] * (n + 1)
+        depths[n] = -1
+        counts = [0] * (n + 1)
+        siblings = [0] * n
+        for i, p in enumerate(parents):
+            depths[i] = depths[p] + 1
+            siblings[i] = sibling = counts[p]
+            counts[p] = sibling + 1
+        depths.pop()
+        if max(depths) > MAX_DEPTH:
+            raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
+        values = list(zip(*rows, strict=True))
+        for j, default in enumerate(self.row_tail):  # names the first node lacks: mostly their default
+            column = [default] * n
+            for i, tail in self.tails.items():
+                column[i] = tail[j]
+            values.append(column)
+        named = dict(zip(self.names, values, strict=True))
+        classes, packages, texts, descs, bounds, resource_ids, hints, shown = _COLUMNS(named)
+        keys = list(zip(map(ne, shown, repeat("false")), *_FLAG_COLUMNS(named), strict=True))
+        flags = list(map(_FLAGS.get, keys))
+        if None in flags:
+            flags = [f or _flags(k) for f, k in zip(flags, keys, strict=True)]
+        boxes, box_texts = from_strings(bounds)
+        naf = [False] * n
+        for i in self.naf:
+            naf[i] = True
+        columns = RawColumns(
+            parents, depths, siblings, classes, packages, texts, descs, resource_ids, hints, boxes, flags,
+            [None] * n, [()] * n, naf,
+        )  # fmt: skip
+        roots = [None if box is None else Box(*box) for box in compress(boxes, map(eq, parents, repeat(-1)))]
+        return columns, box_texts, roots
 
 
 def _parser() -> tuple[etree.XMLParser, _Collector]:
@@ -350,7 +440,7 @@ def _load(data: bytes, warnings: list[str], drop_invisible: bool) -> _Collector:
     if not data or not data.strip():
         raise HierarchyError("empty", "the hierarchy file is empty")
     check_size(data)
-    if b"<!" in data and _FORBIDDEN_BYTES.search(data):
+    if b"!" in data and _FORBIDDEN_BYTES.search(data):  # "!" is one memchr; "<!" a slow scan of every "<"
         raise HierarchyError("forbidden_entity", "XML with a DOCTYPE/ENTITY declaration is refused")
     # Fast path for 8-bit text only: UTF-16/32 (NUL bytes) is decoded by _repair, whose checks see the text.
     if data.lstrip()[:1] == b"<" and b"\x00" not in data[:256]:
@@ -400,7 +490,7 @@ def parse(
         warnings.append(f"rotation {top.get('rotation')!r} is not 0-3: taken as 0")
         rotation = 0
 
-    root_boxes = found.root_boxes
+    columns, box_texts, root_boxes = found.columns()
     estimated = False
     if screen_size is not None:
         width, height = screen_size
@@ -414,6 +504,13 @@ def parse(
         width, height, estimated = screen_size_from_windows(root_boxes, warnings)
     if width <= 0 or height <= 0:
         warnings.append("screen size unknown (no window bounds): every grid location is UNKNOWN_LOCATION")
-    return build_screen(
-        found.nodes, width, height, rotation=rotation, fmt=FORMAT, warnings=warnings, size_estimated=estimated
+    return build_columns(
+        columns,
+        width,
+        height,
+        rotation=rotation,
+        fmt=FORMAT,
+        warnings=warnings,
+        size_estimated=estimated,
+        box_texts=box_texts,
     )

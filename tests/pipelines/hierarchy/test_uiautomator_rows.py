@@ -1,0 +1,113 @@
+"""The uiautomator parser's fast paths give the same objects as its general ones.
+
+The collector fetches a node's attributes in one call when the node has the same attribute names as the first
+node, and `bounds.from_strings` decodes a dump's boxes in one pass when all are canonical; everything else
+takes the general path. Each test rewrites a real fixture (with lxml, not with the parser) so that some nodes
+leave the fast path, and checks the objects against the untouched dump.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from lxml import etree
+
+from pipelines.hierarchy import parse
+from pipelines.hierarchy.bounds import from_string, from_strings
+from tests.conftest import FIXTURES
+
+XML_FILES = sorted((FIXTURES / "uiautomator").glob("*.xml"))
+
+
+def _objects(data: bytes) -> list[bytes]:
+    return [o.SerializeToString() for o in parse(data, fmt="uiautomator").objects]
+
+
+def _rewrite(path: Path, edit) -> bytes:
+    """The dump with `edit(index, element)` applied to every <node> in document order, re-serialized."""
+    root = etree.parse(str(path)).getroot()
+    for index, element in enumerate(root.iter("node")):
+        edit(index, element)
+    return etree.tostring(root, encoding="utf-8")
+
+
+def _set_first(element: etree._Element, name: str, value: str) -> None:
+    """Put attribute `name` first (attribute order is what the fast path keys on)."""
+    items = [(name, value), *((k, v) for k, v in element.attrib.items() if k != name)]
+    element.attrib.clear()
+    for k, v in items:
+        element.set(k, v)
+
+
+@pytest.mark.parametrize("path", XML_FILES, ids=lambda p: p.name)
+def test_attribute_order_and_an_unusual_first_node_change_nothing(path: Path) -> None:
+    expected = _objects(path.read_bytes())
+
+    def reverse(_: int, element: etree._Element) -> None:
+        items = list(element.attrib.items())[::-1]
+        element.attrib.clear()
+        for k, v in items:
+            element.set(k, v)
+
+    assert _objects(_rewrite(path, reverse)) == expected
+    # A first node with an attribute no other node has: every other node takes the general path.
+    assert _objects(_rewrite(path, lambda i, e: e.set("drawing-order", "7") if i == 0 else None)) == expected
+
+
+@pytest.mark.parametrize("path", XML_FILES, ids=lambda p: p.name)
+def test_optional_attributes_on_some_nodes_only(path: Path) -> None:
+    plain = parse(path.read_bytes(), fmt="uiautomator")
+    n = len(plain.objects)
+    last, middle = n - 1, n // 2
+
+    def edit(i: int, element: etree._Element) -> None:
+        if i == last:
+            element.set("hint", "Search here")
+        if i == middle:
+            element.set("visible-to-user", "false")
+        if i == 0:
+            _set_first(element, "NAF", "true")
+
+    screen = parse(_rewrite(path, edit), fmt="uiautomator")
+    assert len(screen.objects) == n
+    assert screen.objects[last].text_hint == "Search here"
+    assert not screen.objects[middle].visible and not screen.objects[middle].is_actionable
+    assert 0 in screen.naf and set(screen.naf) - {0} == set(plain.naf) - {0}
+    for i, (got, want) in enumerate(zip(screen.objects, plain.objects, strict=True)):
+        if i not in (last, middle):
+            assert got == want, f"object {i} changed"
+
+
+@pytest.mark.parametrize("path", XML_FILES, ids=lambda p: p.name)
+def test_non_canonical_bounds_give_the_same_boxes(path: Path) -> None:
+    expected = _objects(path.read_bytes())
+
+    def edit(i: int, element: etree._Element) -> None:
+        # "[0,12]" -> "[-0, 012]": spaces, leading zeros and a negative zero read as the same box
+        if i % 3 == 0:
+            left, rest = element.get("bounds")[1:].split(",", 1)
+            top, rest = rest.split("]", 1)
+            element.set("bounds", f"[{'-0' if left == '0' else left}, 0{top}]{rest}")
+
+    assert _objects(_rewrite(path, edit)) == expected
+
+
+def test_from_strings_matches_from_string_one_by_one() -> None:
+    texts = [
+        "[0,0][1080,1920]", "[-5,-0][10,20]", "[007,1][2,3]", "[ 1,2][3,4]", "[1,2][3,4.5]", "[1,2,3][4]",
+        "[1,2][3,4]|[5,6][7,8]", "[1,2]", "[]", "[1,2][3,4]x", "[١,2][3,4]", "[1_0,2][3,4]",
+        "[9" + "9" * 5000 + ",2][3,4]",
+    ]  # fmt: skip
+    for text in texts:
+        for batch in ([text], ["[0,0][1,1]", text, "[2,2][3,3]"]):
+            boxes, box_texts = from_strings(batch)
+            want = [from_string(t) for t in batch]
+            as_tuples = [None if b is None else tuple(b) for b in boxes]
+            assert as_tuples == [None if b is None else tuple(b) for b in want]
+            if box_texts is not None:
+                assert box_texts == [",".join(map(str, b)) for b in want], batch
+    boxes, box_texts = from_strings(["[0,0][1080,1920]", "[-3,4][5,66]"])
+    assert [tuple(b) for b in boxes] == [(0, 0, 1080, 1920), (-3, 4, 5, 66)]
+    assert box_texts == ["0,0,1080,1920", "-3,4,5,66"]
+    assert from_strings(["[0,0][1,1]", None, ""])[0][1:] == [None, None]
