@@ -44,6 +44,7 @@ WRITER_OPTIONS = "zstd:3,chunk_size:1M"
 # Scratch folders for envlogger's files before they are copied out (see `_local_scratch`).
 MEMORY_SCRATCH = "/dev/shm"
 MEMORY_SCRATCH_FREE = 1 << 30
+SCRATCH_MARGIN = 1 << 20  # a scratch folder with less room than this after a shard is written may have cut it
 SCRATCH_PREFIX = "stepmark-export-scratch-"
 # Custom-data keys of an exported record.
 CUSTOM_EPISODE = "episode"
@@ -358,13 +359,25 @@ def _copy_out(local: str, dest: str) -> int:
     return size
 
 
-def _local_scratch(staging_dir: str) -> str | None:
+def _check_complete(local: str, shard_local: str) -> None:
+    """envlogger only logs a file it could not finish at close ("RESOURCE_EXHAUSTED ... No space left on
+    device") and returns: an empty shard file, or a scratch folder left without room, means the shard may be cut
+    short, so it is refused here rather than copied out."""
+    for name in SHARD_FILES:
+        path = os.path.join(shard_local, name)
+        if not os.path.isfile(path) or os.path.getsize(path) == 0:
+            raise StepmarkError(f"{path}: envlogger left this shard file empty (no space left where it wrote?)")
+    if shutil.disk_usage(local).free < SCRATCH_MARGIN:
+        raise StepmarkError(f"{local}: the scratch folder is full; the shard may be incomplete")
+
+
+def _local_scratch(staging_dir: str, memory: bool = True) -> str | None:
     """Where envlogger writes before the copy. In memory (`/dev/shm`) when there is one with room: envlogger's
     writer fsyncs each file it closes (4 a shard, ~4 ms each on a VM disk: as much as reading the episode),
     which buys nothing for files copied out at once. Else inside the export's temporary folder when that is
     local, so a killed worker's leftovers go with the folder (the next export removes it), else the system's
     temp. Leftovers in memory of a killed worker are removed by the next shard written on that machine."""
-    if _memory_scratch() is not None:
+    if memory and _memory_scratch() is not None:
         return _memory_scratch()
     return staging_dir if os.path.isdir(staging_dir) else None
 
@@ -397,14 +410,26 @@ def _remove_dead_scratch(root: str) -> None:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
-def _scratch_dir(staging_dir: str) -> str:
-    return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=_local_scratch(staging_dir))
+def _scratch_dir(staging_dir: str, memory: bool = True) -> str:
+    return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=_local_scratch(staging_dir, memory))
 
 
 def write_episode_shard(episode: ExportEpisode, staging_dir: str) -> ShardResult:
-    """Writes one episode as a Riegeli shard at `<staging_dir>/<index:08d>/` (idempotent on retries)."""
+    """Writes one episode as a Riegeli shard at `<staging_dir>/<index:08d>/` (idempotent on retries).
+
+    Written in memory first (see `_local_scratch`); when that fails (a `/dev/shm` filled by other work or by a
+    large episode: envlogger reports "No space left on device"), the episode is written again on disk, so a
+    full memory folder never turns an episode into a dead letter."""
     records = episode_records(episode)
-    local = _scratch_dir(staging_dir)
+    try:
+        return _write_shard(episode, records, staging_dir, _scratch_dir(staging_dir))
+    except (OSError, StepmarkError):
+        if _memory_scratch() is None:
+            raise
+        return _write_shard(episode, records, staging_dir, _scratch_dir(staging_dir, memory=False))
+
+
+def _write_shard(episode: ExportEpisode, records: list[Any], staging_dir: str, local: str) -> ShardResult:
     try:
         writer = _new_writer(local, {})
         try:
@@ -417,6 +442,7 @@ def write_episode_shard(episode: ExportEpisode, staging_dir: str) -> ShardResult
         if len(subdirs) != 1:
             raise StepmarkError(f"envlogger wrote {len(subdirs)} shard folders for one episode, expected 1")
         shard_local = os.path.join(local, subdirs[0])
+        _check_complete(local, shard_local)
         dest = FileSystems.join(staging_dir, shard_name(episode.meta.episode_index))
         size = 0
         for name in SHARD_FILES:

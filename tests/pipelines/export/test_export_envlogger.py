@@ -475,3 +475,28 @@ def test_scratch_in_memory_and_leftovers_of_dead_processes_removed(tmp_path: Pat
     monkeypatch.setattr(envlogger_writer, "MEMORY_SCRATCH_FREE", 1 << 62)  # no room
     monkeypatch.setattr(envlogger_writer, "_scratch_checked", [])
     assert envlogger_writer._local_scratch(str(staging)) == str(staging)
+
+
+def test_a_full_memory_scratch_falls_back_to_disk(export_data: ExportData, tmp_path: Path, monkeypatch) -> None:
+    """A /dev/shm without room for an episode (other work filled it, or the episode is large): envlogger fails
+    there with "No space left on device"; the shard is then written on disk, with the same bytes, and nothing
+    becomes a dead letter. The small memory folder is a real 4 KB tmpfs."""
+    from pipelines.exporters import envlogger_writer
+    from tests.stepmark.test_cli_reliability import small_disk
+
+    plain = tmp_path / "plain"
+    options = {"study_id": export_data.study_id, "split_by_spec": True}
+    expected = export.export_episodes(request(export_data, plain, **options))
+    with small_disk(tmp_path / "shm", "4k") as memory:
+        monkeypatch.setattr(envlogger_writer, "MEMORY_SCRATCH", str(memory))
+        monkeypatch.setattr(envlogger_writer, "MEMORY_SCRATCH_FREE", 0)
+        monkeypatch.setattr(envlogger_writer, "_scratch_checked", [])
+        assert envlogger_writer._memory_scratch() == str(memory)
+        out = tmp_path / "fell-back"
+        summary = export.export_episodes(request(export_data, out, **options))
+        assert not summary.dead_letters and summary.episodes == expected.episodes > 0
+        assert not any(memory.iterdir())  # nothing left behind in memory
+    shards = sorted(p.relative_to(plain) for p in plain.rglob("*.riegeli"))
+    assert len(shards) > 4 and shards == sorted(p.relative_to(out) for p in out.rglob("*.riegeli"))
+    for shard in shards:
+        assert (out / shard).read_bytes() == (plain / shard).read_bytes(), shard
