@@ -26,7 +26,7 @@ from .objects import (
     build_screen,
     check_size,
     raw_node,
-    screen_size_from_windows,
+    resolve_screen_size,
     too_large,
 )
 
@@ -225,13 +225,7 @@ def from_forest(
         warnings.append(f"{bad_links} child link(s) to missing or already placed nodes ignored")
     if dropped:
         warnings.append(f"dropped {dropped} node(s): invisible ones and their subtrees")
-    estimated = False
-    if screen_size is not None:
-        width, height = screen_size
-    else:
-        width, height, estimated = screen_size_from_windows(window_boxes, warnings)
-    if width <= 0 or height <= 0:
-        warnings.append("screen size unknown (no window bounds): every grid location is UNKNOWN_LOCATION")
+    width, height, estimated = resolve_screen_size(screen_size, None, window_boxes, warnings)
     screen = build_screen(out, width, height, fmt=FORMAT, warnings=warnings, size_estimated=estimated)
     screen.windows = windows
     return screen

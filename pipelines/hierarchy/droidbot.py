@@ -15,7 +15,7 @@ from .objects import (
     Screen,
     build_screen,
     raw_node,
-    screen_size_from_windows,
+    resolve_screen_size,
     too_large,
 )
 
@@ -206,13 +206,8 @@ def from_document(
     if dropped:
         warnings.append(f"dropped {dropped} view(s): invisible ones and their subtrees")
 
-    estimated = False
-    if screen_size is not None:
-        width, height = screen_size
-    elif _stated_size(doc.get("width")) and _stated_size(doc.get("height")):
-        width, height = doc["width"], doc["height"]
-    else:
-        width, height, estimated = screen_size_from_windows(root_boxes, warnings)
-    if width <= 0 or height <= 0:
-        warnings.append("screen size unknown (no window bounds): every grid location is UNKNOWN_LOCATION")
+    stated = _stated_size(doc.get("width")) and _stated_size(doc.get("height"))
+    width, height, estimated = resolve_screen_size(
+        screen_size, (doc["width"], doc["height"]) if stated else None, root_boxes, warnings
+    )
     return build_screen(nodes, width, height, fmt=FORMAT, warnings=warnings, size_estimated=estimated)

@@ -395,6 +395,27 @@ def screen_size_from_windows(boxes: Sequence[Box | None], warnings: list[str]) -
     return width, height, estimated
 
 
+def resolve_screen_size(
+    screen_size: tuple[int, int] | None,
+    stated: tuple[int, int] | None,
+    window_boxes: Sequence[Box | None],
+    warnings: list[str],
+) -> tuple[int, int, bool]:
+    """(width, height, estimated) of a screen, in every format's order of trust: the size the caller passed,
+    else the size the dump states (`stated`, None when it states none), else the windows' extent
+    (`screen_size_from_windows`). An unknown size is named in `warnings`."""
+    estimated = False
+    if screen_size is not None:
+        width, height = screen_size
+    elif stated is not None:
+        width, height = stated
+    else:
+        width, height, estimated = screen_size_from_windows(window_boxes, warnings)
+    if width <= 0 or height <= 0:
+        warnings.append("screen size unknown (no window bounds): every grid location is UNKNOWN_LOCATION")
+    return width, height, estimated
+
+
 def _scale(value: int, new: int, old: int) -> int:
     # round(value * new / old), half away from zero, in exact integer arithmetic.
     num = value * new

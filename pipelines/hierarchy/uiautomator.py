@@ -29,7 +29,7 @@ from .objects import (
     Screen,
     build_columns,
     check_size,
-    screen_size_from_windows,
+    resolve_screen_size,
     too_large,
 )
 
@@ -491,19 +491,12 @@ def parse(
         rotation = 0
 
     columns, box_texts, root_boxes = found.columns()
-    estimated = False
-    if screen_size is not None:
-        width, height = screen_size
-    elif (
-        top is not None
-        and 0 < _int_attr(top.get("width")) < 2**31
-        and 0 < _int_attr(top.get("height")) < 2**31
-    ):
-        width, height = _int_attr(top.get("width")), _int_attr(top.get("height"))  # Appium page source
-    else:
-        width, height, estimated = screen_size_from_windows(root_boxes, warnings)
-    if width <= 0 or height <= 0:
-        warnings.append("screen size unknown (no window bounds): every grid location is UNKNOWN_LOCATION")
+    stated = None
+    if top is not None:  # Appium page sources state the size on the root
+        stated_w, stated_h = _int_attr(top.get("width")), _int_attr(top.get("height"))
+        if 0 < stated_w < 2**31 and 0 < stated_h < 2**31:
+            stated = (stated_w, stated_h)
+    width, height, estimated = resolve_screen_size(screen_size, stated, root_boxes, warnings)
     return build_columns(
         columns,
         width,
