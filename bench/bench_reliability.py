@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from bench_pipeline import replicate  # noqa: E402 - this folder is on sys.path when a bench runs
 
 from pipelines.convert_guarded import GuardedConverter, convert_source  # noqa: E402
 from pipelines.hierarchy import HierarchyError, parse  # noqa: E402
@@ -110,17 +111,6 @@ def _parse_quietly(data: bytes) -> None:
         parse(data)
     except HierarchyError:
         pass
-
-
-def replicate(fixtures: Path, dst: Path, copies: int) -> Path:
-    for i in range(copies):
-        for sub in ("rico", "uiautomator", "droidbot"):
-            for src in sorted((fixtures / sub).rglob("*")):
-                if src.is_file():
-                    target = dst / f"copy{i}" / sub / src.relative_to(fixtures / sub)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.symlink(src, target)
-    return dst
 
 
 def bench_budget(inp: Path) -> None:
