@@ -43,6 +43,7 @@ import numpy as np
 from pipelines.errors import StepmarkError
 from pipelines.exporters import spaces
 from pipelines.exporters.transform import KIND_UI, ExportEpisode, info_json
+from pipelines.hierarchy.screenshot import sniff_format
 
 DATA_DIR = "data"
 MAIN_FILE = "main_data.hdf5"
@@ -233,10 +234,6 @@ def _encode_png(frame: np.ndarray, path: tuple[str, ...]) -> bytes:
     return buffer.getvalue()
 
 
-def _is_jpeg(data: bytes | None) -> bool:
-    return bool(data) and data[:2] == b"\xff\xd8"
-
-
 def _space_columns(
     space: Any, values: list[Any], path: tuple[str, ...], frames: tuple[tuple[str, ...] | None, list[Any]]
 ) -> Any:
@@ -260,7 +257,7 @@ def _space_columns(
         leaf, jpegs = frames
         out = []
         for value, jpeg in zip(values, jpegs, strict=True):
-            if leaf == path and _is_jpeg(jpeg):
+            if leaf == path and jpeg and sniff_format(jpeg) == "jpeg":
                 out.append(bytes(jpeg))  # the recorded frame, as it is
             else:
                 out.append(_encode_png(value, path))
