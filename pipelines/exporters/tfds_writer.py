@@ -414,6 +414,8 @@ class EpisodeSerializer:
         info = self.features.get_serialized_info()
         _numpy_dtypes_only(info)
         self._serializer = example_serializer.ExampleSerializer(info)
+        # Everything but the steps, encoded as TFDS does; the steps go column by column (`encode_steps`).
+        self._episode_features = tfds.features.FeaturesDict({k: f for k, f in self.features.items() if k != "steps"})
 
     def serialize(self, episode: ExportEpisode) -> bytes:
         return self._serializer.get_tf_example(self.encode(episode)).SerializeToString(deterministic=True)
@@ -422,8 +424,7 @@ class EpisodeSerializer:
         """`features.encode_example` of the episode, with the steps encoded column by column (`encode_steps`)."""
         example = episode_example(episode, self.features)
         steps = example.pop("steps")
-        episode_features = {k: f for k, f in self.features.items() if k != "steps"}
-        encoded = tfds.features.FeaturesDict(episode_features).encode_example(example)
+        encoded = self._episode_features.encode_example(example)
         encoded["steps"] = encode_steps(self.features["steps"], steps)
         return encoded
 
