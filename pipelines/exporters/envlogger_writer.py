@@ -32,8 +32,8 @@ from envlogger.converters import spec_codec
 from envlogger.proto import storage_pb2
 
 from pipelines.episodes import fast_codec
+from pipelines.episodes.publish import pid_alive
 from pipelines.errors import StepmarkError
-from pipelines.exporters.staging import _pid_alive
 from pipelines.exporters.transform import ExportEpisode, ExportStep, info_json
 
 METADATA_FILE = "metadata.riegeli"
@@ -406,7 +406,7 @@ def _remove_dead_scratch(root: str) -> None:
         if not name.startswith(SCRATCH_PREFIX):
             continue
         pid = name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 

@@ -15,6 +15,7 @@ import socket
 import uuid
 from pathlib import Path
 
+from pipelines.episodes.publish import pid_alive
 from pipelines.errors import StepmarkError
 
 
@@ -46,16 +47,6 @@ def process_start(pid: int) -> str:
     return stat.rsplit(")", 1)[-1].split()[19]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
 def new_staging(out: Path) -> Path:
     """`<out>.tmp-<pid>-<random>`, created with an owner file naming this process (host, pid, start time)."""
     pid = os.getpid()
@@ -72,12 +63,12 @@ def _staging_owner_alive(folder: Path, pid: int) -> bool:
         owner = json.loads((folder / OWNER_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
         # Between mkdir and the owner file, or a folder older than owner files: the pid in the name decides.
-        return _pid_alive(pid)
+        return pid_alive(pid)
     except (OSError, ValueError):
         return True
     if owner.get("host") != socket.gethostname():  # another machine's export on a shared filesystem
         return True
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     start = process_start(pid)
     return not (start and owner.get("start") and start != owner["start"])  # a reused pid is not the owner
