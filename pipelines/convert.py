@@ -73,6 +73,7 @@ class DiscoveryReport:
     episodes: int
     ignored_files: int
     ignored_examples: tuple[str, ...]
+    collapsed_records: int = 0  # record copies read once (schemas/layouts.md, "Duplicate records")
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,7 @@ class Summary:
     dead_letters_by_reason: dict[str, int] = field(default_factory=dict)
     ignored_files: int = 0
     ignored_examples: list[str] = field(default_factory=list)
+    duplicate_records_collapsed: int = 0
     shards: list[dict] = field(default_factory=list)
     finished: str = ""
 
@@ -312,6 +314,7 @@ class CommitOutput(beam.DoFn):
                 summary.discovered_episodes += item.episodes
                 summary.ignored_files += item.ignored_files
                 summary.ignored_examples.extend(item.ignored_examples)
+                summary.duplicate_records_collapsed += item.collapsed_records
         layouts: Counter[str] = Counter()
         sources, targets = [], []
         for shard in range(self.num_shards):

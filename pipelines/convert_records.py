@@ -28,6 +28,7 @@ from pipelines.traces.records import AitwStep, group_records, read_file_records
 
 DEAD = "dead_letters"
 AITW = "aitw_steps"
+COLLAPSED = "collapsed_records"
 
 
 class ReadRecordFiles(beam.DoFn):
@@ -51,7 +52,8 @@ class ReadRecordFiles(beam.DoFn):
 
 class GroupRecords(beam.DoFn):
     """(episode id, [RecordEpisode | AitwStep]) -> one RecordEpisode (main) or `duplicate_episode` dead
-    letters (tagged), by `group_records`."""
+    letters (tagged), by `group_records`; the number of copies read once as a `DiscoveryReport` (tagged, for
+    summary.json)."""
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
@@ -59,7 +61,10 @@ class GroupRecords(beam.DoFn):
     def process(self, element: tuple[str, Iterable[RecordEpisode | AitwStep]]) -> Iterator:
         grouped = group_records(*element)
         if grouped.collapsed:
+            from pipelines.convert import DiscoveryReport  # convert imports this module
+
             Metrics.counter(self.namespace, "duplicate_records_collapsed").inc(grouped.collapsed)
+            yield pvalue.TaggedOutput(COLLAPSED, DiscoveryReport(0, 0, (), grouped.collapsed))
         for dead in grouped.dead_letters:
             Metrics.counter(self.namespace, f"dead_letter_{dead.reason}").inc()
             yield pvalue.TaggedOutput(DEAD, dead)
@@ -116,7 +121,8 @@ class ReadRecordInputs(beam.PTransform):
             | "AllRecords" >> beam.Flatten()
             | "KeyByEpisode" >> beam.Map(_key)
             | "GroupByEpisode" >> beam.GroupByKey()
-            | "GroupRecords" >> beam.ParDo(GroupRecords(self.namespace)).with_outputs(DEAD, main="episodes")
+            | "GroupRecords"
+            >> beam.ParDo(GroupRecords(self.namespace)).with_outputs(DEAD, COLLAPSED, main="episodes")
         )
         episodes = grouped.episodes | "OnlyGroupedEpisodes" >> OnlyType(RecordEpisode)
         duplicates = grouped[DEAD] | "OnlyDuplicateDead" >> OnlyType(DeadLetter)
@@ -135,4 +141,8 @@ class ReadRecordInputs(beam.PTransform):
             read[DEAD] | "OnlyRecordDead" >> OnlyType(DeadLetter),
             duplicates,
         ) | "AllRecordDead" >> beam.Flatten()
-        return {"episodes": episodes, "dead_letters": dead, "reports": found}
+        reports = (
+            found,
+            grouped[COLLAPSED] | "OnlyCollapsedReports" >> OnlyType(DiscoveryReport),
+        ) | "AllRecordReports" >> beam.Flatten()
+        return {"episodes": episodes, "dead_letters": dead, "reports": reports}

@@ -94,6 +94,7 @@ def test_duplicate_records_end_to_end(tmp_path: Path, fixtures_dir: Path) -> Non
     assert summary["discovered_episodes"] == 5  # distinct ids: 201, 202, 203, copied, mixed
     assert summary["episodes"] == 3
     assert summary["dead_letters_by_reason"] == {"duplicate_episode": 4, "duplicate_step": 2}
+    assert summary["duplicate_records_collapsed"] == 2 + 3  # two copies of 201, three repeated "copied" steps
 
 
 def test_collapsed_copies_are_counted(tmp_path: Path, fixtures_dir: Path) -> None:
