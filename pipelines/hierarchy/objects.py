@@ -152,11 +152,23 @@ def object_id(parent_id: str, sibling: int, android_class: str, box: Box | None)
 
 
 _TemplateKey = tuple[str, str, tuple[str, ...], tuple[bool, ...]]
-# Serialized Object holding the fields shared by every node with the same class, package, ancestors and flags,
-# framed as one entry of `Observation.objects`, plus is_actionable for editable unknown / True / False.
-# Parsing a screen's templates as one Observation is far cheaper than setting the fields one by one; shared by
-# all screens of the process (bounded, cleared when full).
-_TEMPLATES: dict[_TemplateKey, tuple[bytes, bool, bool, bool]] = {}
+
+
+class Template(NamedTuple):
+    """What every node with the same class, package, ancestors and flags shares: its serialized Object fields,
+    framed as one entry of `Observation.objects` (parsing a screen's templates as one Observation is far
+    cheaper than setting the fields one by one), is_actionable when the source says nothing of editability /
+    says editable / says not editable, and the flags it was made from."""
+
+    entry: bytes
+    acts: bool
+    acts_editable: bool
+    acts_not_editable: bool
+    flags: tuple[bool, ...]
+
+
+# Templates by key, shared by all screens of the process (bounded, cleared when full).
+_TEMPLATES: dict[_TemplateKey, Template] = {}
 _TEMPLATES_MAX = 16384
 
 
@@ -170,7 +182,13 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _template(key: _TemplateKey) -> tuple[bytes, bool, bool, bool]:
+def template(key: _TemplateKey) -> Template:
+    """The `Template` of (class, package, ancestors, flags)."""
+    found = _TEMPLATES.get(key)
+    return found if found is not None else _template(key)
+
+
+def _template(key: _TemplateKey) -> Template:
     android_class, package, ancestors, flags = key
     object_type, multi = classify(android_class, ancestors)
     proto = _Object(
@@ -187,11 +205,12 @@ def _template(key: _TemplateKey) -> tuple[bytes, bool, bool, bool]:
     acts = flags[_CLICKABLE] or flags[_LONG] or flags[_CHECKABLE] or flags[_SCROLLABLE] or slider
     type_editable = object_type in EDITABLE_TYPES or any(t in EDITABLE_TYPES for t in multi)
     serialized = proto.SerializeToString()
-    entry = (
+    entry = Template(
         _OBJECTS_TAG + _varint(len(serialized)) + serialized,
         usable and (acts or type_editable),  # the source has no editable flag: decided by the type
         usable,  # the source says editable
         usable and acts,  # the source says not editable
+        tuple(flags),
     )
     if len(_TEMPLATES) >= _TEMPLATES_MAX:
         _TEMPLATES.clear()
@@ -254,21 +273,20 @@ def build_columns(
     warnings: list[str] | None = None,
     size_estimated: bool = False,
     box_texts: Sequence[str] | None = None,
+    templates: Sequence[Template] | None = None,
 ) -> Screen:
     """`build_screen` from columns. `box_texts`, when the parser has them, are the boxes exactly as
-    `"{left},{top},{right},{bottom}"` formats them (they go into the ids), saving that formatting."""
+    `"{left},{top},{right},{bottom}"` formats them (they go into the ids), saving that formatting;
+    `templates`, when the parser has them (see `template`), are the nodes' templates, saving their lookup."""
     warnings = list(warnings or ())
     parents, depths, siblings, classes, packages, texts, descs, resource_ids, hints, boxes, flags = (
         columns[:11]
     )
     n = len(parents)
-    # Subtree sizes and child counts, leaves first; a window root's parent -1 lands in the extra last slot.
+    # Subtree sizes, leaves first (a leaf's is 1); a window root's parent -1 lands in the extra last slot.
     size = [1] * (n + 1)
-    children = [0] * (n + 1)
     for i in range(n - 1, -1, -1):
-        p = parents[i]
-        size[p] += size[i]
-        children[p] += 1
+        size[parents[i]] += size[i]
 
     # Everything per node that is not a proto field is prepared column by column.
     if box_texts is None:
@@ -278,10 +296,13 @@ def build_columns(
         ]
     else:
         key_tails = list(map(_ID_KEY_TAIL, siblings, classes, box_texts))
-    cached = list(map(_TEMPLATES.get, zip(classes, packages, columns.ancestors, flags, strict=True)))
-    if None in cached:
-        template_keys = zip(classes, packages, columns.ancestors, flags, strict=True)
-        cached = [entry or _template(key) for entry, key in zip(cached, template_keys, strict=True)]
+    if templates is not None:
+        cached: Sequence[Template] = templates
+    else:
+        cached = list(map(_TEMPLATES.get, zip(classes, packages, columns.ancestors, flags, strict=True)))
+        if None in cached:
+            template_keys = zip(classes, packages, columns.ancestors, flags, strict=True)
+            cached = [entry or _template(key) for entry, key in zip(cached, template_keys, strict=True)]
     protos = list(_Observation.FromString(b"".join(map(itemgetter(0), cached))).objects)
 
     ids: list[str] = [""] * (n + 1)  # ids[-1]: the "" parent id of window roots
@@ -292,10 +313,10 @@ def build_columns(
     # post-order id = pre-order id - depth + subtree size - 1
     post_orders = list(map(sub, map(add, range(-1, n - 1), size), depths))
     rows = zip(
-        protos, parents, key_tails, depths, post_orders, children, boxes, texts, descs, resource_ids, hints,
-        cached, columns.editable, strict=False,  # children has an extra last slot
+        protos, parents, key_tails, depths, post_orders, size, boxes, texts, descs, resource_ids, hints,
+        cached, columns.editable, strict=False,  # size has an extra last slot
     )  # fmt: skip
-    for o, p, key_tail, depth, post_order, child_count, box, text, desc, rid, hint, entry, editable in rows:
+    for o, p, key_tail, depth, post_order, subtree, box, text, desc, rid, hint, entry, editable in rows:
         i += 1
         parent_id = ids[p]
         hasher = new_hash()
@@ -351,7 +372,7 @@ def build_columns(
         d.depth = depth
         d.pre_order_id = i
         d.post_order_id = post_order
-        if not child_count:
+        if subtree == 1:
             o.is_leaf = True
         if grid:
             if entry[1] if editable is None else (entry[2] if editable else entry[3]):

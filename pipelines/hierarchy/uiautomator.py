@@ -14,6 +14,7 @@ import codecs
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import eq, itemgetter, ne
 
@@ -27,9 +28,11 @@ from .objects import (
     MAX_OBJECTS,
     RawColumns,
     Screen,
+    Template,
     build_columns,
     check_size,
     resolve_screen_size,
+    template,
     too_large,
 )
 
@@ -98,24 +101,60 @@ def _local_names(tag: str, attrib: dict[str, str]) -> tuple[str, dict[str, str]]
 
 # Value assumed for a missing attribute (None for those no field uses).
 _DEFAULTS = {"package": "", "text": "", "content-desc": "", **_OPTIONAL, **dict(_FLAG_ATTRIBUTES)}
-_Layout = tuple[
-    tuple[str, ...], tuple[str | None, ...], Callable[[dict[str, str]], tuple], tuple[str | None, ...], int
-]
-# First nodes' attribute names -> their row layout (dumps of one device share one).
+# The attributes a node's `objects.Template` depends on, as `_template_of` reads them.
+_TEMPLATE_NAMES = ("class", "package", "visible-to-user", *(name for name, _ in _FLAG_ATTRIBUTES))
+_TEMPLATE_FLAGS = itemgetter(4)  # Template.flags
+# Bounds of the caches (at most 64 x 1024 keys of ~0.5 KB: ~32 MB however many devices a dataset mixes).
+_LAYOUTS_MAX = 64
+_TEMPLATE_CACHE_MAX = 1024
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How the rows of dumps whose first node has the attribute names `first` are read (dumps of one device
+    share one)."""
+
+    first: tuple[str, ...]  # the first node's attribute names
+    names: tuple[str, ...]  # `first`, then the usual and optional names it lacks
+    defaults: tuple[str | None, ...]  # of `names`
+    row: Callable[[dict[str, str]], tuple]  # the values of the first node's names, in one C call
+    tail: tuple[str | None, ...]  # default values of the names the first node lacks
+    size: int  # attribute count of a node that takes the fast path; -2: none does
+    # The values of `_TEMPLATE_NAMES` the first node has, from a row (None when it lacks class or package),
+    # and the templates already made from them.
+    template_key: Callable[[tuple], tuple] | None
+    templates: dict[tuple, Template]
+
+    def template_of(self, key: tuple) -> Template:
+        """The template of a row whose `template_key` is `key` (the names the first node lacks at their
+        default: callers use this only when no node set one)."""
+        values = dict(zip((name for name in _TEMPLATE_NAMES if name in self.first), key, strict=True))
+        android_class, package, shown, *raw_flags = (values.get(n, _DEFAULTS.get(n)) for n in _TEMPLATE_NAMES)
+        flag_key = (shown != "false", *raw_flags)
+        flags = _FLAGS.get(flag_key) or _flags(flag_key)
+        found = template((android_class, package, (), flags))
+        if len(self.templates) >= _TEMPLATE_CACHE_MAX:
+            self.templates.clear()
+        self.templates[key] = found
+        return found
+
+
+# First nodes' attribute names -> their row layout.
 _LAYOUTS: dict[tuple[str, ...], _Layout] = {}
 
 
 def _new_layout(first: tuple[str, ...]) -> _Layout:
-    """(names, their defaults, row getter, values of the names the first node lacks, attribute count of the
-    fast path)."""
-    tail = tuple(name for name in (*_USUAL_NAMES, *_OPTIONAL) if name not in first)
+    tail_names = tuple(name for name in (*_USUAL_NAMES, *_OPTIONAL) if name not in first)
     row = itemgetter(*first) if len(first) > 1 else (lambda a: (a[first[0]],) if first else ())
     # Dumps that lack a usual attribute, say "displayed" (Appium) or NAF on their first node take `_row`.
-    usual = all(name in _OPTIONAL for name in tail)
+    usual = all(name in _OPTIONAL for name in tail_names)
     size = len(first) if usual and "displayed" not in first and "NAF" not in first else -2
-    names = first + tail
+    names = first + tail_names
     defaults = tuple(_DEFAULTS.get(name) for name in names)
-    return names, defaults, row, tuple(_OPTIONAL.get(name) for name in tail), size
+    key_at = [first.index(name) for name in _TEMPLATE_NAMES if name in first]
+    template_key = itemgetter(*key_at) if "class" in first and "package" in first else None
+    tail = tuple(_OPTIONAL.get(name) for name in tail_names)
+    return _Layout(first, names, defaults, row, tail, size, template_key, {})
 
 
 _NO_ROOT, _DROPPED, _HIERARCHY = -3, -2, -1
@@ -135,6 +174,7 @@ class _Collector:
         # Row layout: the attribute names of the first node plus any usual or optional one it lacks. A node
         # with as many attributes as the first one, all of the first one's names among them, has exactly its
         # names: its row is one C-level fetch (`row`). Any other node goes through `_row`.
+        self.layout: _Layout | None = None
         self.names: tuple[str, ...] = ()
         self.row: Callable[[dict[str, str]], tuple] | None = None
         self.row_size = -1  # attributes of the first node; -1 until it is seen
@@ -174,9 +214,12 @@ class _Collector:
         layout = _LAYOUTS.get(first)
         if layout is None:
             layout = _new_layout(first)
-            if len(_LAYOUTS) < 256:
+            if len(_LAYOUTS) < _LAYOUTS_MAX:
                 _LAYOUTS[first] = layout
-        self.names, self.defaults, self.row, self.row_tail, self.row_size = layout
+        self.layout = layout
+        self.names, self.defaults, self.row, self.row_tail, self.row_size = (
+            layout.names, layout.defaults, layout.row, layout.tail, layout.size
+        )
         if self.drop_invisible:  # every node's visibility is checked in _start
             self.row_size = -2
 
@@ -245,13 +288,14 @@ class _Collector:
     def windows(self) -> int:
         return self.parents.count(-1)
 
-    def columns(self) -> tuple[RawColumns, list[str] | None, list[Box | None]]:
+    def columns(self) -> tuple[RawColumns, list[str] | None, list[Box | None], list[Template] | None]:
         """The collected nodes as `RawColumns`, their boxes as "l,t,r,b" texts when the dump wrote them so
-        (see `bounds.from_strings`), and the window roots' boxes."""
+        (see `bounds.from_strings`), the window roots' boxes, and the nodes' templates when every node has
+        the first one's names (else None: `build_columns` finds them from the flags)."""
         rows, parents = self.rows, self.parents
         n = len(rows)
         if not n:
-            return RawColumns(*([()] * len(RawColumns._fields))), None, []
+            return RawColumns(*([()] * len(RawColumns._fields))), None, [], None
         # Depth and position among siblings in one pass; a window root's parent -1 reads the extra last slot.
         depths = [0] * (n + 1)
         depths[n] = -1
@@ -272,10 +316,20 @@ class _Collector:
             values.append(column)
         named = dict(zip(self.names, values, strict=True))
         classes, packages, texts, descs, bounds, resource_ids, hints, shown = _COLUMNS(named)
-        keys = list(zip(map(ne, shown, repeat("false")), *_FLAG_COLUMNS(named), strict=True))
-        flags = list(map(_FLAGS.get, keys))
-        if None in flags:
-            flags = [f or _flags(k) for f, k in zip(flags, keys, strict=True)]
+        layout = self.layout
+        templates: list[Template] | None = None
+        if layout is not None and layout.template_key is not None and not self.tails:
+            # One C-level fetch of each row's template attributes, looked up as they are.
+            keys = list(map(layout.template_key, rows))
+            templates = list(map(layout.templates.get, keys))
+            if None in templates:
+                templates = [t or layout.template_of(k) for t, k in zip(templates, keys, strict=True)]
+            flags = list(map(_TEMPLATE_FLAGS, templates))
+        else:
+            keys = list(zip(map(ne, shown, repeat("false")), *_FLAG_COLUMNS(named), strict=True))
+            flags = list(map(_FLAGS.get, keys))
+            if None in flags:
+                flags = [f or _flags(k) for f, k in zip(flags, keys, strict=True)]
         boxes, box_texts = from_strings(bounds)
         naf = [False] * n
         for i in self.naf:
@@ -285,7 +339,7 @@ class _Collector:
             [None] * n, [()] * n, naf,
         )  # fmt: skip
         roots = [None if box is None else Box(*box) for box in compress(boxes, map(eq, parents, repeat(-1)))]
-        return columns, box_texts, roots
+        return columns, box_texts, roots, templates
 
 
 def _parser() -> tuple[etree.XMLParser, _Collector]:
@@ -437,13 +491,13 @@ def _collect(data: bytes, drop_invisible: bool) -> _Collector:
 
 
 def _load(data: bytes, warnings: list[str], drop_invisible: bool) -> _Collector:
-    if not data or not data.strip():
+    if not data or data.isspace():  # (not strip(), which copies the whole file)
         raise HierarchyError("empty", "the hierarchy file is empty")
     check_size(data)
     if b"!" in data and _FORBIDDEN_BYTES.search(data):  # "!" is one memchr; "<!" a slow scan of every "<"
         raise HierarchyError("forbidden_entity", "XML with a DOCTYPE/ENTITY declaration is refused")
     # Fast path for 8-bit text only: UTF-16/32 (NUL bytes) is decoded by _repair, whose checks see the text.
-    if data.lstrip()[:1] == b"<" and b"\x00" not in data[:256]:
+    if (data[:1] == b"<" or data.lstrip()[:1] == b"<") and b"\x00" not in data[:256]:
         try:
             return _collect(data, drop_invisible)
         except etree.XMLSyntaxError:
@@ -490,7 +544,7 @@ def parse(
         warnings.append(f"rotation {top.get('rotation')!r} is not 0-3: taken as 0")
         rotation = 0
 
-    columns, box_texts, root_boxes = found.columns()
+    columns, box_texts, root_boxes, templates = found.columns()
     stated = None
     if top is not None:  # Appium page sources state the size on the root
         stated_w, stated_h = _int_attr(top.get("width")), _int_attr(top.get("height"))
@@ -506,4 +560,5 @@ def parse(
         warnings=warnings,
         size_estimated=estimated,
         box_texts=box_texts,
+        templates=templates,
     )

@@ -111,3 +111,33 @@ def test_from_strings_matches_from_string_one_by_one() -> None:
     assert [tuple(b) for b in boxes] == [(0, 0, 1080, 1920), (-3, 4, 5, 66)]
     assert box_texts == ["0,0,1080,1920", "-3,4,5,66"]
     assert from_strings(["[0,0][1,1]", None, ""])[0][1:] == [None, None]
+
+
+@pytest.mark.parametrize("path", XML_FILES, ids=lambda p: p.name)
+def test_a_flag_the_first_node_lacks_still_counts(path: Path) -> None:
+    """Templates are looked up by the attributes the first node has; a later node setting one the first node
+    lacks (here visible-to-user="false", and clickable="true" on another) must not get the default's."""
+
+    def strip(_: int, element: etree._Element) -> None:
+        element.attrib.pop("visible-to-user", None)
+        element.attrib.pop("clickable", None)
+
+    plain = parse(_rewrite(path, strip), fmt="uiautomator").objects
+    hidden, pressable = len(plain) - 1, len(plain) // 2
+
+    def edit(index: int, element: etree._Element) -> None:
+        strip(index, element)
+        if index == hidden:
+            element.set("visible-to-user", "false")
+        if index == pressable:
+            element.set("clickable", "true")
+
+    edited = parse(_rewrite(path, edit), fmt="uiautomator").objects
+    assert not edited[hidden].visible and not edited[hidden].is_actionable
+    assert plain[hidden].visible
+    assert edited[pressable].clickable and not plain[pressable].clickable
+    assert edited[pressable].is_actionable == bool(plain[pressable].grid_location and plain[pressable].visible
+                                                   and plain[pressable].enabled)  # fmt: skip
+    for i, (a, b) in enumerate(zip(plain, edited, strict=True)):
+        if i not in (hidden, pressable):
+            assert a == b
