@@ -392,23 +392,27 @@ def build_columns(
     return Screen(protos, width, height, rotation, fmt, warnings, naf, (1.0, 1.0), size_estimated)
 
 
-def window_size(boxes: Sequence[Box | None]) -> tuple[int, int]:
+def window_size(boxes: Sequence[Sequence[int] | None]) -> tuple[int, int]:
     """Screen size from the window roots' boxes: the largest right and bottom edges (0 when none).
 
     Boxes with an edge beyond int32 (unusable in the protos) are ignored."""
-    usable = [b for b in boxes if b is not None and max(b) < INT32_MAX and min(b) > -INT32_MAX]
-    width = max((b.right for b in usable), default=0)
-    height = max((b.bottom for b in usable), default=0)
-    return max(width, 0), max(height, 0)
+    width = height = 0
+    for b in boxes:
+        if b is not None and max(b) < INT32_MAX and min(b) > -INT32_MAX:
+            width = max(width, b[2])
+            height = max(height, b[3])
+    return width, height
 
 
-def screen_size_from_windows(boxes: Sequence[Box | None], warnings: list[str]) -> tuple[int, int, bool]:
+def screen_size_from_windows(
+    boxes: Sequence[Sequence[int] | None], warnings: list[str]
+) -> tuple[int, int, bool]:
     """Screen size for a dump that does not state it: `window_size` of the window roots, flagged as estimated
     (with a warning) when no window starts at the origin (a dialog-only state), so the caller may prefer the
     screenshot's size."""
     width, height = window_size(boxes)
     present = [b for b in boxes if b is not None]
-    estimated = bool(present) and (min(b.left for b in present) > 0 or min(b.top for b in present) > 0)
+    estimated = bool(present) and (min(b[0] for b in present) > 0 or min(b[1] for b in present) > 0)
     if estimated:
         warnings.append(
             f"screen size {width}x{height} estimated from windows that do not start at the origin"
@@ -419,7 +423,7 @@ def screen_size_from_windows(boxes: Sequence[Box | None], warnings: list[str]) -
 def resolve_screen_size(
     screen_size: tuple[int, int] | None,
     stated: tuple[int, int] | None,
-    window_boxes: Sequence[Box | None],
+    window_boxes: Sequence[Sequence[int] | None],
     warnings: list[str],
 ) -> tuple[int, int, bool]:
     """(width, height, estimated) of a screen, in every format's order of trust: the size the caller passed,

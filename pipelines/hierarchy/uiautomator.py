@@ -13,14 +13,14 @@ from __future__ import annotations
 import codecs
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import eq, itemgetter, ne
 
 from lxml import etree
 
-from .bounds import Box, from_strings
+from .bounds import from_strings
 from .encoding import bom_encoding
 from .errors import HierarchyError
 from .objects import (
@@ -274,6 +274,11 @@ class _Collector:
             raise too_large()
         if self.row is None:
             self._layout(attrib)
+            if self.row_size == len(attrib) and tag == "node":  # the first node: its names are the layout's
+                rows.append(self.row(attrib))  # type: ignore[misc]
+                self.parents.append(p)
+                stack.append(index)
+                return
         rows.append(self._row(attrib, tag))
         self.parents.append(p)
         stack.append(index)
@@ -288,7 +293,7 @@ class _Collector:
     def windows(self) -> int:
         return self.parents.count(-1)
 
-    def columns(self) -> tuple[RawColumns, list[str] | None, list[Box | None], list[Template] | None]:
+    def columns(self) -> tuple[RawColumns, list[str] | None, list[Sequence[int] | None], list[Template] | None]:
         """The collected nodes as `RawColumns`, their boxes as "l,t,r,b" texts when the dump wrote them so
         (see `bounds.from_strings`), the window roots' boxes, and the nodes' templates when every node has
         the first one's names (else None: `build_columns` finds them from the flags)."""
@@ -338,7 +343,7 @@ class _Collector:
             parents, depths, siblings, classes, packages, texts, descs, resource_ids, hints, boxes, flags,
             [None] * n, [()] * n, naf,
         )  # fmt: skip
-        roots = [None if box is None else Box(*box) for box in compress(boxes, map(eq, parents, repeat(-1)))]
+        roots = list(compress(boxes, map(eq, parents, repeat(-1))))
         return columns, box_texts, roots, templates
 
 
