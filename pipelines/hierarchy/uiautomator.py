@@ -104,6 +104,9 @@ _DEFAULTS = {"package": "", "text": "", "content-desc": "", **_OPTIONAL, **dict(
 # The attributes a node's `objects.Template` depends on, as `_template_of` reads them.
 _TEMPLATE_NAMES = ("class", "package", "visible-to-user", *(name for name, _ in _FLAG_ATTRIBUTES))
 _TEMPLATE_FLAGS = itemgetter(4)  # Template.flags
+# A row's template attribute values as one string: XML text cannot hold NUL, so the key is unambiguous, and
+# hashing one string is cheaper than hashing a tuple of a dozen new ones.
+_KEY_JOIN = "\0".join
 # Bounds of the caches (at most 64 x 1024 keys of ~0.5 KB: ~32 MB however many devices a dataset mixes).
 _LAYOUTS_MAX = 64
 _TEMPLATE_CACHE_MAX = 1024
@@ -123,12 +126,12 @@ class _Layout:
     # The values of `_TEMPLATE_NAMES` the first node has, from a row (None when it lacks class or package),
     # and the templates already made from them.
     template_key: Callable[[tuple], tuple] | None
-    templates: dict[tuple, Template]
+    templates: dict[str, Template]  # by the `_KEY_JOIN` of a row's `template_key`
 
-    def template_of(self, key: tuple) -> Template:
+    def template_of(self, key: str) -> Template:
         """The template of a row whose `template_key` is `key` (the names the first node lacks at their
         default: callers use this only when no node set one)."""
-        values = dict(zip((name for name in _TEMPLATE_NAMES if name in self.first), key, strict=True))
+        values = dict(zip((name for name in _TEMPLATE_NAMES if name in self.first), key.split("\0"), strict=True))
         android_class, package, shown, *raw_flags = (values.get(n, _DEFAULTS.get(n)) for n in _TEMPLATE_NAMES)
         flag_key = (shown != "false", *raw_flags)
         flags = _FLAGS.get(flag_key) or _flags(flag_key)
@@ -325,7 +328,7 @@ class _Collector:
         templates: list[Template] | None = None
         if layout is not None and layout.template_key is not None and not self.tails:
             # One C-level fetch of each row's template attributes, looked up as they are.
-            keys = list(map(layout.template_key, rows))
+            keys = list(map(_KEY_JOIN, map(layout.template_key, rows)))
             templates = list(map(layout.templates.get, keys))
             if None in templates:
                 templates = [t or layout.template_of(k) for t, k in zip(templates, keys, strict=True)]
