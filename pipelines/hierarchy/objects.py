@@ -243,7 +243,6 @@ class RawColumns(NamedTuple):
 
 #: RawColumns from an iterable of its 14 sequences without NamedTuple's Python-level __new__.
 _new_columns: Callable[..., RawColumns] = partial(tuple.__new__, RawColumns)
-_ID_KEY_TAIL = "/{}|{}|{}".format  # the id key after the parent's id: "/<sibling>|<class>|<box>"
 
 
 def build_screen(
@@ -295,7 +294,7 @@ def build_columns(
             for s, c, b in zip(siblings, classes, boxes, strict=True)
         ]
     else:
-        key_tails = list(map(_ID_KEY_TAIL, siblings, classes, box_texts))
+        key_tails = [f"/{s}|{c}|{b}" for s, c, b in zip(siblings, classes, box_texts, strict=True)]
     if templates is not None:
         cached: Sequence[Template] = templates
     else:
