@@ -139,7 +139,7 @@ def _entry_head(key_item: bytes | None, size: int) -> bytes:
 
 # Entries of scalar leaves (head + serialized Data), by (key, type, value): the same flags, step types,
 # discounts and short strings on most steps. Floats by their bytes, so -0.0 and 0.0 stay apart.
-_SCALAR_TYPES = frozenset({bool, np.bool_, int, np.int64, str, float})
+_SCALAR_TYPES = frozenset({bool, np.bool_, int, np.int64, str, float, dm_env.StepType})
 _scalar_entries: dict[tuple[bytes | None, type, Any], bytes] = {}
 _DOUBLE = struct.Struct("<d")
 
@@ -158,6 +158,22 @@ def _scalar_entry(key_item: bytes | None, value: Any) -> bytes | None:
     return hit
 
 
+# A dict's (key entry, key) pairs in reverse sorted order, by its keys as they come (str keys only): the same
+# few dicts (observation, custom data, info, statistics) on every step.
+_dict_orders: dict[tuple[str, ...], list[tuple[bytes, str]]] = {}
+
+
+def _dict_order(value: dict[Any, Any]) -> list[tuple[bytes, Any]]:
+    keys = tuple(value)
+    hit = _dict_orders.get(keys)
+    if hit is not None and all(type(k) is str for k in keys):
+        return hit
+    order = [(_key_item(k), k) for k in sorted(value, key=str, reverse=True)]
+    if hit is None and len(_dict_orders) < 4096 and all(type(k) is str for k in keys):
+        _dict_orders[keys] = order
+    return order
+
+
 class _Frame:
     """An open container: children still to write (last first), the parts written and their size, and the
     key it has in its parent. Data fields: array=2 (0x12), tuple=3 (0x1a), dict=4 (0x22)."""
@@ -167,7 +183,7 @@ class _Frame:
     def __init__(self, value: Any, key_item: bytes | None) -> None:
         if isinstance(value, dict):
             self.tag = b"\x22"
-            self.todo = [(_key_item(k), value[k]) for k in sorted(value, key=str, reverse=True)]
+            self.todo = [(item, value[k]) for item, k in _dict_order(value)]
         else:
             self.tag = b"\x12" if isinstance(value, list) else b"\x1a"
             self.todo = [(None, x) for x in reversed(value)]

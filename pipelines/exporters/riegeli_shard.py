@@ -55,10 +55,17 @@ def int64_array(values: list[int] | list[list[int]]) -> bytes:
     return data.datum.SerializeToString()
 
 
-def write_shard(folder: str, steps: Iterable[bytes], episode_metadata: bytes | None, options: ShardOptions) -> int:
+def write_shard(
+    folder: str,
+    steps: Iterable[bytes],
+    episode_metadata: bytes | None,
+    options: ShardOptions,
+    background: bool = True,
+) -> int:
     """Writes one episode's shard into `folder` (any Beam filesystem path); returns the bytes written.
 
-    `steps` are the records' serialized `Data`, consumed as they come; `episode_metadata` likewise."""
+    `steps` are the records' serialized `Data`, consumed as they come (`background`: the steps' chunks are
+    compressed and written by a background thread meanwhile; same bytes); `episode_metadata` likewise."""
     token = uuid.uuid4().hex[:12]
     temporary = {name: FileSystems.join(folder, f".{name}.{token}.tmp") for name in SHARD_FILES}
     written: list[str] = []
@@ -68,35 +75,39 @@ def write_shard(folder: str, steps: Iterable[bytes], episode_metadata: bytes | N
         written.append(path)
         return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
+    def records_writer(f, in_background: bool = False) -> RecordsWriter:  # noqa: ANN001 - a Beam file object
+        return RecordsWriter(f, options.compression_level, options.chunk_size, background=in_background)
+
     size = 0
     try:
-        offsets: list[int] = []
-        with create(STEPS_FILE) as f:
-            writer = RecordsWriter(f, options.compression_level, options.chunk_size)
-            offsets = [writer.write(record) for record in steps]
+        with create(STEPS_FILE) as f, records_writer(f, background) as writer:
+            for record in steps:
+                writer.write(record)
             size += writer.close()
+            offsets = writer.positions
         if not offsets:
             raise ValueError(f"{folder}: an episode shard needs at least one step")
-        metadata_position = -1
-        with create(EPISODE_METADATA_FILE) as f:
-            writer = RecordsWriter(f, options.compression_level, options.chunk_size)
+        with create(EPISODE_METADATA_FILE) as f, records_writer(f) as writer:
             if episode_metadata is not None:
-                metadata_position = writer.write(episode_metadata)
+                writer.write(episode_metadata)
             size += writer.close()
+            metadata_position = writer.positions[0] if writer.positions else -1
         for name, record in (
             (STEP_OFFSETS_FILE, int64_array(offsets)),
             (EPISODE_INDEX_FILE, int64_array([[0, metadata_position]])),
         ):
-            with create(name) as f:
-                writer = RecordsWriter(f, options.compression_level, options.chunk_size)
+            with create(name) as f, records_writer(f) as writer:
                 writer.write(record)
                 size += writer.close()
         FileSystems.rename(
             [temporary[name] for name in _RENAME_ORDER], [FileSystems.join(folder, name) for name in _RENAME_ORDER]
         )
     except BaseException:
-        leftovers = [path for path in written if FileSystems.exists(path)]
-        if leftovers:
-            FileSystems.delete(leftovers)
+        try:
+            leftovers = [path for path in written if FileSystems.exists(path)]
+            if leftovers:
+                FileSystems.delete(leftovers)
+        except Exception:  # noqa: BLE001 - the first error is the one to report; leftovers go with the staging
+            pass
         raise
     return size
