@@ -15,12 +15,9 @@ package of it exists here); `highway_hash` says why when they cannot be loaded.
 from __future__ import annotations
 
 import ctypes
-import os
 import struct
 import threading
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO
 
 from pipelines.episodes import fast_codec
@@ -155,40 +152,15 @@ def simple_chunk_data(records: list[bytes], compress: Callable[[bytes], bytes] |
     )
 
 
-_executor_lock = threading.Lock()
-_executor: dict[int, ThreadPoolExecutor] = {}  # by process id: a forked child makes its own thread
-
-
-def _chunk_thread() -> ThreadPoolExecutor:
-    """One background thread a process that encodes and writes chunks (zstd and the hash release the GIL)."""
-    with _executor_lock:
-        executor = _executor.get(os.getpid())
-        if executor is None:
-            _executor.clear()
-            executor = _executor[os.getpid()] = ThreadPoolExecutor(1, thread_name_prefix="riegeli-chunks")
-        return executor
-
-
 class RecordsWriter:
     """Writes records (bytes) to a binary file object as a Riegeli/records file.
 
-    `flush` ends the open chunk (envlogger flushes at the end of each episode); `close` ends it too, waits for
-    the chunks to be written, and returns the file's size; closing `dest` is left to the caller. `positions`
-    then holds each record's numeric position (chunk begin + index in the chunk), what envlogger stores in its
-    step offsets and episode index. `compression_level` None writes uncompressed chunks; else zstd at that
-    level (Riegeli's `zstd:<level>`). `background`: chunks are compressed, hashed and written by a background
-    thread while the caller goes on producing records (at most `MAX_PENDING_CHUNKS` waiting); the bytes are
-    the same. Use it as a context manager so that an error never leaves a chunk being written."""
+    `write` returns the record's numeric position (chunk begin + index in the chunk), what envlogger stores in
+    its step offsets and episode index. `flush` ends the open chunk (envlogger flushes at the end of each
+    episode); `close` ends it too, and leaves closing `dest` to the caller. `compression_level` None writes
+    uncompressed chunks; else zstd at that level (Riegeli's `zstd:<level>`)."""
 
-    MAX_PENDING_CHUNKS = 2
-
-    def __init__(
-        self,
-        dest: BinaryIO,
-        compression_level: int | None = 3,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        background: bool = False,
-    ):
+    def __init__(self, dest: BinaryIO, compression_level: int | None = 3, chunk_size: int = DEFAULT_CHUNK_SIZE):
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be positive, got {chunk_size}")
         self._hash = highway_hash()
@@ -199,59 +171,36 @@ class RecordsWriter:
             import zstandard
 
             self._compress = zstandard.ZstdCompressor(level=compression_level).compress
-        self._executor = _chunk_thread() if background else None
-        self._pending: deque[Future[None]] = deque()
         self._pos = 0
-        self.positions: list[int] = []
         self._records: list[bytes] = []
         self._open_size = 0
         self._write_chunk(b"", CHUNK_SIGNATURE, 0, 0)
 
-    def __enter__(self) -> RecordsWriter:
-        return self
+    @property
+    def pos(self) -> int:
+        """Bytes written so far (the file's size once closed)."""
+        return self._pos
 
-    def __exit__(self, *exc_info: object) -> None:
-        self._wait(raise_errors=exc_info[0] is None)
-
-    def write(self, record: bytes) -> None:
+    def write(self, record: bytes) -> int:
         size = len(record) + RECORD_OVERHEAD
         if self._open_size and self._open_size + size > self._chunk_size:
             self.flush()
+        position = self._pos + len(self._records)
         self._records.append(record)
         self._open_size += size
+        return position
 
     def flush(self) -> None:
         if not self._records:
             return
         records, self._records, self._open_size = self._records, [], 0
-        if self._executor is None:
-            self._encode_and_write(records)
-            return
-        self._pending.append(self._executor.submit(self._encode_and_write, records))
-        while len(self._pending) > self.MAX_PENDING_CHUNKS:
-            self._pending.popleft().result()
+        data = simple_chunk_data(records, self._compress)
+        self._write_chunk(data, CHUNK_SIMPLE, len(records), sum(map(len, records)))
 
     def close(self) -> int:
-        """Ends the open chunk and waits for every chunk to be written; returns the file's size."""
+        """Ends the open chunk; returns the file's size."""
         self.flush()
-        self._wait(raise_errors=True)
         return self._pos
-
-    def _wait(self, raise_errors: bool) -> None:
-        while self._pending:
-            future = self._pending.popleft()
-            try:
-                future.result()
-            except BaseException:
-                if raise_errors:
-                    self._wait(raise_errors=False)
-                    raise
-
-    def _encode_and_write(self, records: list[bytes]) -> None:
-        data = simple_chunk_data(records, self._compress)
-        begin = self._pos
-        self._write_chunk(data, CHUNK_SIMPLE, len(records), sum(map(len, records)))
-        self.positions.extend(range(begin, begin + len(records)))
 
     def _write_chunk(self, data: bytes, chunk_type: int, num_records: int, decoded_size: int) -> None:
         """Header, data and padding, with a block header at each block boundary they cross; one write."""

@@ -55,17 +55,10 @@ def int64_array(values: list[int] | list[list[int]]) -> bytes:
     return data.datum.SerializeToString()
 
 
-def write_shard(
-    folder: str,
-    steps: Iterable[bytes],
-    episode_metadata: bytes | None,
-    options: ShardOptions,
-    background: bool = True,
-) -> int:
+def write_shard(folder: str, steps: Iterable[bytes], episode_metadata: bytes | None, options: ShardOptions) -> int:
     """Writes one episode's shard into `folder` (any Beam filesystem path); returns the bytes written.
 
-    `steps` are the records' serialized `Data`, consumed as they come (`background`: the steps' chunks are
-    compressed and written by a background thread meanwhile; same bytes); `episode_metadata` likewise."""
+    `steps` are the records' serialized `Data`, consumed as they come; `episode_metadata` likewise."""
     token = uuid.uuid4().hex[:12]
     temporary = {name: FileSystems.join(folder, f".{name}.{token}.tmp") for name in SHARD_FILES}
     written: list[str] = []
@@ -75,28 +68,27 @@ def write_shard(
         written.append(path)
         return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
-    def records_writer(f, in_background: bool = False) -> RecordsWriter:  # noqa: ANN001 - a Beam file object
-        return RecordsWriter(f, options.compression_level, options.chunk_size, background=in_background)
-
     size = 0
     try:
-        with create(STEPS_FILE) as f, records_writer(f, background) as writer:
-            for record in steps:
-                writer.write(record)
+        offsets: list[int] = []
+        with create(STEPS_FILE) as f:
+            writer = RecordsWriter(f, options.compression_level, options.chunk_size)
+            offsets = [writer.write(record) for record in steps]
             size += writer.close()
-            offsets = writer.positions
         if not offsets:
             raise ValueError(f"{folder}: an episode shard needs at least one step")
-        with create(EPISODE_METADATA_FILE) as f, records_writer(f) as writer:
+        metadata_position = -1
+        with create(EPISODE_METADATA_FILE) as f:
+            writer = RecordsWriter(f, options.compression_level, options.chunk_size)
             if episode_metadata is not None:
-                writer.write(episode_metadata)
+                metadata_position = writer.write(episode_metadata)
             size += writer.close()
-            metadata_position = writer.positions[0] if writer.positions else -1
         for name, record in (
             (STEP_OFFSETS_FILE, int64_array(offsets)),
             (EPISODE_INDEX_FILE, int64_array([[0, metadata_position]])),
         ):
-            with create(name) as f, records_writer(f) as writer:
+            with create(name) as f:
+                writer = RecordsWriter(f, options.compression_level, options.chunk_size)
                 writer.write(record)
                 size += writer.close()
         FileSystems.rename(

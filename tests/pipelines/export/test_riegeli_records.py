@@ -107,7 +107,7 @@ def test_uncompressed_files_are_byte_identical_around_block_and_chunk_boundaries
         records = [envlogger_writer.serialize(os.urandom(n)) if n else b"" for n in sizes]
         options = ShardOptions(compression_level=None, chunk_size=rng.choice([1, 100, 5000, 1 << 16, 1 << 20]))
         ours = tmp_path / f"ours{trial}"
-        riegeli_shard.write_shard(str(ours), iter(records), metadata, options, background=trial % 2 == 0)
+        riegeli_shard.write_shard(str(ours), iter(records), metadata, options)
         wire = [envlogger_writer._WireData(r) for r in records]
         theirs = envlogger_shard(tmp_path / f"theirs{trial}", wire, envlogger_writer._WireData(metadata), options, True)
         for name in SHARD_FILES:
@@ -204,14 +204,13 @@ def test_a_library_without_highwayhash_is_refused_with_its_name(monkeypatch) -> 
 
 
 def test_a_full_disk_fails_the_shard_cleanly(export_data: ExportData, tmp_path: Path) -> None:
-    """The destination fills up while the background thread writes the steps: the error reaches the caller
-    (the export makes it a `write_failed` dead letter), and nothing is left in the shard folder. A real 64 KB
-    tmpfs."""
+    """The destination fills up while the steps are written: the error reaches the caller (the export makes
+    it a `write_failed` dead letter), and nothing is left in the shard folder. A real 64 KB tmpfs."""
     from tests.stepmark.test_cli_reliability import small_disk
 
     exported = exported_episodes(export_data)[0]
     records = [envlogger_writer.serialize(tuple(r)) for r in envlogger_writer.episode_records(exported)]
-    records = records * (1 + (1 << 20) // sum(map(len, records)))  # > 1 MiB: several chunks in the background
+    records = records * (1 + (1 << 20) // sum(map(len, records)))  # > 1 MiB: several chunks
     with small_disk(tmp_path / "disk", "64k") as disk:
         folder = disk / "shard"
         with pytest.raises(OSError, match="No space left"):
