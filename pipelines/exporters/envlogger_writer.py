@@ -174,6 +174,32 @@ def _dict_order(value: dict[Any, Any]) -> list[tuple[bytes, Any]]:
     return order
 
 
+# Entries of small containers holding only scalar leaves (the episode statistics, empty key lists), by key,
+# container type and (str key or index, type, value) of each item: the same few on most steps.
+_flat_entries: dict[tuple[Any, ...], bytes] = {}
+_FLAT_MAX = 8
+
+
+def _flat_entry(key_item: bytes | None, value: Any) -> bytes | None:
+    if len(value) > _FLAT_MAX:
+        return None
+    items: list[Any] = [key_item, type(value)]
+    is_dict = isinstance(value, dict)
+    for k, v in value.items() if is_dict else enumerate(value):
+        kind = type(v)
+        if kind not in _SCALAR_TYPES or (is_dict and type(k) is not str) or (kind is str and len(v) > 64):
+            return None
+        items.append((k, kind, _DOUBLE.pack(v) if kind is float else v))
+    memo = tuple(items)
+    hit = _flat_entries.get(memo)
+    if hit is None:
+        data = serialize_container(value)
+        hit = _entry_head(key_item, len(data)) + data
+        if len(_flat_entries) < 16384:
+            _flat_entries[memo] = hit
+    return hit
+
+
 class _Frame:
     """An open container: children still to write (last first), the parts written and their size, and the
     key it has in its parent. Data fields: array=2 (0x12), tuple=3 (0x1a), dict=4 (0x22)."""
@@ -219,6 +245,10 @@ def serialize(value: Any) -> bytes:
     are joined once at the end (a frame's pixels are copied once, not once per nesting level)."""
     if not isinstance(value, list | tuple | dict):
         return fast_codec.serialize(value)
+    return serialize_container(value)
+
+
+def serialize_container(value: list[Any] | tuple[Any, ...] | dict[Any, Any]) -> bytes:
     stack = [_Frame(value, None)]
     while True:
         frame = stack[-1]
@@ -226,8 +256,13 @@ def serialize(value: Any) -> bytes:
         while todo:
             key_item, child = todo.pop()
             if isinstance(child, list | tuple | dict):
-                stack.append(_Frame(child, key_item))
-                break
+                entry = _flat_entry(key_item, child)
+                if entry is None:
+                    stack.append(_Frame(child, key_item))
+                    break
+                frame.parts.append(entry)
+                frame.size += len(entry)
+                continue
             entry = _scalar_entry(key_item, child) if type(child) in _SCALAR_TYPES else None
             if entry is None:
                 leaf = fast_codec.serialize(child)

@@ -411,3 +411,34 @@ def _same(ours, theirs) -> bool:  # type: ignore[no-untyped-def]
     if isinstance(ours, np.ndarray) or isinstance(theirs, np.ndarray):
         return np.array_equal(np.asarray(ours), np.asarray(theirs))
     return ours == theirs
+
+
+def test_serializer_memos_keep_equal_looking_values_apart() -> None:
+    """Step records repeat the same small dicts and flags, which the serializer memoizes: values that compare
+    equal but differ in type or sign (True, 1, 1.0, int64, bool_, -0.0) still read back as themselves, first
+    time and from the memo, as the codec's own encoding reads back."""
+    from envlogger.converters import codec
+
+    from pipelines.exporters import envlogger_writer
+
+    leaves = [True, 1, 1.0, np.int64(1), np.bool_(True), -0.0, 0.0, False, 0, "x", ""]
+    values = [*leaves, *([v] for v in leaves), *((v,) for v in leaves), *({"a": v} for v in leaves), [], ()]
+    for _ in range(2):  # the second round reads the memos
+        for value in values:
+            record = {"info": {"episode": value}, "keys": value}
+            ours = codec.decode(envlogger_writer.encode(record))
+            theirs = codec.decode(codec.encode(record))
+            assert _same(ours, theirs) and _types(ours) == _types(theirs), value
+        assert codec.decode(envlogger_writer.encode({"info": {}})) == {"info": {}}  # the codec: None
+
+
+def _types(value):  # type: ignore[no-untyped-def]
+    """The leaf types and float signs of a decoded value (empty containers: the codec's None aside)."""
+    if isinstance(value, dict):
+        return {k: _types(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_types(v) for v in value] or None
+    if value is None:
+        return None
+    sign = np.signbit(value) if isinstance(value, float | np.floating) else None
+    return type(value), sign
