@@ -193,7 +193,7 @@ def _flat_entry(key_item: bytes | None, value: Any) -> bytes | None:
     memo = tuple(items)
     hit = _flat_entries.get(memo)
     if hit is None:
-        data = serialize_container(value)
+        data = _serialize_container(value)
         hit = _entry_head(key_item, len(data)) + data
         if len(_flat_entries) < 16384:
             _flat_entries[memo] = hit
@@ -245,10 +245,10 @@ def serialize(value: Any) -> bytes:
     are joined once at the end (a frame's pixels are copied once, not once per nesting level)."""
     if not isinstance(value, list | tuple | dict):
         return fast_codec.serialize(value)
-    return serialize_container(value)
+    return _serialize_container(value)
 
 
-def serialize_container(value: list[Any] | tuple[Any, ...] | dict[Any, Any]) -> bytes:
+def _serialize_container(value: list[Any] | tuple[Any, ...] | dict[Any, Any]) -> bytes:
     stack = [_Frame(value, None)]
     while True:
         frame = stack[-1]
