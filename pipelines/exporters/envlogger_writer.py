@@ -1,11 +1,12 @@
 """Exported episodes as one envlogger (Riegeli) dataset that `envlogger.Reader` opens unchanged.
 
-Scales with workers: each episode is written on its own, by envlogger's `RiegeliBackendWriter`, as one
-Riegeli shard (`steps`, `step_offsets`, `episode_metadata`, `episode_index`) in a folder named by its
-position in the export (`<staging>/<index:08d>/`). envlogger's dataset reader takes every sub-folder holding
-a `step_offsets.riegeli`, sorted by name, as a shard, so the shards form one dataset once the last step adds
-the dataset-level `metadata.riegeli` (environment specs + export settings). Shards are written locally and
-copied with Beam's `FileSystems`, so the output may live on any Beam filesystem.
+Scales with workers: each episode is written on its own as one Riegeli shard (`steps`, `step_offsets`,
+`episode_metadata`, `episode_index`) in a folder named by its position in the export (`<staging>/<index:08d>/`).
+envlogger's dataset reader takes every sub-folder holding a `step_offsets.riegeli`, sorted by name, as a shard,
+so the shards form one dataset once the last step adds the dataset-level `metadata.riegeli` (environment
+specs + export settings). Shards are written by `riegeli_shard` from the serialized records, straight to any
+Beam filesystem; where HighwayHash cannot be loaded from envlogger's extension, by envlogger's own writer in
+a local temporary folder, then copied (the same records; compressed bytes differ).
 
 Records follow dm_env/envlogger: record t holds timestep t (observation t, the reward/discount of the
 transition into it), the action that led to it (None on the first), and step t's metadata as custom data
@@ -14,10 +15,12 @@ transition into it), the action that led to it (None on the first), and step t's
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import struct
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,20 +35,17 @@ from envlogger.converters import spec_codec
 from envlogger.proto import storage_pb2
 
 from pipelines.episodes import fast_codec
-from pipelines.episodes.publish import pid_alive
 from pipelines.errors import StepmarkError
+from pipelines.exporters import riegeli_records, riegeli_shard
+from pipelines.exporters.riegeli_shard import SHARD_FILES, ShardOptions
 from pipelines.exporters.transform import ExportEpisode, ExportStep, info_json
 
+log = logging.getLogger(__name__)
+
 METADATA_FILE = "metadata.riegeli"
-SHARD_FILES = ("steps.riegeli", "step_offsets.riegeli", "episode_metadata.riegeli", "episode_index.riegeli")
 # Riegeli writer options: zstd level 3 without `transpose` (which costs ~20-30 us a step on Procgen records for
-# ~3% fewer bytes; the frames' JPEG copies in the custom data do not compress anyway).
-WRITER_OPTIONS = "zstd:3,chunk_size:1M"
-# Scratch folders for envlogger's files before they are copied out (see `_local_scratch`).
-MEMORY_SCRATCH = "/dev/shm"
-MEMORY_SCRATCH_FREE = 1 << 30
-SCRATCH_MARGIN = 1 << 20  # a scratch folder with less room than this after a shard is written may have cut it
-SCRATCH_PREFIX = "stepmark-export-scratch-"
+# ~3% fewer bytes; the frames' JPEG copies in the custom data do not compress anyway), 1 MiB chunks.
+SHARD_OPTIONS = ShardOptions(compression_level=3, chunk_size=1 << 20)
 # Custom-data keys of an exported record.
 CUSTOM_EPISODE = "episode"
 CUSTOM_IMAGE = "image"
@@ -139,7 +139,7 @@ def _entry_head(key_item: bytes | None, size: int) -> bytes:
 
 # Entries of scalar leaves (head + serialized Data), by (key, type, value): the same flags, step types,
 # discounts and short strings on most steps. Floats by their bytes, so -0.0 and 0.0 stay apart.
-_SCALAR_TYPES = frozenset({bool, np.bool_, int, np.int64, str, float})
+_SCALAR_TYPES = frozenset({bool, np.bool_, int, np.int64, str, float, dm_env.StepType})
 _scalar_entries: dict[tuple[bytes | None, type, Any], bytes] = {}
 _DOUBLE = struct.Struct("<d")
 
@@ -158,6 +158,48 @@ def _scalar_entry(key_item: bytes | None, value: Any) -> bytes | None:
     return hit
 
 
+# A dict's (key entry, key) pairs in reverse sorted order, by its keys as they come (str keys only): the same
+# few dicts (observation, custom data, info, statistics) on every step.
+_dict_orders: dict[tuple[str, ...], list[tuple[bytes, str]]] = {}
+
+
+def _dict_order(value: dict[Any, Any]) -> list[tuple[bytes, Any]]:
+    keys = tuple(value)
+    hit = _dict_orders.get(keys)
+    if hit is not None and all(type(k) is str for k in keys):
+        return hit
+    order = [(_key_item(k), k) for k in sorted(value, key=str, reverse=True)]
+    if hit is None and len(_dict_orders) < 4096 and all(type(k) is str for k in keys):
+        _dict_orders[keys] = order
+    return order
+
+
+# Entries of small containers holding only scalar leaves (the episode statistics, empty key lists), by key,
+# container type and (str key or index, type, value) of each item: the same few on most steps.
+_flat_entries: dict[tuple[Any, ...], bytes] = {}
+_FLAT_MAX = 8
+
+
+def _flat_entry(key_item: bytes | None, value: Any) -> bytes | None:
+    if len(value) > _FLAT_MAX:
+        return None
+    items: list[Any] = [key_item, type(value)]
+    is_dict = isinstance(value, dict)
+    for k, v in value.items() if is_dict else enumerate(value):
+        kind = type(v)
+        if kind not in _SCALAR_TYPES or (is_dict and type(k) is not str) or (kind is str and len(v) > 64):
+            return None
+        items.append((k, kind, _DOUBLE.pack(v) if kind is float else v))
+    memo = tuple(items)
+    hit = _flat_entries.get(memo)
+    if hit is None:
+        data = _serialize_container(value)
+        hit = _entry_head(key_item, len(data)) + data
+        if len(_flat_entries) < 16384:
+            _flat_entries[memo] = hit
+    return hit
+
+
 class _Frame:
     """An open container: children still to write (last first), the parts written and their size, and the
     key it has in its parent. Data fields: array=2 (0x12), tuple=3 (0x1a), dict=4 (0x22)."""
@@ -167,7 +209,7 @@ class _Frame:
     def __init__(self, value: Any, key_item: bytes | None) -> None:
         if isinstance(value, dict):
             self.tag = b"\x22"
-            self.todo = [(_key_item(k), value[k]) for k in sorted(value, key=str, reverse=True)]
+            self.todo = [(item, value[k]) for item, k in _dict_order(value)]
         else:
             self.tag = b"\x12" if isinstance(value, list) else b"\x1a"
             self.todo = [(None, x) for x in reversed(value)]
@@ -203,6 +245,10 @@ def serialize(value: Any) -> bytes:
     are joined once at the end (a frame's pixels are copied once, not once per nesting level)."""
     if not isinstance(value, list | tuple | dict):
         return fast_codec.serialize(value)
+    return _serialize_container(value)
+
+
+def _serialize_container(value: list[Any] | tuple[Any, ...] | dict[Any, Any]) -> bytes:
     stack = [_Frame(value, None)]
     while True:
         frame = stack[-1]
@@ -210,8 +256,13 @@ def serialize(value: Any) -> bytes:
         while todo:
             key_item, child = todo.pop()
             if isinstance(child, list | tuple | dict):
-                stack.append(_Frame(child, key_item))
-                break
+                entry = _flat_entry(key_item, child)
+                if entry is None:
+                    stack.append(_Frame(child, key_item))
+                    break
+                frame.parts.append(entry)
+                frame.size += len(entry)
+                continue
             entry = _scalar_entry(key_item, child) if type(child) in _SCALAR_TYPES else None
             if entry is None:
                 leaf = fast_codec.serialize(child)
@@ -340,9 +391,9 @@ def encode_specs(specs: dict[str, Any]) -> dict[str, Any]:
     return {name: spec_codec.encode(spec) for name, spec in specs.items()}
 
 
-def _new_writer(folder: str, metadata: dict[str, Any]) -> _Writer:
+def _new_writer(folder: str, metadata: dict[str, Any], writer_options: str) -> _Writer:
     os.makedirs(folder, exist_ok=True)
-    writer = _Writer(data_directory=folder, metadata=metadata, writer_options=WRITER_OPTIONS)
+    writer = _Writer(data_directory=folder, metadata=metadata, writer_options=writer_options)
     if not os.path.exists(os.path.join(folder, METADATA_FILE)):  # envlogger logs init errors and goes on
         writer.close()
         raise StepmarkError(f"{folder}: envlogger could not open a writer there")
@@ -359,96 +410,29 @@ def _copy_out(local: str, dest: str) -> int:
     return size
 
 
-def _check_complete(local: str, shard_local: str) -> None:
-    """envlogger only logs a file it could not finish at close ("RESOURCE_EXHAUSTED ... No space left on
-    device") and returns: an empty shard file, or a scratch folder left without room, means the shard may be cut
-    short, so it is refused here rather than copied out."""
-    for name in SHARD_FILES:
-        path = os.path.join(shard_local, name)
-        if not os.path.isfile(path) or os.path.getsize(path) == 0:
-            raise StepmarkError(f"{path}: envlogger left this shard file empty (no space left where it wrote?)")
-    if shutil.disk_usage(local).free < SCRATCH_MARGIN:
-        raise StepmarkError(f"{local}: the scratch folder is full; the shard may be incomplete")
+def _records_bytes(records: list[step_data.StepData]) -> Iterator[bytes]:
+    for record in records:
+        yield serialize(tuple(record))
 
 
-def _local_scratch(staging_dir: str, memory: bool = True) -> str | None:
-    """Where envlogger writes before the copy. In memory (`/dev/shm`) when there is one with room: envlogger's
-    writer fsyncs each file it closes (4 a shard, ~4 ms each on a VM disk: as much as reading the episode),
-    which buys nothing for files copied out at once. Else inside the export's temporary folder when that is
-    local, so a killed worker's leftovers go with the folder (the next export removes it), else the system's
-    temp. Leftovers in memory of a killed worker are removed by the next shard written on that machine."""
-    if memory and _memory_scratch() is not None:
-        return _memory_scratch()
-    return staging_dir if os.path.isdir(staging_dir) else None
+_fallback_logged: list[str] = []
 
 
-_scratch_checked: list[str | None] = []
-
-
-def _memory_scratch() -> str | None:
-    """`/dev/shm` when it is a writable folder with at least `MEMORY_SCRATCH_FREE` bytes free (checked once a
-    process, which also removes the scratch folders of dead processes there); None otherwise."""
-    if not _scratch_checked:
-        root: str | None = None
-        try:
-            if os.path.isdir(MEMORY_SCRATCH) and os.access(MEMORY_SCRATCH, os.W_OK):
-                if shutil.disk_usage(MEMORY_SCRATCH).free >= MEMORY_SCRATCH_FREE:
-                    root = MEMORY_SCRATCH
-                    _remove_dead_scratch(root)
-        except OSError:
-            root = None
-        _scratch_checked.append(root)
-    return _scratch_checked[0]
-
-
-def _remove_dead_scratch(root: str) -> None:
-    for name in os.listdir(root):
-        if not name.startswith(SCRATCH_PREFIX):
-            continue
-        pid = name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not pid_alive(int(pid)):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
-def _scratch_dir(staging_dir: str, memory: bool = True) -> str:
-    return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=_local_scratch(staging_dir, memory))
-
-
-def write_episode_shard(episode: ExportEpisode, staging_dir: str) -> ShardResult:
-    """Writes one episode as a Riegeli shard at `<staging_dir>/<index:08d>/` (idempotent on retries).
-
-    Written in memory first (see `_local_scratch`); when that fails (a `/dev/shm` filled by other work or by a
-    large episode: envlogger reports "No space left on device"), the episode is written again on disk, so a
-    full memory folder never turns an episode into a dead letter."""
+def write_episode_shard(
+    episode: ExportEpisode, staging_dir: str, options: ShardOptions = SHARD_OPTIONS
+) -> ShardResult:
+    """Writes one episode as a Riegeli shard at `<staging_dir>/<index:08d>/` (idempotent on retries)."""
     records = episode_records(episode)
-    try:
-        return _write_shard(episode, records, staging_dir, _scratch_dir(staging_dir))
-    except (OSError, StepmarkError):
-        if _memory_scratch() is None:
-            raise
-        return _write_shard(episode, records, staging_dir, _scratch_dir(staging_dir, memory=False))
-
-
-def _write_shard(episode: ExportEpisode, records: list[Any], staging_dir: str, local: str) -> ShardResult:
-    try:
-        writer = _new_writer(local, {})
-        try:
-            for t, record in enumerate(records):
-                writer.record_step(record, is_new_episode=t == 0)
-            writer.set_episode_metadata(episode.meta.to_dict())
-        finally:
-            writer.close()
-        subdirs = [d for d in os.listdir(local) if os.path.isdir(os.path.join(local, d))]
-        if len(subdirs) != 1:
-            raise StepmarkError(f"envlogger wrote {len(subdirs)} shard folders for one episode, expected 1")
-        shard_local = os.path.join(local, subdirs[0])
-        _check_complete(local, shard_local)
-        dest = FileSystems.join(staging_dir, shard_name(episode.meta.episode_index))
-        size = 0
-        for name in SHARD_FILES:
-            size += _copy_out(os.path.join(shard_local, name), FileSystems.join(dest, name))
-    finally:
-        shutil.rmtree(local, ignore_errors=True)
+    dest = FileSystems.join(staging_dir, shard_name(episode.meta.episode_index))
+    metadata = episode.meta.to_dict()
+    unavailable = riegeli_records.writer_available()
+    if unavailable is None:
+        size = riegeli_shard.write_shard(dest, _records_bytes(records), serialize(metadata), options)
+    else:
+        if not _fallback_logged:
+            _fallback_logged.append(unavailable)
+            log.warning("envlogger export: shards written by envlogger's own Riegeli writer (%s)", unavailable)
+        size = _write_shard_with_envlogger(records, metadata, dest, options)
     return ShardResult(
         index=episode.meta.episode_index,
         path=dest,
@@ -458,14 +442,41 @@ def _write_shard(episode: ExportEpisode, records: list[Any], staging_dir: str, l
     )
 
 
+def _write_shard_with_envlogger(
+    records: list[step_data.StepData], metadata: dict[str, Any], dest: str, options: ShardOptions
+) -> int:
+    """The fallback: envlogger's writer in a local temporary folder, then each file copied to `dest`."""
+    local = tempfile.mkdtemp(prefix="stepmark-envlogger-shard-")
+    try:
+        writer = _new_writer(local, {}, options.envlogger_options())
+        try:
+            for t, record in enumerate(records):
+                writer.record_step(record, is_new_episode=t == 0)
+            writer.set_episode_metadata(metadata)
+        finally:
+            writer.close()
+        subdirs = [d for d in os.listdir(local) if os.path.isdir(os.path.join(local, d))]
+        if len(subdirs) != 1:
+            raise StepmarkError(f"envlogger wrote {len(subdirs)} shard folders for one episode, expected 1")
+        shard_local = os.path.join(local, subdirs[0])
+        for name in SHARD_FILES:  # envlogger only logs a file it could not finish (e.g. no space left)
+            path = os.path.join(shard_local, name)
+            if not os.path.isfile(path) or os.path.getsize(path) == 0:
+                raise StepmarkError(f"{path}: envlogger left this shard file empty (no space left where it wrote?)")
+        return sum(_copy_out(os.path.join(shard_local, name), FileSystems.join(dest, name)) for name in SHARD_FILES)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
 def write_dataset_metadata(staging_dir: str, specs: dict[str, Any] | None, extra: dict[str, Any]) -> int:
-    """The last step: the dataset-level `metadata.riegeli` that turns the shards into one dataset."""
+    """The last step: the dataset-level `metadata.riegeli` that turns the shards into one dataset (written by
+    envlogger's writer: a transposed chunk, once an export)."""
     metadata: dict[str, Any] = dict(extra)
     if specs:
         metadata["environment_specs"] = encode_specs(specs)
-    local = _scratch_dir(staging_dir)
+    local = tempfile.mkdtemp(prefix="stepmark-envlogger-metadata-")
     try:
-        _new_writer(local, metadata).close()
+        _new_writer(local, metadata, SHARD_OPTIONS.envlogger_options()).close()
         return _copy_out(os.path.join(local, METADATA_FILE), FileSystems.join(staging_dir, METADATA_FILE))
     finally:
         shutil.rmtree(local, ignore_errors=True)

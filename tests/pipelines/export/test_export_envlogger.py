@@ -413,90 +413,32 @@ def _same(ours, theirs) -> bool:  # type: ignore[no-untyped-def]
     return ours == theirs
 
 
-def test_shards_written_from_wire_bytes_equal_shards_written_from_messages(
-    export_data: ExportData, tmp_path: Path
-) -> None:
-    """The writer hands envlogger the serialized records (`_WireData`) instead of parsed messages: the shard
-    files are byte for byte what the message path writes, for environment and UI episodes."""
-    from pipelines.exporters import envlogger_writer
-    from pipelines.exporters.transform import TransformOptions, transform_episode
-
-    class _MessageWriter(envlogger_writer._Writer):
-        def _record_step(self, data, is_new_episode):  # type: ignore[no-untyped-def]
-            assert self._data_writer.add_step(envlogger_writer.encode(tuple(data)), is_new_episode)
-
-        def set_episode_metadata(self, data):  # type: ignore[no-untyped-def]
-            self._data_writer.set_episode_metadata(envlogger_writer.encode(data))
-
-    for n, episode in enumerate([export_data.procgen[0], export_data.ui[0]]):
-        with open_episode(episode, export_data.data_dir) as reader:
-            steps, meta = list(reader), reader.metadata
-        exported = transform_episode(n, episode, steps, TransformOptions(), meta)
-        staging = tmp_path / f"wire{n}"
-        staging.mkdir()
-        envlogger_writer.write_episode_shard(exported, str(staging))
-        folder = tmp_path / f"message{n}"
-        folder.mkdir()
-        writer = _MessageWriter(str(folder), {}, envlogger_writer.WRITER_OPTIONS)
-        for t, record in enumerate(envlogger_writer.episode_records(exported)):
-            writer.record_step(record, is_new_episode=t == 0)
-        writer.set_episode_metadata(exported.meta.to_dict())
-        writer.close()
-        (shard,) = [d for d in folder.iterdir() if d.is_dir()]
-        for name in envlogger_writer.SHARD_FILES:
-            wire = (staging / envlogger_writer.shard_name(n) / name).read_bytes()
-            assert wire == (shard / name).read_bytes(), (episode.id, name)
-        assert not list(staging.glob(f"{envlogger_writer.SCRATCH_PREFIX}*"))  # scratch removed
-
-
-def test_scratch_in_memory_and_leftovers_of_dead_processes_removed(tmp_path: Path, monkeypatch) -> None:
-    """envlogger's files are written in a memory scratch folder (no fsync cost) when one is usable; a killed
-    worker's leftover there is removed by the next process that writes a shard; without one (or without
-    room), the export's own temporary folder is used."""
-    import os
-    import subprocess
-    import sys
+def test_serializer_memos_keep_equal_looking_values_apart() -> None:
+    """Step records repeat the same small dicts and flags, which the serializer memoizes: values that compare
+    equal but differ in type or sign (True, 1, 1.0, int64, bool_, -0.0) still read back as themselves, first
+    time and from the memo, as the codec's own encoding reads back."""
+    from envlogger.converters import codec
 
     from pipelines.exporters import envlogger_writer
 
-    memory = tmp_path / "shm"
-    memory.mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    leftover = memory / f"{envlogger_writer.SCRATCH_PREFIX}{int(dead.stdout)}-x"
-    leftover.mkdir()
-    mine = memory / f"{envlogger_writer.SCRATCH_PREFIX}{os.getpid()}-y"
-    mine.mkdir()
-    staging = tmp_path / "staging"
-    staging.mkdir()
-    monkeypatch.setattr(envlogger_writer, "MEMORY_SCRATCH", str(memory))
-    monkeypatch.setattr(envlogger_writer, "_scratch_checked", [])
-    assert envlogger_writer._local_scratch(str(staging)) == str(memory)
-    assert not leftover.exists() and mine.exists()
-    monkeypatch.setattr(envlogger_writer, "MEMORY_SCRATCH_FREE", 1 << 62)  # no room
-    monkeypatch.setattr(envlogger_writer, "_scratch_checked", [])
-    assert envlogger_writer._local_scratch(str(staging)) == str(staging)
+    leaves = [True, 1, 1.0, np.int64(1), np.bool_(True), -0.0, 0.0, False, 0, "x", ""]
+    values = [*leaves, *([v] for v in leaves), *((v,) for v in leaves), *({"a": v} for v in leaves), [], ()]
+    for _ in range(2):  # the second round reads the memos
+        for value in values:
+            record = {"info": {"episode": value}, "keys": value}
+            ours = codec.decode(envlogger_writer.encode(record))
+            theirs = codec.decode(codec.encode(record))
+            assert _same(ours, theirs) and _types(ours) == _types(theirs), value
+        assert codec.decode(envlogger_writer.encode({"info": {}})) == {"info": {}}  # the codec: None
 
 
-def test_a_full_memory_scratch_falls_back_to_disk(export_data: ExportData, tmp_path: Path, monkeypatch) -> None:
-    """A /dev/shm without room for an episode (other work filled it, or the episode is large): envlogger fails
-    there with "No space left on device"; the shard is then written on disk, with the same bytes, and nothing
-    becomes a dead letter. The small memory folder is a real 4 KB tmpfs."""
-    from pipelines.exporters import envlogger_writer
-    from tests.stepmark.test_cli_reliability import small_disk
-
-    plain = tmp_path / "plain"
-    options = {"study_id": export_data.study_id, "split_by_spec": True}
-    expected = export.export_episodes(request(export_data, plain, **options))
-    with small_disk(tmp_path / "shm", "4k") as memory:
-        monkeypatch.setattr(envlogger_writer, "MEMORY_SCRATCH", str(memory))
-        monkeypatch.setattr(envlogger_writer, "MEMORY_SCRATCH_FREE", 0)
-        monkeypatch.setattr(envlogger_writer, "_scratch_checked", [])
-        assert envlogger_writer._memory_scratch() == str(memory)
-        out = tmp_path / "fell-back"
-        summary = export.export_episodes(request(export_data, out, **options))
-        assert not summary.dead_letters and summary.episodes == expected.episodes > 0
-        assert not any(memory.iterdir())  # nothing left behind in memory
-    shards = sorted(p.relative_to(plain) for p in plain.rglob("*.riegeli"))
-    assert len(shards) > 4 and shards == sorted(p.relative_to(out) for p in out.rglob("*.riegeli"))
-    for shard in shards:
-        assert (out / shard).read_bytes() == (plain / shard).read_bytes(), shard
+def _types(value):  # type: ignore[no-untyped-def]
+    """The leaf types and float signs of a decoded value (empty containers: the codec's None aside)."""
+    if isinstance(value, dict):
+        return {k: _types(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_types(v) for v in value] or None
+    if value is None:
+        return None
+    sign = np.signbit(value) if isinstance(value, float | np.floating) else None
+    return type(value), sign
