@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -105,6 +106,22 @@ class DatasetJob:
     annotations: str = "none"
     annotations_user: str = ""
     grounding: dict[str, tuple] = field(default_factory=dict)
+
+
+# A full, over-quota or read-only destination: the export's problem, not one episode's.
+_DESTINATION_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
+def _destination_error(exc: BaseException) -> OSError | None:
+    """The OSError in `exc`'s chain that says the destination cannot take more data, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DESTINATION_ERRNOS:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class ExportEpisodeFn(beam.DoFn):
@@ -198,6 +215,9 @@ class ExportEpisodeFn(beam.DoFn):
         except Exception as exc:  # noqa: BLE001
             # Writers' errors (envlogger's, TensorFlow's) often carry no file name: say where it was writing.
             where = job.work_dir if job.format in ("tfds", "minari") and job.work_dir else job.staging_dir
+            disk = _destination_error(exc)
+            if disk is not None:  # no later episode can be written either: the export fails, naming the place
+                raise OSError(disk.errno, disk.strerror or str(disk), where) from exc
             yield self._dead(dataset, episode, "write_failed", OSError(f"{exc} (writing into {where})"))
             return
         self.episodes.inc()

@@ -204,8 +204,8 @@ def test_a_library_without_highwayhash_is_refused_with_its_name(monkeypatch) -> 
 
 
 def test_a_full_disk_fails_the_shard_cleanly(export_data: ExportData, tmp_path: Path) -> None:
-    """The destination fills up while the steps are written: the error reaches the caller (the export makes
-    it a `write_failed` dead letter), and nothing is left in the shard folder. A real 64 KB tmpfs."""
+    """The destination fills up while the steps are written: the error reaches the caller (the export then
+    fails as a whole, naming the destination), and nothing is left in the shard folder. A real 64 KB tmpfs."""
     from tests.stepmark.test_cli_reliability import small_disk
 
     exported = exported_episodes(export_data)[0]
