@@ -387,7 +387,7 @@ def build_columns(
         warnings.append(f"{off_screen} object(s) with the box centre off-screen: grid UNKNOWN_LOCATION")
     if outside:
         warnings.append(f"{outside} object(s) partly outside the {width}x{height} screen (boxes kept as is)")
-    naf = list(compress(range(n), columns.naf))
+    naf = list(compress(range(n), columns.naf)) if True in columns.naf else []
     return Screen(protos, width, height, rotation, fmt, warnings, naf, (1.0, 1.0), size_estimated)
 
 
@@ -410,8 +410,9 @@ def screen_size_from_windows(
     (with a warning) when no window starts at the origin (a dialog-only state), so the caller may prefer the
     screenshot's size."""
     width, height = window_size(boxes)
+    # Estimated when no window starts at the origin on either axis (lefts all > 0, or tops all > 0).
     present = [b for b in boxes if b is not None]
-    estimated = bool(present) and (min(b[0] for b in present) > 0 or min(b[1] for b in present) > 0)
+    estimated = bool(present) and (all(b[0] > 0 for b in present) or all(b[1] > 0 for b in present))
     if estimated:
         warnings.append(
             f"screen size {width}x{height} estimated from windows that do not start at the origin"

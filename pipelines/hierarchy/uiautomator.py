@@ -76,8 +76,10 @@ _USUAL_KEYS = frozenset(_USUAL_NAMES)
 # Attributes only some dumps write (resource-id since API 18, hint since API 26, visible-to-user since
 # API 29), with the value assumed when a node has none; "displayed" (Appium) stands in for visible-to-user.
 _OPTIONAL = {"resource-id": "", "hint": "", "visible-to-user": None}
-_COLUMNS = itemgetter(*_USUAL_NAMES[:5], *_OPTIONAL)
-_FLAG_COLUMNS = itemgetter(*(name for name, _ in _FLAG_ATTRIBUTES))
+# The columns `columns()` reads, by name: class, package, text, content-desc, bounds, the optional ones, then
+# the flags (a layout turns them into positions in its `names`).
+_COLUMN_NAMES = (*_USUAL_NAMES[:5], *_OPTIONAL)
+_FLAG_NAMES = tuple(name for name, _ in _FLAG_ATTRIBUTES)
 # (visible, raw flag attribute strings) -> flags tuple; dumps repeat a handful of combinations.
 _FLAGS: dict[tuple[bool, ...], tuple[bool, ...]] = {}
 
@@ -127,6 +129,9 @@ class _Layout:
     # and the templates already made from them.
     template_key: Callable[[tuple], tuple] | None
     templates: dict[str, Template]  # by the `_KEY_JOIN` of a row's `template_key`
+    # The `_COLUMN_NAMES` and `_FLAG_NAMES` columns of the transposed rows (in `names` order).
+    columns: Callable[[list], tuple]
+    flag_columns: Callable[[list], tuple]
 
     def template_of(self, key: str) -> Template:
         """The template of a row whose `template_key` is `key` (the names the first node lacks at their
@@ -157,7 +162,9 @@ def _new_layout(first: tuple[str, ...]) -> _Layout:
     key_at = [first.index(name) for name in _TEMPLATE_NAMES if name in first]
     template_key = itemgetter(*key_at) if "class" in first and "package" in first else None
     tail = tuple(_OPTIONAL.get(name) for name in tail_names)
-    return _Layout(first, names, defaults, row, tail, size, template_key, {})
+    columns = itemgetter(*(names.index(name) for name in _COLUMN_NAMES))
+    flag_columns = itemgetter(*(names.index(name) for name in _FLAG_NAMES))
+    return _Layout(first, names, defaults, row, tail, size, template_key, {}, columns, flag_columns)
 
 
 _NO_ROOT, _DROPPED, _HIERARCHY = -3, -2, -1
@@ -322,11 +329,11 @@ class _Collector:
             for i, tail in self.tails.items():
                 column[i] = tail[j]
             values.append(column)
-        named = dict(zip(self.names, values, strict=True))
-        classes, packages, texts, descs, bounds, resource_ids, hints, shown = _COLUMNS(named)
         layout = self.layout
+        assert layout is not None  # set by the first node
+        classes, packages, texts, descs, bounds, resource_ids, hints, shown = layout.columns(values)
         templates: list[Template] | None = None
-        if layout is not None and layout.template_key is not None and not self.tails:
+        if layout.template_key is not None and not self.tails:
             # One C-level fetch of each row's template attributes, looked up as they are.
             keys = list(map(_KEY_JOIN, map(layout.template_key, rows)))
             templates = list(map(layout.templates.get, keys))
@@ -334,7 +341,7 @@ class _Collector:
                 templates = [t or layout.template_of(k) for t, k in zip(templates, keys, strict=True)]
             flags = list(map(_TEMPLATE_FLAGS, templates))
         else:
-            keys = list(zip(map(ne, shown, repeat("false")), *_FLAG_COLUMNS(named), strict=True))
+            keys = list(zip(map(ne, shown, repeat("false")), *layout.flag_columns(values), strict=True))
             flags = list(map(_FLAGS.get, keys))
             if None in flags:
                 flags = [f or _flags(k) for f, k in zip(flags, keys, strict=True)]
