@@ -18,6 +18,8 @@ import numpy as np
 from envlogger.converters import codec
 from envlogger.proto import storage_pb2
 
+from pipelines.protowire import varint as _varint
+
 _SCALAR_DIM_SIZE = codec._SCALAR_DIM_SIZE  # noqa: SLF001 - same reserved value as the codec
 _DOUBLE = struct.Struct("<d")
 
@@ -98,26 +100,6 @@ def fill(out: storage_pb2.Data, value: Any) -> None:
 _TAG_DATUM, _TAG_ARRAY, _TAG_TUPLE, _TAG_DICT = b"\x0a", b"\x12", b"\x1a", b"\x22"
 _TAG_VALUES_ITEM = b"\x0a"  # Array.values, Tuple.values, Dict.values (map entry), Entry.key all field 1
 _TAG_ENTRY_VALUE = b"\x12"
-_SMALL = [bytes([n]) for n in range(128)]
-
-
-def _varint(n: int) -> bytes:
-    if 0 <= n < 128:
-        return _SMALL[n]
-    if 0 < n < 16384:
-        return bytes((n & 0x7F | 0x80, n >> 7))
-    if 0 < n < 2097152:
-        return bytes((n & 0x7F | 0x80, (n >> 7) & 0x7F | 0x80, n >> 14))
-    if n < 0:
-        n += 1 << 64
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _field(tag: bytes, payload: bytes) -> bytes:
     return tag + _varint(len(payload)) + payload
 

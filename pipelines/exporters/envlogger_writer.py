@@ -39,6 +39,7 @@ from pipelines.errors import StepmarkError
 from pipelines.exporters import riegeli_records, riegeli_shard
 from pipelines.exporters.riegeli_shard import SHARD_FILES, ShardOptions
 from pipelines.exporters.transform import ExportEpisode, ExportStep, info_json
+from pipelines.protowire import varint as _varint
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,6 @@ def episode_records(episode: ExportEpisode) -> list[step_data.StepData]:
     return records
 
 
-_varint = fast_codec._varint  # noqa: SLF001 - the episode writers' varint (small values precomputed)
 # The serialized Data of a str dict key (with its `values` entry head), by key: the same few keys on every step.
 _key_items: dict[str, bytes] = {}
 

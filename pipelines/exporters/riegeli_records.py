@@ -22,8 +22,8 @@ import threading
 from collections.abc import Callable
 from typing import BinaryIO
 
-from pipelines.episodes import fast_codec
 from pipelines.errors import StepmarkError
+from pipelines.protowire import varint as _varint
 
 BLOCK_SIZE = 1 << 16
 BLOCK_HEADER_SIZE = 24
@@ -41,7 +41,6 @@ HASH_KEY = struct.unpack("<4Q", b"Riegeli/records\nRiegeli/records\n")
 # The first block header of every file (hash of previous_chunk=0, next_chunk=64): checks a loaded hash.
 _SIGNATURE_BLOCK_HASH = 0x3F4A880DD170AF83
 
-_varint = fast_codec._varint  # noqa: SLF001 - the episode writers' varint (small values precomputed)
 _U64 = struct.Struct("<Q")
 _BLOCK_HEADER_REST = struct.Struct("<QQ")
 _CHUNK_HEADER_REST = struct.Struct("<QQQQ")

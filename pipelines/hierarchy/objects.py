@@ -15,6 +15,7 @@ from itertools import compress
 from operator import add, itemgetter, sub
 from typing import NamedTuple
 
+from pipelines.protowire import varint as _varint
 from protos.llm4mobile import episode_pb2
 
 from .bounds import Box
@@ -170,16 +171,6 @@ class Template(NamedTuple):
 # Templates by key, shared by all screens of the process (bounded, cleared when full).
 _TEMPLATES: dict[_TemplateKey, Template] = {}
 _TEMPLATES_MAX = 16384
-
-
-def _varint(value: int) -> bytes:
-    """Protobuf base-128 encoding of a non-negative integer."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def template(key: _TemplateKey) -> Template:
