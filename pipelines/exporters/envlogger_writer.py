@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import struct
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,12 +33,11 @@ from envlogger.backends.python import riegeli_dataset_writer
 from envlogger.converters import spec_codec
 from envlogger.proto import storage_pb2
 
-from pipelines.episodes import fast_codec
 from pipelines.errors import StepmarkError
 from pipelines.exporters import riegeli_records, riegeli_shard
+from pipelines.exporters.envlogger_data import encode, serialize
 from pipelines.exporters.riegeli_shard import SHARD_FILES, ShardOptions
 from pipelines.exporters.transform import ExportEpisode, ExportStep, info_json
-from pipelines.protowire import varint as _varint
 
 log = logging.getLogger(__name__)
 
@@ -104,182 +102,6 @@ def episode_records(episode: ExportEpisode) -> list[step_data.StepData]:
         ts = dm_env.TimeStep(step_type, float(prev.reward), float(prev.discount), step.observation)
         records.append(step_data.StepData(ts, prev.action, step_metadata(step)))
     return records
-
-
-# The serialized Data of a str dict key (with its `values` entry head), by key: the same few keys on every step.
-_key_items: dict[str, bytes] = {}
-
-
-def _item(data: bytes) -> bytes:
-    """One `values` entry (field 1, length-delimited) of an Array, Tuple or kvs Tuple."""
-    return b"\x0a" + _varint(len(data)) + data
-
-
-def _key_item(key: Any) -> bytes:
-    if type(key) is not str:
-        return _item(fast_codec.serialize(key))
-    hit = _key_items.get(key)
-    if hit is None:
-        hit = _item(fast_codec.serialize(key))
-        if len(_key_items) < 4096:
-            _key_items[key] = hit
-    return hit
-
-
-def _entry_head(key_item: bytes | None, size: int) -> bytes:
-    """What precedes a child's `size` bytes of Data in its container: a `values` item head, or (dict) the head
-    of one `Dict.kvs` pair, a Data holding a Tuple (field 3) of the key's and the value's Data."""
-    if key_item is None:
-        return b"\x0a" + _varint(size)
-    value_head = b"\x0a" + _varint(size)
-    pair_size = len(key_item) + len(value_head) + size
-    pair_head = b"\x1a" + _varint(pair_size) + key_item + value_head
-    return b"\x0a" + _varint(len(pair_head) + size) + pair_head
-
-
-# Entries of scalar leaves (head + serialized Data), by (key, type, value): the same flags, step types,
-# discounts and short strings on most steps. Floats by their bytes, so -0.0 and 0.0 stay apart.
-_SCALAR_TYPES = frozenset({bool, np.bool_, int, np.int64, str, float, dm_env.StepType})
-_scalar_entries: dict[tuple[bytes | None, type, Any], bytes] = {}
-_DOUBLE = struct.Struct("<d")
-
-
-def _scalar_entry(key_item: bytes | None, value: Any) -> bytes | None:
-    kind = type(value)
-    if kind is str and len(value) > 64:
-        return None
-    memo = (key_item, kind, _DOUBLE.pack(value) if kind is float else value)
-    hit = _scalar_entries.get(memo)
-    if hit is None:
-        leaf = fast_codec.serialize(value)
-        hit = _entry_head(key_item, len(leaf)) + leaf
-        if len(_scalar_entries) < 16384:
-            _scalar_entries[memo] = hit
-    return hit
-
-
-# A dict's (key entry, key) pairs in reverse sorted order, by its keys as they come (str keys only): the same
-# few dicts (observation, custom data, info, statistics) on every step.
-_dict_orders: dict[tuple[str, ...], list[tuple[bytes, str]]] = {}
-
-
-def _dict_order(value: dict[Any, Any]) -> list[tuple[bytes, Any]]:
-    keys = tuple(value)
-    hit = _dict_orders.get(keys)
-    if hit is not None and all(type(k) is str for k in keys):
-        return hit
-    order = [(_key_item(k), k) for k in sorted(value, key=str, reverse=True)]
-    if hit is None and len(_dict_orders) < 4096 and all(type(k) is str for k in keys):
-        _dict_orders[keys] = order
-    return order
-
-
-# Entries of small containers holding only scalar leaves (the episode statistics, empty key lists), by key,
-# container type and (str key or index, type, value) of each item: the same few on most steps.
-_flat_entries: dict[tuple[Any, ...], bytes] = {}
-_FLAT_MAX = 8
-
-
-def _flat_entry(key_item: bytes | None, value: Any) -> bytes | None:
-    if len(value) > _FLAT_MAX:
-        return None
-    items: list[Any] = [key_item, type(value)]
-    is_dict = isinstance(value, dict)
-    for k, v in value.items() if is_dict else enumerate(value):
-        kind = type(v)
-        if kind not in _SCALAR_TYPES or (is_dict and type(k) is not str) or (kind is str and len(v) > 64):
-            return None
-        items.append((k, kind, _DOUBLE.pack(v) if kind is float else v))
-    memo = tuple(items)
-    hit = _flat_entries.get(memo)
-    if hit is None:
-        data = _serialize_container(value)
-        hit = _entry_head(key_item, len(data)) + data
-        if len(_flat_entries) < 16384:
-            _flat_entries[memo] = hit
-    return hit
-
-
-class _Frame:
-    """An open container: children still to write (last first), the parts written and their size, and the
-    key it has in its parent. Data fields: array=2 (0x12), tuple=3 (0x1a), dict=4 (0x22)."""
-
-    __slots__ = ("key_item", "parts", "size", "tag", "todo")
-
-    def __init__(self, value: Any, key_item: bytes | None) -> None:
-        if isinstance(value, dict):
-            self.tag = b"\x22"
-            self.todo = [(item, value[k]) for item, k in _dict_order(value)]
-        else:
-            self.tag = b"\x12" if isinstance(value, list) else b"\x1a"
-            self.todo = [(None, x) for x in reversed(value)]
-        self.parts: list[bytes] = []
-        self.size = 0
-        self.key_item = key_item
-
-    def add(self, key_item: bytes | None, parts: list[bytes], size: int) -> None:
-        head = _entry_head(key_item, size)
-        self.parts.append(head)
-        self.parts.extend(parts)
-        self.size += len(head) + size
-
-    def close(self) -> tuple[list[bytes], int]:
-        """The container's own Data as parts (the children's bytes are joined once, at the very end)."""
-        size = self.size
-        if self.tag == b"\x22" and size:  # Dict{kvs=2}: one message whose `values` are the pairs
-            kvs = b"\x12" + _varint(size)
-            head = self.tag + _varint(len(kvs) + size) + kvs
-        else:
-            head = self.tag + _varint(size)
-        return [head, *self.parts], len(head) + size
-
-
-def serialize(value: Any) -> bytes:
-    """The wire bytes of envlogger's `Data` for `value`, as `codec.encode` would build it, except:
-    - dicts are written as key/value pairs (`Dict.kvs`) in sorted key order: the codec uses a proto map,
-      whose serialized order varies from run to run, so equal exports would differ byte for byte;
-    - empty lists, tuples and dicts are written as empty messages, which read back as [] / () / {} (the
-      codec writes nothing for them, which reads back as None).
-    Leaves go through the episode writers' `fast_codec.serialize` (the codec's encoding, without copies);
-    `codec.decode` reads the result unchanged. Iterative: an explicit stack of open containers, whose parts
-    are joined once at the end (a frame's pixels are copied once, not once per nesting level)."""
-    if not isinstance(value, list | tuple | dict):
-        return fast_codec.serialize(value)
-    return _serialize_container(value)
-
-
-def _serialize_container(value: list[Any] | tuple[Any, ...] | dict[Any, Any]) -> bytes:
-    stack = [_Frame(value, None)]
-    while True:
-        frame = stack[-1]
-        todo = frame.todo
-        while todo:
-            key_item, child = todo.pop()
-            if isinstance(child, list | tuple | dict):
-                entry = _flat_entry(key_item, child)
-                if entry is None:
-                    stack.append(_Frame(child, key_item))
-                    break
-                frame.parts.append(entry)
-                frame.size += len(entry)
-                continue
-            entry = _scalar_entry(key_item, child) if type(child) in _SCALAR_TYPES else None
-            if entry is None:
-                leaf = fast_codec.serialize(child)
-                entry = _entry_head(key_item, len(leaf)) + leaf
-            frame.parts.append(entry)
-            frame.size += len(entry)
-        else:
-            stack.pop()
-            parts, size = frame.close()
-            if not stack:
-                return b"".join(parts)
-            stack[-1].add(frame.key_item, parts, size)
-
-
-def encode(value: Any) -> storage_pb2.Data:
-    """`serialize` as a message."""
-    return storage_pb2.Data.FromString(serialize(value))
 
 
 class _WireData:
