@@ -186,8 +186,11 @@ def _dataset(group: h5py.Group, name: str, data: Any) -> int:
             return arr.nbytes
         ds = group.create_dataset(name, (len(rows),), dtype=h5py.vlen_dtype(np.uint8), chunks=True,
                                   track_times=False)  # fmt: skip
-        for i, r in enumerate(rows):
-            ds[i] = r
+        if rows:  # one write of all rows (row by row, h5py's selection machinery took half the export's time)
+            column = np.empty(len(rows), dtype=object)
+            for i, r in enumerate(rows):  # (a slice assignment would let numpy broadcast equal-length rows)
+                column[i] = r
+            ds[...] = column
         return sum(len(r) for r in rows)
     arr = np.asarray(data)
     if arr.dtype.kind == "U":

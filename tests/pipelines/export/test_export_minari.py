@@ -319,3 +319,19 @@ def test_minari_export_on_a_dask_cluster_equals_the_local_run(
         )
     assert (summary.episodes, summary.steps) == (local.episodes, local.steps) and summary.episodes == 4
     assert digests(tmp_path / "local") == digests(tmp_path / "dask")
+
+
+@pytest.mark.parametrize("lengths", [[3, 3, 2], [2, 3, 3], [1, 2], [4, 4, 4, 0]])
+def test_variable_length_rows_are_written_as_they_are(tmp_path: Path, lengths: list[int]) -> None:
+    """Byte rows of unequal lengths (JPEG frames) go into one vlen dataset in a single write; rows as long as
+    the column (which numpy would broadcast in a slice assignment) or empty keep their own bytes."""
+    import h5py
+
+    from pipelines.exporters import minari_writer
+
+    rows = [bytes(range(i * 10, i * 10 + n)) for i, n in enumerate(lengths)]
+    with minari_writer._create_file(str(tmp_path / "f.hdf5")) as f:
+        size = minari_writer._dataset(f, "rows", rows)
+    assert size == sum(lengths)
+    with h5py.File(tmp_path / "f.hdf5", "r") as f:
+        assert [bytes(r) for r in f["rows"][:]] == rows
