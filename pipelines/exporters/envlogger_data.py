@@ -146,7 +146,7 @@ class _Frame:
         return [head, *self.parts], len(head) + size
 
 
-def serialize(value: Any) -> bytes:
+def serialize_generic(value: Any) -> bytes:
     """The wire bytes of envlogger's `Data` for `value`, as `codec.encode` would build it, except:
     - dicts are written as key/value pairs (`Dict.kvs`) in sorted key order: the codec uses a proto map,
       whose serialized order varies from run to run, so equal exports would differ byte for byte;
@@ -189,6 +189,167 @@ def _serialize_container(value: list[Any] | tuple[Any, ...] | dict[Any, Any]) ->
             stack[-1].add(frame.key_item, parts, size)
 
 
+# ----- per-structure plans ---------------------------------------------------------------------------------
+# Every step of an episode has the same structure (container types, dict keys, leaf types); only leaf values
+# change. A plan is a function generated once per structure: it checks the structure as it reads the leaves
+# (returning None at the first difference), encodes the leaves as the generic path does (same memo tables),
+# and writes the static bytes and the nested length prefixes directly, without frames, key sorting or type
+# dispatch. Lists (whose length varies), empty and non-str-keyed containers and very deep or wide ones are
+# one "child" of the plan, written by the generic path. A structure gets a plan the second time it is seen
+# (one-off structures, such as a first step without an action, never pay for one).
+
+_PLAN_DEPTH = 8  # containers deeper than this are written by the generic path (bounded code generation)
+_PLAN_WIDTH = 64  # as are containers with more children than this
+_PLANS_MAX = 8
+
+
+def _leaf_entry(key_item: bytes | None, value: Any) -> bytes:
+    leaf = fast_codec.serialize(value)
+    return _entry_head(key_item, len(leaf)) + leaf
+
+
+def _child_entry(key_item: bytes | None, value: Any) -> bytes:
+    """A container's entry, as the generic path writes it."""
+    entry = _flat_entry(key_item, value)
+    if entry is None:
+        data = _serialize_container(value)
+        entry = _entry_head(key_item, len(data)) + data
+    return entry
+
+
+class _PlanSource:
+    """The source of one plan, built by walking one value; `key` (source and types) names its structure."""
+
+    def __init__(self, value: Any) -> None:
+        self.lines: list[str] = []
+        self.names: dict[str, Any] = {
+            "SE": _scalar_entry, "LE": _leaf_entry, "CE": _child_entry, "EH": _entry_head, "V": _varint,
+        }  # fmt: skip
+        self.types: list[type] = []
+        self.count = 0
+        parts, size = self._node("v", None, value, 0)
+        self.lines.append(f"return b''.join(({', '.join(parts)},))")
+        self.key = ("\n".join(self.lines), tuple(self.types))
+
+    def _new(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def _const(self, value: Any) -> str:
+        name = self._new("K")
+        self.names[name] = value
+        return name
+
+    def _type(self, value: Any) -> str:
+        self.types.append(type(value))
+        return self._const(type(value))
+
+    def _node(self, var: str, key_item: bytes | None, value: Any, depth: int) -> tuple[list[str], str]:
+        """Emits the checks and the encoding of `value` (held in `var`), whose entry head uses `key_item` (None:
+        the root, which has none); returns the names of its parts in order and of its size."""
+        add = self.lines.append
+        key = self._const(key_item)
+        kind = self._type(value)
+        size = self._new("n")
+        container = isinstance(value, list | tuple | dict)
+        if container and (
+            isinstance(value, list) or not value or depth >= _PLAN_DEPTH or len(value) > _PLAN_WIDTH
+            or (isinstance(value, dict) and not all(type(k) is str for k in value))
+        ):  # fmt: skip
+            entry = self._new("e")
+            add(f"if type({var}) is not {kind}: return None")
+            add(f"{entry} = CE({key}, {var})")
+            add(f"{size} = len({entry})")
+            return [entry], size
+        if not container:
+            add(f"if type({var}) is not {kind}: return None")
+            if type(value) in _SCALAR_TYPES:
+                entry = self._new("e")
+                add(f"{entry} = SE({key}, {var})")
+                add(f"if {entry} is None: {entry} = LE({key}, {var})")
+                add(f"{size} = len({entry})")
+                return [entry], size
+            data, head = self._new("d"), self._new("h")
+            add(f"{data} = FS({var})")
+            add(f"{head} = EH({key}, len({data}))")
+            add(f"{size} = len({head}) + len({data})")
+            return [head, data], size
+        is_dict = isinstance(value, dict)
+        add(f"if type({var}) is not {kind} or len({var}) != {len(value)}: return None")
+        children: list[tuple[str, bytes | None, Any]] = []
+        if is_dict:
+            for k in sorted(value):
+                child = self._new("x")
+                add(f"{child} = {var}[{k!r}]")
+                children.append((child, _key_item(k), value[k]))
+        else:
+            names = [self._new("x") for _ in value]
+            add(f"{', '.join(names)}, = {var}")
+            children = [(n, None, x) for n, x in zip(names, value, strict=True)]
+        parts: list[str] = []
+        sizes: list[str] = []
+        for child, child_key, child_value in children:
+            child_parts, child_size = self._node(child, child_key, child_value, depth + 1)
+            parts += child_parts
+            sizes.append(child_size)
+        body, head = self._new("s"), self._new("c")
+        add(f"{body} = {' + '.join(sizes)}")
+        if is_dict:  # Dict{kvs=2}: one message whose `values` are the pairs
+            kvs = self._new("k")
+            add(f"{kvs} = b'\\x12' + V({body})")
+            add(f"{head} = b'\\x22' + V(len({kvs}) + {body})")
+            own = [head, kvs]
+        else:
+            tag = "b'\\x12'" if isinstance(value, list) else "b'\\x1a'"
+            add(f"{head} = {tag} + V({body})")
+            own = [head]
+        total = " + ".join([f"len({n})" for n in own] + [body])
+        if key_item is None and depth == 0:
+            add(f"{size} = {total}")
+            return own + parts, size
+        entry_head = self._new("h")
+        add(f"{entry_head} = EH({key}, {total})")
+        add(f"{size} = len({entry_head}) + {total}")
+        return [entry_head, *own, *parts], size
+
+    def compile(self) -> Any:
+        names = dict(self.names, FS=fast_codec.serialize)
+        body = "\n        ".join(self.lines)
+        source = f"def plan(v):\n    try:\n        {body}\n    except KeyError:\n        return None\n"
+        exec(compile(source, "<envlogger_data plan>", "exec"), names)  # noqa: S102 - our own generated code
+        return names["plan"]
+
+
+_plans: list[Any] = []  # most recently used first
+_seen: dict[tuple[str, tuple[type, ...]], int] = {}  # structures seen without a plan, by key: how often
+
+
+def serialize(value: Any) -> bytes:
+    """`serialize_generic(value)`, byte for byte, through the plan of the value's structure when it has one."""
+    for index, plan in enumerate(_plans):
+        out = plan(value)
+        if out is not None:
+            if index:
+                _plans.insert(0, _plans.pop(index))
+            return out
+    if not isinstance(value, list | tuple | dict) or isinstance(value, list) or not value:
+        return serialize_generic(value)
+    key = _PlanSource(value)
+    seen = _seen.get(key.key, 0) + 1
+    if seen < 2:
+        if len(_seen) >= 4096:
+            _seen.clear()
+        _seen[key.key] = seen
+        return serialize_generic(value)
+    _seen.pop(key.key, None)
+    plan = key.compile()
+    _plans.insert(0, plan)
+    del _plans[_PLANS_MAX:]
+    out = plan(value)
+    return out if out is not None else serialize_generic(value)
+
+
 def encode(value: Any) -> storage_pb2.Data:
     """`serialize` as a message."""
     return storage_pb2.Data.FromString(serialize(value))
+
