@@ -217,17 +217,54 @@ def _child_entry(key_item: bytes | None, value: Any) -> bytes:
     return entry
 
 
+_POSITION_MEMO = 256  # entries per memo of one plan position (scalar values, head bytes by size)
+
+
+def _scalar_memo(key_item: bytes | None, memo: dict[Any, bytes], floats: bool) -> Any:
+    """The miss path of a plan's scalar position (one leaf type, checked): the entry as the generic path writes
+    it, kept by value (floats by their bytes, so -0.0 and 0.0 stay apart)."""
+
+    def miss(value: Any) -> bytes:
+        entry = _scalar_entry(key_item, value)
+        if entry is None:  # a long str: not kept
+            return _leaf_entry(key_item, value)
+        if len(memo) < _POSITION_MEMO:
+            memo[_DOUBLE.pack(value) if floats else value] = entry
+        return entry
+
+    return miss
+
+
+def _head_memo(key_item: bytes | None, tag: bytes | None, root: bool, memo: dict[int, bytes]) -> Any:
+    """The miss path of a plan's head: everything before a child's body of `size` bytes (its entry head in the
+    parent, then, for a container, its own Data head), kept by size."""
+
+    def miss(size: int) -> bytes:
+        if tag is None:
+            own = b""
+        elif tag == b"\x22":  # Dict{kvs=2}: one message whose `values` are the pairs (never empty here)
+            kvs = b"\x12" + _varint(size)
+            own = tag + _varint(len(kvs) + size) + kvs
+        else:
+            own = tag + _varint(size)
+        head = own if root else _entry_head(key_item, len(own) + size) + own
+        if len(memo) < _POSITION_MEMO:
+            memo[size] = head
+        return head
+
+    return miss
+
+
 class _PlanSource:
     """The source of one plan, built by walking one value; `key` (source and types) names its structure."""
 
     def __init__(self, value: Any) -> None:
         self.lines: list[str] = []
-        self.names: dict[str, Any] = {
-            "SE": _scalar_entry, "LE": _leaf_entry, "CE": _child_entry, "EH": _entry_head, "V": _varint,
-        }  # fmt: skip
+        self.names: dict[str, Any] = {"CE": _child_entry, "FS": fast_codec.serialize, "P": _DOUBLE.pack}
         self.types: list[type] = []
+        self.memos: list[tuple[str, Any]] = []  # (name, factory of the memo and its miss function)
         self.count = 0
-        parts, size = self._node("v", None, value, 0)
+        parts, _ = self._node("v", None, value, 0)
         self.lines.append(f"return b''.join(({', '.join(parts)},))")
         self.key = ("\n".join(self.lines), tuple(self.types))
 
@@ -240,22 +277,25 @@ class _PlanSource:
         self.names[name] = value
         return name
 
-    def _type(self, value: Any) -> str:
-        self.types.append(type(value))
-        return self._const(type(value))
+    def _memo(self, make: Any) -> str:
+        """A memo (`M<n>`, fresh for every compiled plan) and its miss function (`F<n>`)."""
+        name = self._new("")
+        self.memos.append((name, make))
+        return name
 
     def _node(self, var: str, key_item: bytes | None, value: Any, depth: int) -> tuple[list[str], str]:
         """Emits the checks and the encoding of `value` (held in `var`), whose entry head uses `key_item` (None:
         the root, which has none); returns the names of its parts in order and of its size."""
         add = self.lines.append
-        key = self._const(key_item)
-        kind = self._type(value)
+        self.types.append(type(value))
+        kind = self._const(type(value))
         size = self._new("n")
         container = isinstance(value, list | tuple | dict)
         if container and (
             isinstance(value, list) or not value or depth >= _PLAN_DEPTH or len(value) > _PLAN_WIDTH
             or (isinstance(value, dict) and not all(type(k) is str for k in value))
         ):  # fmt: skip
+            key = self._const(key_item)
             entry = self._new("e")
             add(f"if type({var}) is not {kind}: return None")
             add(f"{entry} = CE({key}, {var})")
@@ -264,14 +304,18 @@ class _PlanSource:
         if not container:
             add(f"if type({var}) is not {kind}: return None")
             if type(value) in _SCALAR_TYPES:
+                floats = type(value) is float
+                memo = self._memo(lambda m, k=key_item, f=floats: _scalar_memo(k, m, f))
                 entry = self._new("e")
-                add(f"{entry} = SE({key}, {var})")
-                add(f"if {entry} is None: {entry} = LE({key}, {var})")
+                add(f"{entry} = M{memo}.get(P({var}))" if floats else f"{entry} = M{memo}.get({var})")
+                add(f"if {entry} is None: {entry} = F{memo}({var})")
                 add(f"{size} = len({entry})")
                 return [entry], size
+            memo = self._memo(lambda m, k=key_item: _head_memo(k, None, False, m))
             data, head = self._new("d"), self._new("h")
             add(f"{data} = FS({var})")
-            add(f"{head} = EH({key}, len({data}))")
+            add(f"{head} = M{memo}.get(len({data}))")
+            add(f"if {head} is None: {head} = F{memo}(len({data}))")
             add(f"{size} = len({head}) + len({data})")
             return [head, data], size
         is_dict = isinstance(value, dict)
@@ -292,28 +336,21 @@ class _PlanSource:
             child_parts, child_size = self._node(child, child_key, child_value, depth + 1)
             parts += child_parts
             sizes.append(child_size)
-        body, head = self._new("s"), self._new("c")
+        tag = b"\x22" if is_dict else b"\x12" if isinstance(value, list) else b"\x1a"
+        root = depth == 0
+        memo = self._memo(lambda m, k=key_item, t=tag, r=root: _head_memo(k, t, r, m))
+        body, head = self._new("s"), self._new("h")
         add(f"{body} = {' + '.join(sizes)}")
-        if is_dict:  # Dict{kvs=2}: one message whose `values` are the pairs
-            kvs = self._new("k")
-            add(f"{kvs} = b'\\x12' + V({body})")
-            add(f"{head} = b'\\x22' + V(len({kvs}) + {body})")
-            own = [head, kvs]
-        else:
-            tag = "b'\\x12'" if isinstance(value, list) else "b'\\x1a'"
-            add(f"{head} = {tag} + V({body})")
-            own = [head]
-        total = " + ".join([f"len({n})" for n in own] + [body])
-        if key_item is None and depth == 0:
-            add(f"{size} = {total}")
-            return own + parts, size
-        entry_head = self._new("h")
-        add(f"{entry_head} = EH({key}, {total})")
-        add(f"{size} = len({entry_head}) + {total}")
-        return [entry_head, *own, *parts], size
+        add(f"{head} = M{memo}.get({body})")
+        add(f"if {head} is None: {head} = F{memo}({body})")
+        add(f"{size} = len({head}) + {body}")
+        return [head, *parts], size
 
     def compile(self) -> Any:
-        names = dict(self.names, FS=fast_codec.serialize)
+        names = dict(self.names)
+        for name, make in self.memos:
+            memo: dict[Any, bytes] = {}
+            names[f"M{name}"], names[f"F{name}"] = memo, make(memo)
         body = "\n        ".join(self.lines)
         source = f"def plan(v):\n    try:\n        {body}\n    except KeyError:\n        return None\n"
         exec(compile(source, "<envlogger_data plan>", "exec"), names)  # noqa: S102 - our own generated code
