@@ -264,6 +264,7 @@ class _PlanSource:
         self.types: list[type] = []
         self.memos: list[tuple[str, Any]] = []  # (name, factory of the memo and its miss function)
         self.count = 0
+        self.plannable = True
         parts, _ = self._node("v", None, value, 0)
         self.lines.append(f"return b''.join(({', '.join(parts)},))")
         self.key = ("\n".join(self.lines), tuple(self.types))
@@ -293,8 +294,10 @@ class _PlanSource:
         container = isinstance(value, list | tuple | dict)
         if container and (
             isinstance(value, list) or not value or depth >= _PLAN_DEPTH or len(value) > _PLAN_WIDTH
-            or (isinstance(value, dict) and not all(type(k) is str for k in value))
-        ):  # fmt: skip
+            or (isinstance(value, dict) and (type(value) is not dict or not all(type(k) is str for k in value)))
+        ):  # fmt: skip (dict subclasses, such as defaultdict, may answer for keys they do not hold)
+            if depth == 0:  # the root has no entry head: no plan, the generic path writes it
+                self.plannable = False
             key = self._const(key_item)
             entry = self._new("e")
             add(f"if type({var}) is not {kind}: return None")
@@ -357,31 +360,34 @@ class _PlanSource:
         return names["plan"]
 
 
-_plans: list[Any] = []  # most recently used first
+_plans: list[Any] = []  # most recently used first; replaced, never changed in place (threads read it)
 _seen: dict[tuple[str, tuple[type, ...]], int] = {}  # structures seen without a plan, by key: how often
 
 
 def serialize(value: Any) -> bytes:
     """`serialize_generic(value)`, byte for byte, through the plan of the value's structure when it has one."""
-    for index, plan in enumerate(_plans):
+    global _plans
+    plans = _plans
+    for index, plan in enumerate(plans):
         out = plan(value)
         if out is not None:
             if index:
-                _plans.insert(0, _plans.pop(index))
+                _plans = [plan, *(p for p in plans if p is not plan)]
             return out
-    if not isinstance(value, list | tuple | dict) or isinstance(value, list) or not value:
+    if not isinstance(value, tuple | dict) or not value:
         return serialize_generic(value)
-    key = _PlanSource(value)
-    seen = _seen.get(key.key, 0) + 1
+    source = _PlanSource(value)
+    if not source.plannable:
+        return serialize_generic(value)
+    seen = _seen.get(source.key, 0) + 1
     if seen < 2:
         if len(_seen) >= 4096:
             _seen.clear()
-        _seen[key.key] = seen
+        _seen[source.key] = seen
         return serialize_generic(value)
-    _seen.pop(key.key, None)
-    plan = key.compile()
-    _plans.insert(0, plan)
-    del _plans[_PLANS_MAX:]
+    _seen.pop(source.key, None)
+    plan = source.compile()
+    _plans = [plan, *_plans][:_PLANS_MAX]
     out = plan(value)
     return out if out is not None else serialize_generic(value)
 

@@ -6,6 +6,7 @@ where the plans must fall back or compile another plan; equal-looking values nev
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
 from typing import Any
 
 import dm_env
@@ -20,10 +21,10 @@ from tests.pipelines.export.export_data import ExportData
 
 
 @pytest.fixture(autouse=True)
-def no_plans() -> None:
+def no_plans(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test starts without plans, so the first steps compile them."""
-    envlogger_data._plans.clear()
-    envlogger_data._seen.clear()
+    monkeypatch.setattr(envlogger_data, "_plans", [])
+    monkeypatch.setattr(envlogger_data, "_seen", {})
 
 
 def records(data: ExportData, episode: Any) -> list[tuple[Any, ...]]:
@@ -103,3 +104,19 @@ def test_a_plan_refuses_what_it_does_not_cover(export_data: ExportData) -> None:
     assert plan((recs[2][0], recs[2][1], dict(custom, other=[]))) is None  # same size, another key
     assert plan(list(recs[2])) is None
     assert plan(dataclasses.replace) is None
+
+
+def test_what_plans_do_not_cover_is_written_by_the_generic_path() -> None:
+    """Wide and non-str-keyed roots, dict subclasses (a defaultdict answers for keys it lacks), deep nesting,
+    lists of changing length: the same bytes as the generic path, every time."""
+    values = [
+        tuple(float(i) for i in range(100)),
+        {1: "a", 2: "b"},
+        ({"a": 1.0, "keys": defaultdict(int, {"a": 1, "c": 2})}, 0.0),
+        ({"a": 1.0, "keys": defaultdict(int, {"a": 1, "b": 2})}, 0.0),
+        ((((((((((((1.0,),),),),),),),),),),), "deep"),
+        *(({"keys": list(range(n))}, True) for n in range(4)),
+    ]
+    for _ in range(3):
+        assert_same_bytes(values)
+    assert dict(values[2][0]["keys"]) == {"a": 1, "c": 2}  # not read through for keys it lacks
