@@ -217,6 +217,9 @@ def _child_entry(key_item: bytes | None, value: Any) -> bytes:
     return entry
 
 
+# Array dtypes (numpy's dtype.str without the byte order) whose elements the codec writes as one big-endian
+# bytes field, and the cast it uses (envlogger 1.2's codec._set_datum_values_from_array).
+_ARRAY_CASTS = {"u1": ">B", "i1": ">b", "i2": ">h", "u2": ">H", "f4": ">f"}
 _POSITION_MEMO = 256  # entries per memo of one plan position (scalar values, head bytes by size)
 
 
@@ -284,6 +287,25 @@ class _PlanSource:
         self.memos.append((name, make))
         return name
 
+    def _array_leaf(self, var: str, key_item: bytes | None, value: Any) -> tuple[list[str], str] | None:
+        """A non-empty array whose Datum holds its elements as one bytes field (uint8, int8, int16, uint16,
+        float32: the codec's big-endian buffers): for one dtype and shape, everything before those bytes is the
+        same on every step, taken from this value's own encoding (and checked to end with them)."""
+        if type(value) is not np.ndarray or value.size == 0 or value.dtype.str[1:] not in _ARRAY_CASTS:
+            return None
+        cast = _ARRAY_CASTS[value.dtype.str[1:]]
+        payload = value.astype(cast).tobytes()
+        entry = _leaf_entry(key_item, value)
+        if not entry.endswith(payload):
+            return None
+        static, data = self._const(entry[: len(entry) - len(payload)]), self._new("d")
+        dtype, shape, size = self._const(value.dtype), self._const(value.shape), self._new("n")
+        add = self.lines.append
+        add(f"if {var}.dtype != {dtype} or {var}.shape != {shape}: return None")
+        add(f"{data} = {var}.astype({cast!r}, copy=False).tobytes()")
+        add(f"{size} = {len(entry)}")
+        return [static, data], size
+
     def _node(self, var: str, key_item: bytes | None, value: Any, depth: int) -> tuple[list[str], str]:
         """Emits the checks and the encoding of `value` (held in `var`), whose entry head uses `key_item` (None:
         the root, which has none); returns the names of its parts in order and of its size."""
@@ -314,6 +336,9 @@ class _PlanSource:
                 add(f"if {entry} is None: {entry} = F{memo}({var})")
                 add(f"{size} = len({entry})")
                 return [entry], size
+            array = self._array_leaf(var, key_item, value)
+            if array is not None:
+                return array
             memo = self._memo(lambda m, k=key_item: _head_memo(k, None, False, m))
             data, head = self._new("d"), self._new("h")
             add(f"{data} = FS({var})")

@@ -120,3 +120,18 @@ def test_what_plans_do_not_cover_is_written_by_the_generic_path() -> None:
     for _ in range(3):
         assert_same_bytes(values)
     assert dict(values[2][0]["keys"]) == {"a": 1, "c": 2}  # not read through for keys it lacks
+
+
+def test_array_leaves_of_every_buffer_dtype_through_plans() -> None:
+    """Arrays whose elements are one big-endian buffer (uint8, int8, int16, uint16, float32) are written by the
+    plan from their dtype and shape; another shape, byte order, layout or dtype gives the generic bytes too."""
+    rng = np.random.default_rng(3)
+    base = rng.integers(-30000, 30000, size=(5, 7))
+    arrays = [base.astype(d) for d in ("u1", "i1", "i2", "u2", "f4", "i4", "i8", "f8", "?", ">i2")]
+    arrays += [base.astype("i2").T, base.astype("i2")[::2], base.astype("f4")[:1], np.zeros((0, 3), "i2")]
+    values = [({"obs": a, "r": 0.5}, 1.0) for a in arrays]
+    for _ in range(3):
+        assert_same_bytes(values)
+        for a in arrays:  # other values of the same dtype and shape, through the plan compiled for the first
+            value = ({"obs": (a * 3 + 1).astype(a.dtype), "r": 0.5}, 1.0)
+            assert envlogger_data.serialize(value) == envlogger_data.serialize_generic(value)
