@@ -75,7 +75,8 @@ def main() -> None:
         for _ in range(args.repeat):
             best_old = min(best_old, cpu_us(old, batch))
             best_new = min(best_new, cpu_us(new, batch))
-        print(f"{family:10} {len(recs):5d} {best_old:10.1f} {best_new:9.1f} {best_old / best_new:5.2f}x  {identical}")
+        ratio = best_old / best_new
+        print(f"{family:10} {len(recs):5d} {best_old:10.1f} {best_new:9.1f} {ratio:5.2f}x  {identical}")
 
 
 if __name__ == "__main__":

@@ -262,6 +262,22 @@ def _head_memo(key_item: bytes | None, tag: bytes | None, root: bool, memo: dict
     return miss
 
 
+def _bytes_head_memo(key_item: bytes | None, memo: dict[int, bytes]) -> Any:
+    """The miss path of a plan's bytes leaf: its entry up to the bytes themselves (None if the entry does not
+    end with them), kept by length."""
+
+    def miss(value: bytes) -> bytes | None:
+        entry = _leaf_entry(key_item, value)
+        if not entry.endswith(value):
+            return None
+        head = entry[: len(entry) - len(value)]
+        if len(memo) < _POSITION_MEMO:
+            memo[len(value)] = head
+        return head
+
+    return miss
+
+
 class _PlanSource:
     """The source of one plan, built by walking one value; `key` (source and types) names its structure."""
 
@@ -319,9 +335,15 @@ class _PlanSource:
         size = self._new("n")
         container = isinstance(value, list | tuple | dict)
         if container and (
-            isinstance(value, list) or not value or depth >= _PLAN_DEPTH or len(value) > _PLAN_WIDTH
-            or (isinstance(value, dict) and (type(value) is not dict or not all(type(k) is str for k in value)))
-        ):  # fmt: skip (dict subclasses, such as defaultdict, may answer for keys they do not hold)
+            isinstance(value, list)
+            or not value
+            or depth >= _PLAN_DEPTH
+            or len(value) > _PLAN_WIDTH
+            or (
+                isinstance(value, dict)
+                and (type(value) is not dict or not all(type(k) is str for k in value))
+            )
+        ):  # dict subclasses (defaultdict) may answer for keys they do not hold: written generically
             if depth == 0:  # the root has no entry head: no plan, the generic path writes it
                 self.plannable = False
             key = self._const(key_item)
@@ -343,6 +365,14 @@ class _PlanSource:
             array = self._array_leaf(var, key_item, value)
             if array is not None:
                 return array
+            if type(value) is bytes:  # a frame's JPEG: its head by length, its bytes as they are (no copy)
+                memo = self._memo(lambda m, k=key_item: _bytes_head_memo(k, m))
+                head = self._new("h")
+                add(f"{head} = M{memo}.get(len({var}))")
+                add(f"if {head} is None: {head} = F{memo}({var})")
+                add(f"if {head} is None: return None")
+                add(f"{size} = len({head}) + len({var})")
+                return [head, var], size
             memo = self._memo(lambda m, k=key_item: _head_memo(k, None, False, m))
             data, head = self._new("d"), self._new("h")
             add(f"{data} = FS({var})")
@@ -391,6 +421,7 @@ class _PlanSource:
 
 _plans: list[Any] = []  # most recently used first; replaced, never changed in place (threads read it)
 _seen: dict[tuple[str, tuple[type, ...]], int] = {}  # structures seen without a plan, by key: how often
+_REFUSED = -(1 << 62)
 
 
 def serialize(value: Any) -> bytes:
@@ -414,14 +445,16 @@ def serialize(value: Any) -> bytes:
             _seen.clear()
         _seen[source.key] = seen
         return serialize_generic(value)
-    _seen.pop(source.key, None)
     plan = source.compile()
-    _plans = [plan, *_plans][:_PLANS_MAX]
     out = plan(value)
-    return out if out is not None else serialize_generic(value)
+    if out is None:  # a plan that refuses its own structure: never compiled again (no compile per step)
+        _seen[source.key] = _REFUSED
+        return serialize_generic(value)
+    _seen.pop(source.key, None)
+    _plans = [plan, *_plans][:_PLANS_MAX]
+    return out
 
 
 def encode(value: Any) -> storage_pb2.Data:
     """`serialize` as a message."""
     return storage_pb2.Data.FromString(serialize(value))
-

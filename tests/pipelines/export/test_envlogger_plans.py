@@ -39,10 +39,17 @@ def assert_same_bytes(values: list[Any]) -> None:
         assert envlogger_data.serialize(value) == envlogger_data.serialize_generic(value), t
 
 
-def test_plans_write_the_generic_bytes_on_real_records(export_data: ExportData) -> None:
-    episodes = [*export_data.procgen, *export_data.nethack, *export_data.ui[:1]]  # single screens: no transition
+def test_plans_write_the_generic_bytes_on_real_records(
+    export_data: ExportData, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    episodes = [
+        *export_data.procgen,
+        *export_data.nethack,
+        *export_data.ui[:1],
+    ]  # single screens: no transition
     assert export_data.procgen and export_data.nethack and export_data.ui
     for episode in episodes:
+        monkeypatch.setattr(envlogger_data, "_plans", [])
         recs = records(export_data, episode)
         for _ in range(2):  # the second round through plans compiled in the first
             assert_same_bytes(recs)
@@ -71,7 +78,9 @@ def test_plans_fall_back_when_the_structure_changes_mid_episode(export_data: Exp
     changed[6] = _edit(recs[6], custom={"keys": ["LEFT", "UP"]})  # a list of another length
     info = dict(recs[7][2]["info"], episode=dict(recs[7][2]["info"]["episode"], l=np.int64(3)))
     changed[7] = _edit(recs[7], custom={"info": info})
-    changed.append(_edit(recs[-1], observation={"image": recs[-1][0].observation["image"][:8]}))  # other shape
+    changed.append(
+        _edit(recs[-1], observation={"image": recs[-1][0].observation["image"][:8]})
+    )  # other shape
     changed.append(_edit(recs[-1], step_type=dm_env.StepType.FIRST, reward=None, discount=None))
     for _ in range(3):  # new structures, seen twice (plans compiled), then through their plans
         assert_same_bytes(changed)
@@ -123,13 +132,15 @@ def test_what_plans_do_not_cover_is_written_by_the_generic_path() -> None:
 
 
 def test_array_leaves_of_every_buffer_dtype_through_plans() -> None:
-    """Arrays whose elements are one big-endian buffer (uint8, int8, int16, uint16, float32) are written by the
-    plan from their dtype and shape; another shape, byte order, layout or dtype gives the generic bytes too."""
+    """Arrays whose elements are one big-endian buffer (uint8, int8, int16, uint16, float32), and bytes, are
+    written by the plan from their dtype and shape (length); another shape, byte order, layout or dtype gives the
+    generic bytes too."""
     rng = np.random.default_rng(3)
     base = rng.integers(-30000, 30000, size=(5, 7))
     arrays = [base.astype(d) for d in ("u1", "i1", "i2", "u2", "f4", "i4", "i8", "f8", "?", ">i2")]
     arrays += [base.astype("i2").T, base.astype("i2")[::2], base.astype("f4")[:1], np.zeros((0, 3), "i2")]
     values = [({"obs": a, "r": 0.5}, 1.0) for a in arrays]
+    values += [({"obs": b"\xff" * n, "r": 0.5}, 1.0) for n in (0, 1, 127, 128, 20000, 0)]  # bytes leaves
     for _ in range(3):
         assert_same_bytes(values)
         for a in arrays:  # other values of the same dtype and shape, through the plan compiled for the first
