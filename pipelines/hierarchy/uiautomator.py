@@ -103,7 +103,7 @@ def _local_names(tag: str, attrib: dict[str, str]) -> tuple[str, dict[str, str]]
 
 # Value assumed for a missing attribute (None for those no field uses).
 _DEFAULTS = {"package": "", "text": "", "content-desc": "", **_OPTIONAL, **dict(_FLAG_ATTRIBUTES)}
-# The attributes a node's `objects.Template` depends on, as `_template_of` reads them.
+# The attributes a node's `objects.Template` depends on, as `_Layout.template_of` reads them.
 _TEMPLATE_NAMES = ("class", "package", "visible-to-user", *(name for name, _ in _FLAG_ATTRIBUTES))
 _TEMPLATE_FLAGS = itemgetter(4)  # Template.flags
 # A row's template attribute values as one string: XML text cannot hold NUL, so the key is unambiguous, and
@@ -185,10 +185,9 @@ class _Collector:
         # with as many attributes as the first one, all of the first one's names among them, has exactly its
         # names: its row is one C-level fetch (`row`). Any other node goes through `_row`.
         self.layout: _Layout | None = None
-        self.names: tuple[str, ...] = ()
+        # The layout's `row` and `size`, read by `start` for every node (the size is -2 in drop_invisible mode).
         self.row: Callable[[dict[str, str]], tuple] | None = None
         self.row_size = -1  # attributes of the first node; -1 until it is seen
-        self.row_tail: tuple[str | None, ...] = ()  # values of the names the first node lacks
         self.rows: list[tuple] = []
         self.parents: list[int] = []  # node index of the parent, -1 for a window root
         self.naf: list[int] = []  # nodes with NAF="true"
@@ -227,9 +226,7 @@ class _Collector:
             if len(_LAYOUTS) < _LAYOUTS_MAX:
                 _LAYOUTS[first] = layout
         self.layout = layout
-        self.names, self.defaults, self.row, self.row_tail, self.row_size = (
-            layout.names, layout.defaults, layout.row, layout.tail, layout.size
-        )
+        self.row, self.row_size = layout.row, layout.size
         if self.drop_invisible:  # every node's visibility is checked in _start
             self.row_size = -2
 
@@ -240,15 +237,17 @@ class _Collector:
         index = len(self.rows)
         if get("NAF") == "true":
             self.naf.append(index)
-        names = self.names
-        row = list(map(get, names, self.defaults))
+        layout = self.layout
+        assert layout is not None  # set from the first node before any row
+        names = layout.names
+        row = list(map(get, names, layout.defaults))
         if not _USUAL_KEYS <= attrib.keys():  # the tag stands in for a missing or empty class
             row[names.index("class")] = get("class") or (tag if tag != "node" else "")
         shown = names.index("visible-to-user")
         if row[shown] is None:
             row[shown] = get("displayed")  # Appium
-        first = len(names) - len(self.row_tail)
-        if row[first:] != list(self.row_tail):
+        first = len(layout.first)
+        if row[first:] != list(layout.tail):
             self.tails[index] = tuple(row[first:])
         return tuple(row[:first])
 
@@ -284,12 +283,11 @@ class _Collector:
             raise too_large()
         if self.row is None:
             self._layout(attrib)
-            if self.row_size == len(attrib) and tag == "node":  # the first node: its names are the layout's
-                rows.append(self.row(attrib))  # type: ignore[misc]
-                self.parents.append(p)
-                stack.append(index)
-                return
-        rows.append(self._row(attrib, tag))
+            # The first node has exactly the layout's names: its row is the one C-level fetch.
+            fetch = self.row_size == len(attrib) and tag == "node"
+            rows.append(self.row(attrib) if fetch else self._row(attrib, tag))  # type: ignore[misc]
+        else:
+            rows.append(self._row(attrib, tag))
         self.parents.append(p)
         stack.append(index)
 
@@ -323,14 +321,14 @@ class _Collector:
         depths.pop()
         if max(depths) > MAX_DEPTH:
             raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
+        layout = self.layout
+        assert layout is not None  # set by the first node
         values = list(zip(*rows, strict=True))
-        for j, default in enumerate(self.row_tail):  # names the first node lacks: mostly their default
+        for j, default in enumerate(layout.tail):  # names the first node lacks: mostly their default
             column = [default] * n
             for i, tail in self.tails.items():
                 column[i] = tail[j]
             values.append(column)
-        layout = self.layout
-        assert layout is not None  # set by the first node
         classes, packages, texts, descs, bounds, resource_ids, hints, shown = layout.columns(values)
         templates: list[Template] | None = None
         if layout.template_key is not None and not self.tails:
