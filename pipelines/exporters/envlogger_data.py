@@ -53,6 +53,18 @@ def _entry_head(key_item: bytes | None, size: int) -> bytes:
     return b"\x0a" + _varint(len(pair_head) + size) + pair_head
 
 
+def _leaf_entry(key_item: bytes | None, value: Any) -> bytes:
+    """A leaf's entry in its container: its head, then its Data."""
+    leaf = fast_codec.serialize(value)
+    return _entry_head(key_item, len(leaf)) + leaf
+
+
+def _container_entry(key_item: bytes | None, value: list[Any] | tuple[Any, ...] | dict[Any, Any]) -> bytes:
+    """A container's entry in its parent: its head, then its Data."""
+    data = _serialize_container(value)
+    return _entry_head(key_item, len(data)) + data
+
+
 # Entries of scalar leaves (head + serialized Data), by (key, type, value): the same flags, step types,
 # discounts and short strings on most steps. Floats by their bytes, so -0.0 and 0.0 stay apart.
 _SCALAR_TYPES = frozenset({bool, np.bool_, int, np.int64, str, float, dm_env.StepType})
@@ -67,8 +79,7 @@ def _scalar_entry(key_item: bytes | None, value: Any) -> bytes | None:
     memo = (key_item, kind, _DOUBLE.pack(value) if kind is float else value)
     hit = _scalar_entries.get(memo)
     if hit is None:
-        leaf = fast_codec.serialize(value)
-        hit = _entry_head(key_item, len(leaf)) + leaf
+        hit = _leaf_entry(key_item, value)
         if len(_scalar_entries) < 16384:
             _scalar_entries[memo] = hit
     return hit
@@ -109,8 +120,7 @@ def _flat_entry(key_item: bytes | None, value: Any) -> bytes | None:
     memo = tuple(items)
     hit = _flat_entries.get(memo)
     if hit is None:
-        data = _serialize_container(value)
-        hit = _entry_head(key_item, len(data)) + data
+        hit = _container_entry(key_item, value)
         if len(_flat_entries) < 16384:
             _flat_entries[memo] = hit
     return hit
@@ -181,8 +191,7 @@ def _serialize_container(value: list[Any] | tuple[Any, ...] | dict[Any, Any]) ->
                 continue
             entry = _scalar_entry(key_item, child) if type(child) in _SCALAR_TYPES else None
             if entry is None:
-                leaf = fast_codec.serialize(child)
-                entry = _entry_head(key_item, len(leaf)) + leaf
+                entry = _leaf_entry(key_item, child)
             frame.parts.append(entry)
             frame.size += len(entry)
         else:
@@ -207,18 +216,10 @@ _PLAN_WIDTH = 64  # as are containers with more children than this
 _PLANS_MAX = 8
 
 
-def _leaf_entry(key_item: bytes | None, value: Any) -> bytes:
-    leaf = fast_codec.serialize(value)
-    return _entry_head(key_item, len(leaf)) + leaf
-
-
 def _child_entry(key_item: bytes | None, value: Any) -> bytes:
     """A container's entry, as the generic path writes it."""
     entry = _flat_entry(key_item, value)
-    if entry is None:
-        data = _serialize_container(value)
-        entry = _entry_head(key_item, len(data)) + data
-    return entry
+    return entry if entry is not None else _container_entry(key_item, value)
 
 
 # Array dtypes (numpy's dtype.str without the byte order) whose elements the codec writes as one big-endian
