@@ -71,6 +71,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     _IMPORT_ERROR: ImportError | None = exc
 else:
     _IMPORT_ERROR = None
+    from pipelines.exporters import tfds_columns  # noqa: E402 - TFDS is imported (quietly) above
 
 DATASET_NAME = "stepmark"
 SPLIT = "train"
@@ -418,51 +419,15 @@ class EpisodeSerializer:
         self._episode_features = tfds.features.FeaturesDict({k: f for k, f in self.features.items() if k != "steps"})
 
     def serialize(self, episode: ExportEpisode) -> bytes:
-        return self._serializer.get_tf_example(self.encode(episode)).SerializeToString(deterministic=True)
+        return tfds_columns.tf_example(self._serializer, self.encode(episode)).SerializeToString(deterministic=True)
 
     def encode(self, episode: ExportEpisode) -> dict[str, Any]:
         """`features.encode_example` of the episode, with the steps encoded column by column (`encode_steps`)."""
         example = episode_example(episode, self.features)
         steps = example.pop("steps")
         encoded = self._episode_features.encode_example(example)
-        encoded["steps"] = encode_steps(self.features["steps"], steps)
+        encoded["steps"] = tfds_columns.encode_steps(self.features["steps"], steps)
         return encoded
-
-
-def _scalar_column(feature: Any) -> bool:
-    """A scalar numeric/bool `Tensor` stored as itself: TFDS encodes each step's value as `np.array(v, dtype)`,
-    so one `np.asarray` of the steps' values is the same column."""
-    return (
-        type(feature) is tfds.features.Tensor
-        and feature.shape == ()
-        and not feature._encoded_to_bytes  # noqa: SLF001
-        and feature.np_dtype == feature._serialized_dtype  # noqa: SLF001
-        and feature.np_dtype.kind in "biuf"
-    )
-
-
-def _columns(feature: Any, values: list[Any]) -> Any:
-    """What TFDS's `Dataset.encode_example` gives for one step field over all steps (a list of each step's
-    encoded value, nested like the feature), but scalar numeric and boolean fields as one numpy column:
-    TFDS encodes every field of every step with several Python calls (~30 us a Procgen step). Anything TFDS
-    would check differently (a numpy array of another dtype, missing or extra keys) takes TFDS's own path."""
-    if isinstance(feature, tfds.features.FeaturesDict) and type(feature) is tfds.features.FeaturesDict:
-        keys = set(feature.keys())
-        if all(isinstance(v, dict) and v.keys() == keys for v in values):
-            return {k: _columns(feature[k], [v[k] for v in values]) for k in feature.keys()}
-    elif _scalar_column(feature):
-        dtype = feature.np_dtype
-        if not any(isinstance(v, np.ndarray | str) and (isinstance(v, str) or v.dtype != dtype) for v in values):
-            return np.asarray(values, dtype=dtype)
-    return [feature.encode_example(v) for v in values]
-
-
-def encode_steps(dataset_feature: Any, steps: list[dict[str, Any]]) -> Any:
-    """`dataset_feature.encode_example(steps)` (a `tfds.features.Dataset` of the step features), column by
-    column: the same serialized example (tests compare the bytes), ~3x cheaper."""
-    if not steps:
-        return dataset_feature.encode_example(steps)
-    return _columns(dataset_feature.feature, steps)
 
 
 def work_file(work_dir: str, index: int) -> str:

@@ -245,3 +245,36 @@ def test_steps_encoded_by_column_serialize_like_tfds_itself(export_data: ExportD
         theirs = serializer.features.encode_example(tfds_writer.episode_example(exported, serializer.features))
         expected = serializer._serializer.get_tf_example(theirs).SerializeToString(deterministic=True)
         assert serializer.serialize(exported) == expected, (episode.id, options)
+
+
+def test_tf_example_takes_whole_columns_without_tfds_item_walk(export_data: ExportData, monkeypatch) -> None:
+    """`tfds_columns.tf_example` gives TFDS's own message for Procgen, NetHack and UI episodes without TFDS's
+    per-item walk of the step fields (made to fail here): the fast path really covers them, it does not
+    just fall back to TFDS. Byte equality with TFDS's path is `test_steps_encoded_by_column_...` above."""
+    from tensorflow_datasets.core import example_serializer
+
+    from pipelines.exporters import tfds_columns, tfds_writer
+    from pipelines.exporters.transform import TransformOptions, transform_episode
+
+    cases = [
+        (export_data.procgen[0], TransformOptions(step_tag_labels=("goal",))),
+        (export_data.nethack[0], TransformOptions()),
+        (export_data.ui[0], TransformOptions(ui_objects_padded=8)),
+    ]
+    prepared = []
+    for episode, options in cases:
+        with open_episode(episode, export_data.data_dir) as reader:
+            steps, meta = list(reader), reader.metadata
+        exported = transform_episode(0, episode, steps, options, meta)
+        serializer = tfds_writer.EpisodeSerializer(tfds_writer.features_to_json(tfds_writer.build_features(exported, options)))
+        encoded = serializer.encode(exported)
+        expected = serializer._serializer.get_tf_example(encoded).SerializeToString(deterministic=True)
+        prepared.append((serializer, encoded, expected, episode.id))
+
+    def walk(*_args, **_kwargs):
+        raise AssertionError("TFDS's per-item walk was used")
+
+    monkeypatch.setattr(example_serializer, "_fill_ragged_attribute", walk)
+    for serializer, encoded, expected, episode_id in prepared:
+        got = tfds_columns.tf_example(serializer._serializer, encoded).SerializeToString(deterministic=True)
+        assert got == expected, episode_id
