@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import errno
 import json
 import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,15 +30,19 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from google.protobuf import json_format
 
 from pipelines.beam_options import check_runner, pipeline_options
-from pipelines.episodes import open_episode
-from pipelines.episodes.ui import UiEpisodeReader
 from pipelines.errors import StepmarkError
 from pipelines.exporters import archive, envlogger_writer, spaces
+from pipelines.exporters.episode_fn import (
+    NAMESPACE,
+    DatasetJob,
+    ExportDatasets,
+    ExportEpisodeFn,
+    open_for_export,
+)
 from pipelines.exporters.request import DatasetSummary, DeadLetter, ExportRequest, ExportSummary
 from pipelines.exporters.selection import (
     SelectionQuery,
@@ -49,7 +52,7 @@ from pipelines.exporters.selection import (
     parse_ref,
     select_episodes,
 )
-from pipelines.exporters.splits import SplitSpec, parse_splits
+from pipelines.exporters.splits import parse_splits
 from pipelines.exporters.staging import (
     OWNER_FILE,
     check_out,
@@ -62,9 +65,6 @@ from pipelines.exporters.transform import (
     KIND_UI,
     UI_ENVIRONMENT_ID,
     ExportEpisode,
-    InconsistentEpisode,
-    MissingStatistic,
-    NoTransition,
     TransformOptions,
     episode_name,
     step_tag_labels,
@@ -72,196 +72,12 @@ from pipelines.exporters.transform import (
 )
 from pipelines.exporters.ui_objects import parse_ui_objects
 from pipelines.store import open_store
-from protos.rlds_creator import study_pb2
 
 FORMATS = ("envlogger", "tfds", "parquet", "minari")
 SUMMARY_FILE = "stepmark_export.json"
 DEAD_LETTERS_FILE = "dead_letters.jsonl"
 WORK_DIR = "_work"
-NAMESPACE = "stepmark.export"
 Progress = Callable[[float], None]
-
-
-# --- per-episode work (runs on the workers) ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DatasetJob:
-    """What every worker needs to export the episodes of one dataset (picklable, small)."""
-
-    name: str
-    format: str
-    data_dir: str
-    staging_dir: str  # this dataset's folder inside the export's temporary folder
-    progress_dir: str
-    options: TransformOptions
-    expected_signature: str
-    splits: SplitSpec | None = None
-    features_json: str = ""  # TFDS only
-    work_dir: str = ""  # TFDS only: per-episode files until the last step names the shards
-    parquet_schema: bytes = b""  # Parquet only: the one Arrow schema of every file
-    minari_layout: str = ""  # Minari only: spaces and frame leaf (exporters/minari_writer.Layout, JSON)
-    minari_id: str = ""  # Minari only: the dataset id (metadata.json)
-    # UI episodes: the grounding annotations applied on top of the converted record (exporters/grounding.py):
-    # the mode, whose annotations `mine` means, and the annotations of this dataset's episodes by store id.
-    annotations: str = "none"
-    annotations_user: str = ""
-    grounding: dict[str, tuple] = field(default_factory=dict)
-
-
-# A full, over-quota or read-only destination: the export's problem, not one episode's.
-_DESTINATION_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
-
-
-def _destination_error(exc: BaseException) -> OSError | None:
-    """The OSError in `exc`'s chain that says the destination cannot take more data, if any."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in _DESTINATION_ERRNOS:
-            return current
-        current = current.__cause__ or current.__context__
-    return None
-
-
-class ExportEpisodeFn(beam.DoFn):
-    """(dataset, index, serialized Episode) -> (outcome, dataset, payload): a written shard or serialized
-    example, or a dead letter with its reason.
-
-    Outcomes are tagged tuples on the one main output rather than `pvalue.TaggedOutput`s, and every dataset of
-    an export goes through this one step into one sink: Beam 2.77's DaskRunner puts every tagged output of a
-    ParDo into one collection and computes only the last branch of a pipeline (`run_pipeline` optimizes
-    `bags[-1]`), so anything else would silently lose outputs there. Single-branch pipelines run everywhere.
-    """
-
-    RESULT = "result"
-    DEAD_LETTER = "dead_letter"
-    SKIPPED = "skipped"
-
-    def __init__(self, jobs: dict[str, DatasetJob]) -> None:
-        self.jobs = jobs
-        self.episodes = Metrics.counter(NAMESPACE, "episodes")
-        self.steps = Metrics.counter(NAMESPACE, "steps")
-        self.bytes = Metrics.counter(NAMESPACE, "bytes")
-        self.dead = Metrics.counter(NAMESPACE, "dead_letters")
-        self._serializers: dict[str, Any] = {}
-
-    def setup(self) -> None:
-        for name, job in self.jobs.items():
-            if job.format == "tfds":
-                from pipelines.exporters import tfds_writer  # TensorFlow only on the TFDS path
-
-                self._serializers[name] = tfds_writer.EpisodeSerializer(job.features_json)
-            elif job.format == "parquet":
-                from pipelines.exporters import parquet_writer
-
-                self._serializers[name] = parquet_writer.schema_from_bytes(job.parquet_schema)
-            elif job.format == "minari":
-                from pipelines.exporters import minari_writer
-
-                self._serializers[name] = minari_writer.EpisodeWriter(job.minari_layout)
-
-    def _dead(
-        self, dataset: str, episode: study_pb2.Episode, reason: str, exc: BaseException
-    ) -> tuple[str, str, str]:
-        self.dead.inc()
-        Metrics.counter(NAMESPACE, f"dead_letters.{reason}").inc()
-        letter = DeadLetter(
-            episode=episode_name(episode), reason=reason, error=f"{type(exc).__name__}: {exc}"
-        )
-        return self.DEAD_LETTER, dataset, json.dumps(asdict(letter))
-
-    def process(self, element: tuple[str, int, str, bytes]) -> Iterator[tuple[str, str, Any]]:
-        dataset, index, split, blob = element
-        job = self.jobs[dataset]
-        for outcome in self._export(dataset, index, split, blob, job):
-            _record_outcome(job.progress_dir, dataset, index, outcome)
-            yield outcome
-
-    def _export(
-        self, dataset: str, index: int, split: str, blob: bytes, job: DatasetJob
-    ) -> Iterator[tuple[str, str, Any]]:
-        episode = study_pb2.Episode.FromString(blob)
-        try:
-            exported = read_and_transform(index, episode, job, split)
-        except NoTransition as exc:  # not an error: nothing to train on; listed in the summary's `skipped`
-            Metrics.counter(NAMESPACE, "skipped.no_transition").inc()
-            skipped = {"episode": episode_name(episode), "reason": f"no_transition: {exc}"}
-            yield self.SKIPPED, dataset, json.dumps(skipped)
-            return
-        except MissingStatistic as exc:
-            yield self._dead(dataset, episode, "missing_statistic", exc)
-            return
-        except InconsistentEpisode as exc:
-            yield self._dead(dataset, episode, "inconsistent", exc)
-            return
-        except Exception as exc:  # noqa: BLE001 - any unreadable episode becomes a dead letter
-            yield self._dead(dataset, episode, "unreadable", exc)
-            return
-        signature = envlogger_writer.episode_signature(exported)
-        if not envlogger_writer.signature_fits(signature, job.expected_signature):
-            mismatch = StepmarkError(f"{signature} differs from the dataset's {job.expected_signature}")
-            yield self._dead(dataset, episode, "spec_mismatch", mismatch)
-            return
-        try:
-            if job.format == "tfds":
-                from pipelines.exporters import tfds_writer
-
-                size = tfds_writer.write_episode(self._serializers[dataset], exported, job.work_dir)
-            elif job.format == "parquet":
-                from pipelines.exporters import parquet_writer
-
-                size = parquet_writer.write_episode(exported, self._serializers[dataset], job.staging_dir)
-            elif job.format == "minari":
-                from pipelines.exporters import minari_writer
-
-                size = minari_writer.write_episode(self._serializers[dataset], exported, job.work_dir)
-            else:
-                size = envlogger_writer.write_episode_shard(exported, job.staging_dir).num_bytes
-        except Exception as exc:  # noqa: BLE001
-            # Writers' errors (envlogger's, TensorFlow's) often carry no file name: say where it was writing.
-            where = job.work_dir if job.format in ("tfds", "minari") and job.work_dir else job.staging_dir
-            disk = _destination_error(exc)
-            if disk is not None:  # no later episode can be written either: the export fails, naming the place
-                raise OSError(disk.errno, disk.strerror or str(disk), where) from exc
-            yield self._dead(dataset, episode, "write_failed", OSError(f"{exc} (writing into {where})"))
-            return
-        self.episodes.inc()
-        self.steps.inc(exported.num_steps)
-        self.bytes.inc(size)
-        result = {
-            "index": index,
-            "split": split,
-            "episode": episode_name(episode),
-            "steps": exported.num_steps,
-            "bytes": size,
-        }
-        yield self.RESULT, dataset, json.dumps(result)
-
-
-def open_for_export(episode: study_pb2.Episode, job: DatasetJob):
-    """The episode's reader; a UI episode's record with the dataset's grounding annotations applied (always:
-    even `none` marks each target's source), so the sample and every worker read the same thing."""
-    reader = open_episode(episode, job.data_dir)
-    if isinstance(reader, UiEpisodeReader):
-        from pipelines.exporters import grounding
-
-        record = grounding.apply_annotations(
-            reader.record, list(job.grounding.get(episode.id, ())), job.annotations, job.annotations_user or None
-        )
-        reader = UiEpisodeReader(record, source=reader.source)
-    return reader
-
-
-def read_and_transform(index: int, episode: study_pb2.Episode, job: DatasetJob, split: str = "") -> ExportEpisode:
-    reader = open_for_export(episode, job)
-    try:
-        steps = list(reader)
-        metadata = reader.metadata
-    finally:
-        reader.close()
-    return transform_episode(index, episode, steps, job.options, metadata, split=split)
 
 
 def check_annotations(mode: str, user: str) -> None:
@@ -281,32 +97,6 @@ def _grounding_of(repo: Any, groups: Sequence[Any], mode: str) -> dict[str, tupl
     from pipelines.exporters.grounding import load_annotations
 
     return {k: tuple(v) for k, v in load_annotations(repo, ui).items() if v}
-
-
-def _record_outcome(progress_dir: str, dataset: str, index: int, outcome: tuple[str, str, str]) -> None:
-    """One small file per episode and dataset holding its outcome (a result, a dead letter or a skip), through
-    Beam's file systems so it works on any runner with shared storage. The driver counts them for progress
-    while the pipeline runs and reads them when it has finished. A retried bundle rewrites the same file, so
-    the last attempt is the one that counts. (A `WriteToText` sink did this before: its six extra stages cost
-    0.1-0.2 s of every export, more than a small export's episodes take.)"""
-    kind, name, payload = outcome
-    line = json.dumps({"outcome": kind, "dataset": name, **json.loads(payload)})
-    path = FileSystems.join(progress_dir, f"{dataset}-{index}")
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(line.encode("utf-8"))
-
-
-class ExportDatasets(beam.PTransform):
-    """All datasets of one export: (dataset, index, split, Episode bytes) -> one written file per episode and
-    one outcome file per episode (results, dead letters, skips) that the last step reads. Single-branch, so
-    it runs the same on every runner (Dask included), and no step holds more than one episode."""
-
-    def __init__(self, jobs: dict[str, DatasetJob]) -> None:
-        super().__init__()
-        self.jobs = jobs
-
-    def expand(self, episodes):
-        return episodes | "Spread" >> beam.Reshuffle() | "Export" >> beam.ParDo(ExportEpisodeFn(self.jobs))
 
 
 # --- planning and the last step (driver) -------------------------------------------------------------------
