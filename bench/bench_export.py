@@ -9,7 +9,8 @@ frames in the custom data), registered `--copies` times in a small study and 3 x
 one (real files; many episodes without recording them all).
 Figures, in one run:
 - read: `open_episode` + decode every step of every episode of the large study in a plain loop (the floor;
-  the fastest of 3 runs);
+  the fastest of 3 runs at the start, and the fastest of 2 again right before each format's exports, which
+  is the base of that format's ratios: other jobs on the machine come and go over the minutes a run takes);
 - each format (envlogger, tfds, parquet, minari) on FnApiRunner with 1 worker, each export in a child process of
   its own, on the small and on the large study: throughput of the large export (the fastest of `--repeats`), the
   marginal throughput between the two (fixed costs — start-up, planning, the last step — cancel out), bytes
@@ -187,8 +188,7 @@ def main() -> None:
         small, large = make_data(data_dir, args.episodes, args.steps, args.copies)
         print(f"recorded {args.episodes} episode(s), registered x{args.copies} and x{3 * args.copies} "
               f"in {time.perf_counter() - t0:.1f} s")  # fmt: skip
-        seconds, steps, mb, read_cpu = read_all(data_dir, large)
-        read_rate = steps / seconds
+        seconds, steps, mb, _ = read_all(data_dir, large)
         print(
             f"large selection: {args.episodes * 3 * args.copies} episodes, {steps} steps, {mb:.1f} MB of files\n"
         )
@@ -209,8 +209,14 @@ def main() -> None:
         sizes: dict[str, float] = {}
         memory: dict[str, tuple[float, float]] = {}
 
+        reads: dict[str, tuple[float, float]] = {}  # per export: (steps/s, CPU s) of the read timed beside it
+
         def measure(name: str, fmt: str, beam_args: list[str]) -> None:
             i = len(results)
+            # The read is timed again right before each export (the other jobs on the machine come and go over
+            # the minutes a run takes): each ratio compares two things measured within seconds of each other.
+            near, _, _, near_cpu = read_all(data_dir, large, repeats=2)
+            reads[name] = (steps / near, near_cpu)
             # Folder names are Minari dataset ids (NAME-vN), which every format accepts.
             a = timed_export(data_dir, small, work / f"s{i}-v0", fmt, beam_args)
             b = timed_export(data_dir, large, work / f"l{i}-v0", fmt, beam_args)
@@ -218,13 +224,14 @@ def main() -> None:
                 shutil.rmtree(work / f"l{i}-v0", ignore_errors=True)
                 again = timed_export(data_dir, large, work / f"l{i}-v0", fmt, beam_args)
                 b = min(b, again)
-            print(line(f"export {name} (large)", *b[:3], base=read_rate))
+            print(line(f"export {name} (large)", *b[:3], base=reads[name][0]))
             results[name] = marginal(a, b)
             walls[name] = b[1] / b[0]
             cpus[name] = b[4]
             sizes[name], memory[name] = b[2], (a[3], b[3])
             print(f"{'':<36}marginal {results[name][0]:9.0f} steps/s {results[name][1]:7.1f} MB/s"
-                  f"   {b[2]:.2f} MB on disk   peak RSS {a[3]:.0f} MB (small) {b[3]:.0f} MB (large)")  # fmt: skip
+                  f"   {b[2]:.2f} MB on disk   peak RSS {a[3]:.0f} MB (small) {b[3]:.0f} MB (large)"
+                  f"   read beside it {reads[name][0]:.0f} steps/s")  # fmt: skip
             shutil.rmtree(work / f"s{i}-v0", ignore_errors=True)
             shutil.rmtree(work / f"l{i}-v0", ignore_errors=True)
 
@@ -250,8 +257,9 @@ def main() -> None:
             if "2 workers" in name:
                 continue
             small_rss, large_rss = memory[name]
-            print(f"  export {fmt:<9} / read: marginal {results[name][0] / read_rate:5.2f} wall "
-                  f"{walls[name] / read_rate:5.2f} cpu {read_cpu / cpus[name]:5.2f}   bytes / envlogger: "
+            base, base_cpu = reads[name]
+            print(f"  export {fmt:<9} / read: marginal {results[name][0] / base:5.2f} wall "
+                  f"{walls[name] / base:5.2f} cpu {base_cpu / cpus[name]:5.2f}   bytes / envlogger: "
                   f"{sizes[name] / sizes[el]:5.2f}   peak RSS large / small (3x data): {large_rss / small_rss:5.2f}")  # fmt: skip
         two = "envlogger FnApiRunner 2 workers"
         print(f"  FnApiRunner 2 workers / 1 worker:  marginal {results[two][0] / results[el][0]:.2f} "
