@@ -109,6 +109,23 @@ def highway_hash() -> Callable[[bytes], int]:
     return loaded
 
 
+_compressors = threading.local()
+
+
+def _compressor(level: int) -> Callable[[bytes], bytes]:
+    """zstd at `level`, one compressor per thread and level (a `ZstdCompressor` may not be shared between
+    threads; making one costs ~9 us, and every shard opens four writers)."""
+    cache: dict[int, Callable[[bytes], bytes]] | None = getattr(_compressors, "by_level", None)
+    if cache is None:
+        cache = _compressors.by_level = {}
+    compress = cache.get(level)
+    if compress is None:
+        import zstandard
+
+        compress = cache[level] = zstandard.ZstdCompressor(level=level).compress
+    return compress
+
+
 def remaining_in_block(pos: int) -> int:
     return -pos % BLOCK_SIZE
 
@@ -169,9 +186,7 @@ class RecordsWriter:
         self._chunk_size = chunk_size
         self._compress: Callable[[bytes], bytes] | None = None
         if compression_level is not None:
-            import zstandard
-
-            self._compress = zstandard.ZstdCompressor(level=compression_level).compress
+            self._compress = _compressor(compression_level)
         self._pos = 0
         self._records: list[bytes] = []
         self._open_size = 0

@@ -13,13 +13,16 @@ what envlogger's reader looks for to take a folder for a shard, last), so a shar
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.localfilesystem import LocalFileSystem
 from envlogger.proto import storage_pb2
 
 from pipelines.episodes import fast_codec
@@ -60,13 +63,14 @@ def write_shard(folder: str, steps: Iterable[bytes], episode_metadata: bytes | N
 
     `steps` are the records' serialized `Data`, consumed as they come; `episode_metadata` likewise."""
     token = uuid.uuid4().hex[:12]
-    temporary = {name: FileSystems.join(folder, f".{name}.{token}.tmp") for name in SHARD_FILES}
+    files = _LocalFiles(folder) if isinstance(FileSystems.get_filesystem(folder), LocalFileSystem) else _BeamFiles
+    temporary = {name: files.join(folder, f".{name}.{token}.tmp") for name in SHARD_FILES}
     written: list[str] = []
 
-    def create(name: str):  # noqa: ANN202 - a Beam file object
+    def create(name: str) -> BinaryIO:
         path = temporary[name]
         written.append(path)
-        return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        return files.create(path)
 
     size = 0
     try:
@@ -91,15 +95,56 @@ def write_shard(folder: str, steps: Iterable[bytes], episode_metadata: bytes | N
                 writer = RecordsWriter(f, options.compression_level, options.chunk_size)
                 writer.write(record)
                 size += writer.close()
-        FileSystems.rename(
-            [temporary[name] for name in _RENAME_ORDER], [FileSystems.join(folder, name) for name in _RENAME_ORDER]
-        )
+        files.rename([temporary[name] for name in _RENAME_ORDER], [files.join(folder, name) for name in _RENAME_ORDER])
     except BaseException:
         try:
-            leftovers = [path for path in written if FileSystems.exists(path)]
-            if leftovers:
-                FileSystems.delete(leftovers)
+            files.delete([path for path in written if files.exists(path)])
         except Exception:  # noqa: BLE001 - the first error is the one to report; leftovers go with the staging
             pass
         raise
     return size
+
+
+class _BeamFiles:
+    """A shard's file operations on any Beam filesystem."""
+
+    join = staticmethod(FileSystems.join)
+    exists = staticmethod(FileSystems.exists)
+
+    @staticmethod
+    def create(path: str) -> BinaryIO:
+        return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+    @staticmethod
+    def rename(sources: list[str], destinations: list[str]) -> None:
+        FileSystems.rename(sources, destinations)
+
+    @staticmethod
+    def delete(paths: list[str]) -> None:
+        if paths:
+            FileSystems.delete(paths)
+
+
+class _LocalFiles:
+    """The same on a local folder with plain `os` calls: the folder made once, not before each file, and no
+    filesystem lookup per call (Beam's way cost ~0.5 ms a shard, more than a 10-step UI episode's records)."""
+
+    join = staticmethod(os.path.join)
+    exists = staticmethod(os.path.exists)
+
+    def __init__(self, folder: str) -> None:
+        os.makedirs(folder, exist_ok=True)
+
+    @staticmethod
+    def create(path: str) -> BinaryIO:
+        return open(path, "wb")  # noqa: SIM115 - closed by the caller's `with`
+
+    @staticmethod
+    def rename(sources: list[str], destinations: list[str]) -> None:
+        for source, destination in zip(sources, destinations, strict=True):
+            os.replace(source, destination)
+
+    @staticmethod
+    def delete(paths: list[str]) -> None:
+        for path in paths:
+            os.remove(path)

@@ -445,10 +445,15 @@ def _padded_index(index: int, padded: int) -> int:
 # --- the transform -----------------------------------------------------------------------------------
 
 
+_JSON_TYPES = (str, int, float, bool, list, dict, type(None))
+_EXACT_JSON_TYPES = frozenset(_JSON_TYPES)
+
+
 def _plain_info(info: dict[str, Any] | None) -> dict[str, Any]:
-    """A copy to edit; readers already hand over JSON values (decoded from the stored JSON text)."""
+    """A copy to edit; readers already hand over JSON values (decoded from the stored JSON text). The exact
+    type is checked first: one set lookup per value on every step instead of an isinstance over seven types."""
     out = dict(info or {})
-    if any(not isinstance(v, str | int | float | bool | list | dict | type(None)) for v in out.values()):
+    if any(type(v) not in _EXACT_JSON_TYPES and not isinstance(v, _JSON_TYPES) for v in out.values()):
         out = to_jsonable(out)
     return out
 
