@@ -186,36 +186,28 @@ class Grounding {
   }
 
   post(step, body) {
-    this.p.queue = this.p.queue.then(async () => {
-      try {
-        const response = await fetch(`${this.base}/steps/${step}`, {
-          method: "POST", headers: this.p.headers, body: JSON.stringify(body), credentials: "same-origin",
-        });
-        const reply = await response.json().catch(() => ({}));
-        if (!response.ok) throw new Error(reply.error || `${response.status} ${response.statusText}`);
+    this.p.enqueue(
+      `${this.base}/steps/${step}`,
+      body,
+      (reply) => {
         this.byStep.set(step, reply);
         if (this.p.cur === step) this.render(step);
         this.p.say(reply.message || "Saved");
-      } catch (err) {
-        this.p.say(`Not saved: ${err.message}`, true);
-      }
-    });
+      },
+      (err) => this.p.say(`Not saved: ${err.message}`, true),
+    );
   }
 
   remove(step, id) {
-    this.p.queue = this.p.queue.then(async () => {
-      try {
-        const response = await fetch(`${this.base}/steps/${step}/annotations/${id}/remove`, {
-          method: "POST", headers: this.p.headers, body: "{}", credentials: "same-origin",
-        });
-        const reply = await response.json().catch(() => ({}));
-        if (!response.ok) throw new Error(reply.error || `${response.status} ${response.statusText}`);
+    this.p.enqueue(
+      `${this.base}/steps/${step}/annotations/${id}/remove`,
+      {},
+      (reply) => {
         this.byStep.set(step, reply);
         if (this.p.cur === step) this.render(step);
         this.p.say(reply.message || "Removed", reply.ok === false);
-      } catch (err) {
-        this.p.say(`Not removed: ${err.message}`, true);
-      }
-    });
+      },
+      (err) => this.p.say(`Not removed: ${err.message}`, true),
+    );
   }
 }

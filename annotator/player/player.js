@@ -49,6 +49,9 @@ class Player {
     this.selected = null; // UI object selected (click / row)
     this.hovered = null;
     this.queue = Promise.resolve(); // changes are sent one after another, in the order made
+    this.outbox = []; // changes made and not sent yet: sent at once if the page goes away (`flush`)
+    this.flushOnHide = () => this.flush();
+    window.addEventListener("pagehide", this.flushOnHide);
     this.pending = 0;
     this.timers = [];
     this.listeners = [];
@@ -103,6 +106,12 @@ class Player {
     for (const t of this.timers) clearInterval(t);
     for (const [target, type, fn, opts] of this.listeners) target.removeEventListener(type, fn, opts);
     this.listeners = [];
+    this.releaseOutbox();
+  }
+
+  releaseOutbox() {
+    // A disposed player keeps its page-hide flush until every change it was given has been sent.
+    if (this.disposed && !this.outbox.length) window.removeEventListener("pagehide", this.flushOnHide);
   }
 
   on(target, type, fn, opts) {
@@ -867,29 +876,61 @@ class Player {
   }
 
   send(path, body) {
-    this.pending++;
-    this.queue = this.queue
-      .then(async () => {
-        const response = await fetch(path === "tags" ? this.tagsBase : `${this.base}/${path}`, {
-          method: "POST",
-          headers: this.headers,
-          body: JSON.stringify(body),
-          credentials: "same-origin",
-        });
-        const reply = await response.json().catch(() => ({}));
-        if (!response.ok) throw new Error(reply.error || `${response.status} ${response.statusText}`);
+    const url = path === "tags" ? this.tagsBase : `${this.base}/${path}`;
+    this.enqueue(
+      url,
+      body,
+      (reply) => {
         this.applyTags(reply);
         this.say(reply.message || "");
         if (path !== "tags" && this.grounding) this.grounding.load(this.cur, true);
         if (path !== "tags") this.setTriggerValue("changed", reply.version || "");
-      })
-      .catch((err) => {
+      },
+      (err) => {
         this.say(`Not saved: ${err.message}`, true);
         return this.refresh();
+      },
+    );
+  }
+
+  // Every change (tags, undo/redo, grounding annotations) goes through here: sent one after another in the
+  // order made, each with `keepalive`, so a request under way still reaches the server when the tab reloads or
+  // closes; the changes still waiting their turn are sent at once on `pagehide` (`flush`). Nothing a person
+  // made is lost because the tab went away while an earlier change was on its way.
+  enqueue(url, body, onReply, onError) {
+    const item = { url, body: JSON.stringify(body) };
+    this.outbox.push(item);
+    this.pending++;
+    this.queue = this.queue
+      .then(async () => {
+        const at = this.outbox.indexOf(item);
+        if (at < 0) return; // sent by flush() as the page went away
+        this.outbox.splice(at, 1);
+        const response = await this.postChange(item);
+        const reply = await response.json().catch(() => ({}));
+        if (!response.ok) throw new Error(reply.error || `${response.status} ${response.statusText}`);
+        onReply(reply);
       })
+      .catch((err) => onError(err))
       .finally(() => {
         this.pending--;
+        this.releaseOutbox();
       });
+  }
+
+  postChange(item) {
+    return fetch(item.url, {
+      method: "POST",
+      headers: this.headers,
+      body: item.body,
+      credentials: "same-origin",
+      keepalive: true,
+    });
+  }
+
+  flush() {
+    // The page is going away: the waiting changes go now, in the order made, kept alive past the unload.
+    for (const item of this.outbox.splice(0)) this.postChange(item).catch(() => {});
   }
 
   async refresh() {

@@ -378,6 +378,41 @@ def test_tags_are_shown_verbatim(server, browser):
     page.close()
 
 
+def test_changes_waiting_behind_a_slow_one_are_sent_when_the_page_reloads(server, browser):
+    """Changes go to the server one after another. The reply to a step tag is held back (the server has
+    stored it; the answer is slow), so the episode tag made next waits its turn; then the page is reloaded.
+    The waiting episode tag must still reach the store (sent on `pagehide`, kept alive past the unload):
+    the old player lost it, as a loaded machine showed."""
+    url, data_dir, _ = server
+    repo, episodes = env_episodes(data_dir)
+    episode = episodes[0]
+    page = open_replay(browser, url, episode, step=9)
+    held: list = []
+
+    def hold_first_tag_reply(route, request):
+        if request.method == "POST" and not held:
+            held.append((route, route.fetch()))  # stored by the server; the page waits for the answer
+        else:
+            route.continue_()
+
+    page.route(re.compile(r".*/api/replay/.*/tags$"), hold_first_tag_reply)
+    page.locator(".sm-step-input").fill("slow answer")
+    page.get_by_role("button", name="Tag step").click()
+    wait_store(lambda: "slow answer" in stored_step_tags(repo, episode).get(9, []))
+    page.locator(".sm-ep-input").fill("made while waiting")
+    page.get_by_role("button", name="Tag episode").click()
+    page.wait_for_timeout(300)  # the episode tag is queued behind the held reply, not sent
+    assert "made while waiting" not in [t.label for t in repo.get_episode(ref_of(episode)).tags]
+    page.reload()
+    wait_store(lambda: "made while waiting" in [t.label for t in repo.get_episode(ref_of(episode)).tags])
+    route, response = held[0]
+    try:
+        route.fulfill(response=response)
+    except Exception:  # noqa: BLE001 - the page that asked is gone
+        pass
+    page.close()
+
+
 def test_a_tag_added_in_one_browser_appears_in_another_without_any_action(server, browser):
     url, data_dir, _ = server
     repo, episodes = env_episodes(data_dir)
