@@ -50,6 +50,10 @@ _Object = episode_pb2.Object
 _ID_HASH = hashlib.blake2b(digest_size=8)
 _Observation = episode_pb2.Observation
 _OBJECTS_TAG = b"\x0a"  # Observation.objects: field 1, length-delimited
+# Object.bbox (field 19) and Object.dom_position (field 31), present and empty. A template carries both, so
+# that `build_columns` fills in sub-messages that already exist: setting a field of an absent sub-message makes
+# upb create it first, which costs more than parsing these six bytes.
+_EMPTY_BOX_AND_DOM = b"\x9a\x01\x00\xfa\x01\x00"
 
 
 class RawNode(NamedTuple):
@@ -195,7 +199,7 @@ def _template(key: _TemplateKey) -> Template:
     slider = (object_type == _SEEKBAR or _SEEKBAR in multi) and flags[_FOCUSABLE]
     acts = flags[_CLICKABLE] or flags[_LONG] or flags[_CHECKABLE] or flags[_SCROLLABLE] or slider
     type_editable = object_type in EDITABLE_TYPES or any(t in EDITABLE_TYPES for t in multi)
-    serialized = proto.SerializeToString()
+    serialized = proto.SerializeToString() + _EMPTY_BOX_AND_DOM
     entry = Template(
         _OBJECTS_TAG + _varint(len(serialized)) + serialized,
         usable and (acts or type_editable),  # the source has no editable flag: decided by the type
@@ -333,6 +337,7 @@ def build_columns(
             o.name = name
         grid = UNKNOWN_LOCATION
         if box is None:
+            o.ClearField("bbox")  # (the template's empty one)
             missing += 1
         else:
             left, top, right, bottom = box
