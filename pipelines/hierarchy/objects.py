@@ -18,6 +18,7 @@ from typing import NamedTuple
 from pipelines.protowire import varint as _varint
 from protos.llm4mobile import episode_pb2
 
+from . import positions
 from .bounds import Box
 from .classes import EDITABLE_TYPES, classify
 from .errors import HierarchyError
@@ -50,10 +51,10 @@ _Object = episode_pb2.Object
 _ID_HASH = hashlib.blake2b(digest_size=8)
 _Observation = episode_pb2.Observation
 _OBJECTS_TAG = b"\x0a"  # Observation.objects: field 1, length-delimited
-# Object.bbox (field 19) and Object.dom_position (field 31), present and empty. A template carries both, so
-# that `build_columns` fills in sub-messages that already exist: setting a field of an absent sub-message makes
-# upb create it first, which costs more than parsing these six bytes.
-_EMPTY_BOX_AND_DOM = b"\x9a\x01\x00\xfa\x01\x00"
+# Object.bbox (field 19), present and empty. A template carries it, so that `build_columns` fills in a
+# sub-message that already exists: setting a field of an absent sub-message makes upb create it first, which
+# costs more than parsing these three bytes.
+_EMPTY_BOX = b"\x9a\x01\x00"
 
 
 class RawNode(NamedTuple):
@@ -199,9 +200,10 @@ def _template(key: _TemplateKey) -> Template:
     slider = (object_type == _SEEKBAR or _SEEKBAR in multi) and flags[_FOCUSABLE]
     acts = flags[_CLICKABLE] or flags[_LONG] or flags[_CHECKABLE] or flags[_SCROLLABLE] or slider
     type_editable = object_type in EDITABLE_TYPES or any(t in EDITABLE_TYPES for t in multi)
-    serialized = proto.SerializeToString() + _EMPTY_BOX_AND_DOM
+    serialized = proto.SerializeToString() + _EMPTY_BOX
     entry = Template(
-        _OBJECTS_TAG + _varint(len(serialized)) + serialized,
+        # Framed with room for the node's position fields, which `build_columns` appends.
+        _OBJECTS_TAG + _varint(len(serialized) + positions.SUFFIX_LENGTH) + serialized,
         usable and (acts or type_editable),  # the source has no editable flag: decided by the type
         usable,  # the source says editable
         usable and acts,  # the source says not editable
@@ -297,29 +299,30 @@ def build_columns(
         if None in cached:
             template_keys = zip(classes, packages, columns.ancestors, flags, strict=True)
             cached = [entry or _template(key) for entry, key in zip(cached, template_keys, strict=True)]
-    protos = list(_Observation.FromString(b"".join(map(itemgetter(0), cached))).objects)
+    # post-order id = pre-order id - depth + subtree size - 1
+    post_orders = list(map(sub, map(add, range(-1, n - 1), size), depths))
+    serialized = positions.suffixes(map(itemgetter(0), cached), parents, depths, post_orders)
+    protos = list(_Observation.FromString(serialized).objects)
 
     ids: list[str] = [""] * (n + 1)  # ids[-1]: the "" parent id of window roots
     new_hash = _ID_HASH.copy  # copying a prepared BLAKE2b-64 state is cheaper than constructing one
     missing = invalid = off_screen = outside = 0
     w2, h2 = 2 * width, 2 * height
     i = -1
-    # post-order id = pre-order id - depth + subtree size - 1
-    post_orders = list(map(sub, map(add, range(-1, n - 1), size), depths))
     rows = zip(
-        protos, parents, key_tails, depths, post_orders, size, boxes, texts, descs, resource_ids, hints,
-        cached, columns.editable, strict=False,  # size has an extra last slot
+        protos, parents, key_tails, size, boxes, texts, descs, resource_ids, hints, cached, columns.editable,
+        strict=False,  # size has an extra last slot
     )  # fmt: skip
-    for o, p, key_tail, depth, post_order, subtree, box, text, desc, rid, hint, entry, editable in rows:
+    for o, p, key_tail, subtree, box, text, desc, rid, hint, entry, editable in rows:
         i += 1
         parent_id = ids[p]
         hasher = new_hash()
         hasher.update((parent_id + key_tail).encode())
         ids[i] = o.id = hasher.hexdigest()
-        o.index = i
-        o.parent_index = p
         if parent_id:
             o.parent_id = parent_id
+        elif p < 0:  # a window root: its parent_index was parsed as 0 (see `positions`)
+            o.parent_index = p
         if text:
             o.text = text
         if desc:
@@ -363,10 +366,6 @@ def build_columns(
                         o.grid_location = grid
                         if left < 0 or top < 0 or right > width or bottom > height:
                             outside += 1
-        d = o.dom_position
-        d.depth = depth
-        d.pre_order_id = i
-        d.post_order_id = post_order
         if subtree == 1:
             o.is_leaf = True
         if grid:

@@ -141,3 +141,27 @@ def test_a_flag_the_first_node_lacks_still_counts(path: Path) -> None:
     for i, (a, b) in enumerate(zip(plain, edited, strict=True)):
         if i not in (hidden, pressable):
             assert a == b
+
+
+def test_positions_of_a_screen_larger_than_the_kept_code_tables() -> None:
+    """Index, parent_index and dom_position are parsed from padded varints (`hierarchy.positions`), whose
+    tables are kept up to 16384 numbers: a screen of ~20,000 views (a real dump's windows repeated) gets the
+    same positions as the dump, shifted by each copy's offset."""
+    path = FIXTURES / "uiautomator" / "UltraNavbar_uidump.xml"
+    one = parse(path.read_bytes(), fmt="uiautomator").objects
+    root = etree.fromstring(path.read_bytes())
+    windows = [etree.tostring(w) for w in root]
+    copies = 20_000 // len(one) + 1
+    big = b"<hierarchy rotation=\"0\">" + b"".join(windows) * copies + b"</hierarchy>"
+    objects = parse(big, fmt="uiautomator").objects
+    assert len(objects) == copies * len(one) > 20_000
+    for k, o in enumerate(objects):
+        ref = one[k % len(one)]
+        offset = k - k % len(one)
+        assert o.index == o.dom_position.pre_order_id == k
+        assert o.parent_index == (-1 if ref.parent_index == -1 else ref.parent_index + offset)
+        assert o.dom_position.depth == ref.dom_position.depth
+        assert o.dom_position.post_order_id == ref.dom_position.post_order_id + offset
+        assert (o.bbox, o.grid_location, o.is_leaf, o.android_class) == (
+            ref.bbox, ref.grid_location, ref.is_leaf, ref.android_class
+        )
