@@ -165,3 +165,30 @@ def test_positions_of_a_screen_larger_than_the_kept_code_tables() -> None:
         assert (o.bbox, o.grid_location, o.is_leaf, o.android_class) == (
             ref.bbox, ref.grid_location, ref.is_leaf, ref.android_class
         )
+
+
+@pytest.mark.parametrize(
+    ("bounds", "expected"),
+    [
+        ("[-5,10][300,-20]", (-5, 10, 300, -20)),  # negative edges
+        ("[0,0][20000,40000]", (0, 0, 20000, 40000)),  # beyond the kept edge codes
+        ("[0,0][3000000000,1]", None),  # beyond int32: no usable box
+    ],
+)
+def test_boxes_outside_the_edge_codes_are_set_exactly(bounds: str, expected: tuple | None) -> None:
+    """Boxes are parsed from padded varint codes when every edge of the screen is in 0..16383; one box outside
+    that range sends the whole screen through field assignment, with the same objects otherwise."""
+    path = FIXTURES / "uiautomator" / "keydroidx_ui_menu.xml"
+    plain = parse(path.read_bytes(), fmt="uiautomator").objects
+    middle = len(plain) // 2
+    edited = parse(_rewrite(path, lambda i, e: e.set("bounds", bounds) if i == middle else None), fmt="uiautomator")
+    got = edited.objects[middle]
+    if expected is None:
+        assert not got.HasField("bbox")
+    else:
+        assert (got.bbox.left, got.bbox.top, got.bbox.right, got.bbox.bottom) == expected
+    for i, (o, want) in enumerate(zip(edited.objects, plain, strict=True)):
+        if i != middle and want.parent_index != middle:  # (a child's id hashes its parent's)
+            assert (o.bbox, o.grid_location, o.is_actionable, o.dom_position) == (
+                want.bbox, want.grid_location, want.is_actionable, want.dom_position
+            ), f"object {i} changed"
