@@ -36,7 +36,9 @@ _PARENT_INDEX_TAG = _tag(_OBJECT["parent_index"])
 _INDEX_TAG = _tag(_OBJECT["index"])
 # dom_position holds three tagged padded varints, bbox four.
 _DOM_HEAD = _tag(_OBJECT["dom_position"], 2) + varint(3 * (1 + _WIDTH))
-_DEPTH_TAG, _PRE_ORDER_TAG, _POST_ORDER_TAG = (_tag(_DOM[n]) for n in ("depth", "pre_order_id", "post_order_id"))
+_DEPTH_TAG = _tag(_DOM["depth"])
+_PRE_ORDER_TAG = _tag(_DOM["pre_order_id"])
+_POST_ORDER_TAG = _tag(_DOM["post_order_id"])
 _BOX_HEAD = _tag(_OBJECT["bbox"], 2) + varint(4 * (1 + _WIDTH))
 _EDGE_TAGS = tuple(_tag(_BOX[name]) for name in ("left", "top", "right", "bottom"))  # `Box` order
 
@@ -54,65 +56,75 @@ def _padded(n: int) -> bytes:
     return bytes(out)
 
 
-class _Codes:
-    """Each of `tags` followed by the padded varint of k, for k = 0, 1, 2, ...; the last entry is `last` when
-    given (so that a -1 index reads it)."""
+def _code(tags: tuple[bytes, ...], k: int) -> bytes:
+    """Each of `tags` followed by the padded varint of `k`."""
+    value = _padded(k)
+    return b"".join(tag + value for tag in tags)
 
-    def __init__(self, *tags: bytes, last: bytes | None = None) -> None:
-        self.tags, self.last = tags, last
-        self.table: list[bytes] = [] if last is None else [last]
 
-    def code(self, k: int) -> bytes:
-        value = _padded(k)
-        return b"".join(tag + value for tag in self.tags)
+class _Tables:
+    """For each of some tag tuples, the codes of 0, 1, 2, ... (`_code`), in lists that grow together; each
+    list ends with its `lasts` entry when one is given (what a -1 index reads)."""
 
-    def upto(self, n: int) -> list[bytes]:
-        """A table holding at least the codes of 0..n-1 (and `last` at its end). A longer table is a new list
-        (threads may be reading the old one)."""
-        table = self.table
-        extra = () if self.last is None else (self.last,)
-        have = len(table) - len(extra)
-        if have >= n:
-            return table
-        table = [*table[:have], *map(self.code, range(have, n)), *extra]
+    def __init__(self, *tag_sets: tuple[bytes, ...], lasts: tuple[bytes | None, ...] = ()) -> None:
+        self.tag_sets = tag_sets
+        self.lasts = lasts or (None,) * len(tag_sets)
+        # (size, lists): one attribute, so that a thread never sees a size with the lists of another.
+        self.state: tuple[int, tuple[list[bytes], ...]] = (0, tuple([] for _ in tag_sets))
+
+    def grown(self, n: int) -> tuple[list[bytes], ...]:
+        """Lists holding at least the codes of 0..n-1: new ones (threads may be reading the old ones), kept
+        when n <= _KEEP."""
+        size, lists = self.state
+        grown = tuple(
+            [*old[:size], *(_code(tags, k) for k in range(size, n)), *(() if last is None else (last,))]
+            for old, tags, last in zip(lists, self.tag_sets, self.lasts, strict=True)
+        )
         if n <= _KEEP:
-            self.table = table
-        return table
+            self.state = (n, grown)
+        return grown
 
 
-# Parent indices: a window root's -1 does not fit the fixed width, so roots read a 0 (the table's last
-# entry) and `build_columns` sets their parent_index itself (assigning a field replaces the parsed value).
-_PARENTS = _Codes(_PARENT_INDEX_TAG, last=_PARENT_INDEX_TAG + _padded(0))
-_DEPTHS = _Codes(_DOM_HEAD + _DEPTH_TAG)  # the dom_position header, then depth
-_POST_ORDERS = _Codes(_POST_ORDER_TAG)
-# pre_order_id k (the last field of dom_position), then Object.index k: the same number.
-_INDICES = _Codes(_PRE_ORDER_TAG, _INDEX_TAG)
-# Box edges: the bbox header comes with the left edge. Boxes go through these codes only when every edge of
-# the screen is in 0.._KEEP-1 (the usual case); otherwise every node gets the all-zero box and `build_columns`
-# sets (or clears) each box itself.
-_LEFTS = _Codes(_BOX_HEAD + _EDGE_TAGS[0])
-_TOPS, _RIGHTS, _BOTTOMS = (_Codes(tag) for tag in _EDGE_TAGS[1:])
-_ZERO_BOX = b"".join(codes.code(0) for codes in (_LEFTS, _TOPS, _RIGHTS, _BOTTOMS))
-#: Bytes every node's suffix adds to its template's serialized Object.
-SUFFIX_LENGTH = sum(len(codes.code(0)) for codes in (_PARENTS, _DEPTHS, _POST_ORDERS, _INDICES)) + len(
-    _ZERO_BOX
+# Per node number: parent_index (a window root's -1 does not fit the fixed width, so roots read a 0 at the
+# list's end and `build_columns` sets their parent_index itself: assigning a field replaces the parsed value);
+# depth, after the dom_position header; post_order_id; pre_order_id (which ends dom_position), then
+# Object.index, the same number.
+_NODES = _Tables(
+    (_PARENT_INDEX_TAG,),
+    (_DOM_HEAD + _DEPTH_TAG,),
+    (_POST_ORDER_TAG,),
+    (_PRE_ORDER_TAG, _INDEX_TAG),
+    lasts=(_PARENT_INDEX_TAG + _padded(0), None, None, None),
 )
+# Per coordinate: the four box edges, the bbox header before the left one. Boxes go through these codes only
+# when every edge of the screen is in 0.._KEEP-1 (the usual case); otherwise every node gets the all-zero
+# box and `build_columns` sets (or clears) each box itself.
+_EDGES = _Tables((_BOX_HEAD + _EDGE_TAGS[0],), *((tag,) for tag in _EDGE_TAGS[1:]))
+_ZERO_BOX = b"".join(_code(tags, 0) for tags in _EDGES.tag_sets)
+#: Bytes every node's suffix adds to its template's serialized Object.
+SUFFIX_LENGTH = sum(len(_code(tags, 0)) for tags in _NODES.tag_sets) + len(_ZERO_BOX)
 
 
-def _box_codes(boxes: Sequence[Sequence[int] | None]) -> list[Iterable[bytes]] | None:
-    """The four edge codes of every box, or None when a box is missing or an edge is outside 0.._KEEP-1."""
-    if not boxes or None in boxes:
-        return None
-    edges = list(zip(*boxes, strict=True))
-    if len(edges) != 4:
-        return None
-    largest = max(map(max, edges))
-    if largest >= _KEEP or min(map(min, edges)) < 0:
-        return None
-    return [map(codes.upto(largest + 1).__getitem__, edge) for codes, edge in zip(_EDGE_CODES, edges, strict=True)]
-
-
-_EDGE_CODES = (_LEFTS, _TOPS, _RIGHTS, _BOTTOMS)
+def _box_codes(boxes: Sequence[Sequence[int] | None]) -> tuple[Iterable[bytes], ...]:
+    """The four edge codes of every box, or the all-zero box's for every node when a box is missing or an edge
+    is outside 0.._KEEP-1."""
+    if boxes and None not in boxes:
+        edges = tuple(zip(*boxes, strict=True))
+        if len(edges) == 4:
+            lefts, tops, rights, bottoms = edges
+            largest = max(max(lefts), max(tops), max(rights), max(bottoms))
+            if largest < _KEEP and min(min(lefts), min(tops), min(rights), min(bottoms)) >= 0:
+                size, codes = _EDGES.state
+                if largest >= size:
+                    codes = _EDGES.grown(largest + 1)
+                left, top, right, bottom = codes
+                return (
+                    map(left.__getitem__, lefts),
+                    map(top.__getitem__, tops),
+                    map(right.__getitem__, rights),
+                    map(bottom.__getitem__, bottoms),
+                )
+    return (repeat(_ZERO_BOX),)
 
 
 def suffixes(
@@ -122,28 +134,28 @@ def suffixes(
     post_orders: Sequence[int],
     boxes: Sequence[Sequence[int] | None],
 ) -> tuple[bytes, bool]:
-    """`entries` (one framed template per node, in pre-order) each followed by its node's index,
-    parent_index (0 for a window root), dom_position and bbox, joined; and whether the boxes are the nodes'
-    (else every bbox is all zero, for the caller to set)."""
+    """`entries` (one framed template per node, in pre-order) each followed by its node's parent_index (0 for
+    a window root), dom_position, index and bbox, joined; and whether the boxes are the nodes' (else every
+    bbox is all zero, for the caller to set)."""
     n = len(parents)
-    deepest = max(depths, default=0)
-    if n >= LIMIT or deepest >= LIMIT:
-        raise ValueError(f"{n} nodes {deepest} deep: positions are written below {LIMIT}")
-    parent_codes = _PARENTS.upto(n)
-    depth_codes = _DEPTHS.upto(deepest + 1)
-    post_codes = _POST_ORDERS.upto(n)
+    needed = max(n, max(depths) + 1) if n else 0  # (a depth is below the node count in every parser's tree)
+    if needed >= LIMIT:
+        raise ValueError(f"{n} nodes, {needed - 1} deep: positions are written below {LIMIT}")
+    size, (parent_codes, depth_codes, post_codes, index_codes) = _NODES.state
+    if needed > size:
+        parent_codes, depth_codes, post_codes, index_codes = _NODES.grown(needed)
     box_codes = _box_codes(boxes)
     joined = b"".join(
         chain.from_iterable(
             zip(
                 entries,
-                map(parent_codes.__getitem__, parents),
+                map(parent_codes.__getitem__, parents),  # -1 reads the root's code at the end
                 map(depth_codes.__getitem__, depths),
                 map(post_codes.__getitem__, post_orders),
-                _INDICES.upto(n),
-                *(box_codes or [repeat(_ZERO_BOX)]),
-                strict=False,  # the tables are longer than the n entries
+                index_codes,
+                *box_codes,
+                strict=False,  # the code lists are longer than the n entries
             )
         )
     )
-    return joined, box_codes is not None
+    return joined, len(box_codes) == 4
