@@ -176,11 +176,19 @@ class _Collector:
     Every element below `<hierarchy>` is a node, whatever its tag (`node` in uiautomator dumps, the class name
     in Appium page sources). A dump without `<hierarchy>` whose root element has `bounds` is one window.
     `start` runs once per view, so its usual path is a single C-level fetch of the row; `columns` then
-    computes the rest column by column.
+    computes the rest column by column. `end` is a C-level append (lxml reads it once, when the parser is
+    made): the next `start` closes the elements that ended since the previous one, which saves a Python call
+    per element.
     """
+
+    def __init__(self) -> None:
+        self.ends: list[str] = []  # tags of the elements ended so far
+        self.end = self.ends.append
 
     def reset(self, drop_invisible: bool) -> None:
         self.drop_invisible = drop_invisible
+        self.ends.clear()
+        self.closed = 0  # ends already taken off the stack
         # Row layout: the attribute names of the first node plus any usual or optional one it lacks. A node
         # with as many attributes as the first one, all of the first one's names among them, has exactly its
         # names: its row is one C-level fetch (`row`). Any other node goes through `_row`.
@@ -200,6 +208,10 @@ class _Collector:
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
         stack = self.stack
+        closed = len(self.ends) - self.closed
+        if closed:  # elements that ended since the previous start
+            del stack[-closed:]
+            self.closed += closed
         p = stack[-1]
         if len(attrib) != self.row_size:  # the root, dumps in drop_invisible mode, nodes unlike the first
             self._start(tag, attrib, p)
@@ -290,9 +302,6 @@ class _Collector:
             rows.append(self._row(attrib, tag))
         self.parents.append(p)
         stack.append(index)
-
-    def end(self, tag: str) -> None:
-        self.stack.pop()
 
     def close(self) -> _Collector:
         return self
