@@ -51,6 +51,10 @@ _Object = episode_pb2.Object
 _ID_HASH = hashlib.blake2b(digest_size=8)
 _Observation = episode_pb2.Observation
 _OBJECTS_TAG = b"\x0a"  # Observation.objects: field 1, length-delimited
+# Object.bbox (field 19), present and empty. A template carries it, so that `build_columns` fills in a
+# sub-message that already exists: setting a field of an absent sub-message makes upb create it first, which
+# costs more than parsing these three bytes.
+_EMPTY_BOX = b"\x9a\x01\x00"
 
 
 class RawNode(NamedTuple):
@@ -196,7 +200,7 @@ def _template(key: _TemplateKey) -> Template:
     slider = (object_type == _SEEKBAR or _SEEKBAR in multi) and flags[_FOCUSABLE]
     acts = flags[_CLICKABLE] or flags[_LONG] or flags[_CHECKABLE] or flags[_SCROLLABLE] or slider
     type_editable = object_type in EDITABLE_TYPES or any(t in EDITABLE_TYPES for t in multi)
-    serialized = proto.SerializeToString()
+    serialized = proto.SerializeToString() + _EMPTY_BOX
     entry = Template(
         # Framed with room for the node's position fields, which `build_columns` appends.
         _OBJECTS_TAG + _varint(len(serialized) + positions.SUFFIX_LENGTH) + serialized,
@@ -297,8 +301,7 @@ def build_columns(
             cached = [entry or _template(key) for entry, key in zip(cached, template_keys, strict=True)]
     # post-order id = pre-order id - depth + subtree size - 1
     post_orders = list(map(sub, map(add, range(-1, n - 1), size), depths))
-    entries = map(itemgetter(0), cached)
-    serialized, boxes_parsed = positions.suffixes(entries, parents, depths, post_orders, boxes)
+    serialized = positions.suffixes(map(itemgetter(0), cached), parents, depths, post_orders)
     protos = list(_Observation.FromString(serialized).objects)
 
     ids: list[str] = [""] * (n + 1)  # ids[-1]: the "" parent id of window roots
@@ -337,11 +340,17 @@ def build_columns(
             o.name = name
         grid = UNKNOWN_LOCATION
         if box is None:
-            o.ClearField("bbox")  # (the all-zero one parsed)
+            o.ClearField("bbox")  # (the template's empty one)
             missing += 1
         else:
             left, top, right, bottom = box
-            if not (boxes_parsed or _set_box(o.bbox, box)):  # a coordinate outside int32: no usable box
+            b = o.bbox
+            try:
+                b.left = left
+                b.top = top
+                b.right = right
+                b.bottom = bottom
+            except ValueError:  # a coordinate outside int32: no usable box
                 o.ClearField("bbox")
                 missing += 1
             else:
@@ -375,15 +384,6 @@ def build_columns(
         warnings.append(f"{outside} object(s) partly outside the {width}x{height} screen (boxes kept as is)")
     naf = list(compress(range(n), columns.naf)) if True in columns.naf else []
     return Screen(protos, width, height, rotation, fmt, warnings, naf, (1.0, 1.0), size_estimated)
-
-
-def _set_box(b: episode_pb2.BoundingBox, box: Sequence[int]) -> bool:
-    """Sets `b` to `box`; False when an edge does not fit int32."""
-    try:
-        b.left, b.top, b.right, b.bottom = box
-    except ValueError:
-        return False
-    return True
 
 
 def window_size(boxes: Sequence[Sequence[int] | None]) -> tuple[int, int]:

@@ -1,7 +1,7 @@
-"""The per-node integer fields of an `Object` (index, parent_index, dom_position, bbox) as wire-format bytes.
+"""The per-node integer fields of an `Object` (index, parent_index, dom_position) as wire-format bytes.
 
 `objects.build_columns` appends these to each node's template bytes and parses a whole screen at once: setting
-the nine fields and fetching two sub-messages from Python costs several times more than parsing them. Every
+the five fields and fetching the sub-message from Python costs several times more than parsing them. Every
 number is written as a varint padded to a fixed width (a varint may carry extra 0x80-continued bytes; every
 protobuf parser reads it as the same number, and serializing writes it minimally again), so every node's
 suffix has the same length, `SUFFIX_LENGTH`, and a template can frame its entry once for all nodes. The codes
@@ -12,7 +12,7 @@ join.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import chain, repeat
+from itertools import chain
 
 from google.protobuf.descriptor import FieldDescriptor
 
@@ -24,7 +24,6 @@ LIMIT = 1 << (7 * _WIDTH)
 
 _OBJECT = episode_pb2.Object.DESCRIPTOR.fields_by_name
 _DOM = episode_pb2.DomPosition.DESCRIPTOR.fields_by_name
-_BOX = episode_pb2.BoundingBox.DESCRIPTOR.fields_by_name
 
 
 def _tag(field: FieldDescriptor, wire_type: int = 0) -> bytes:
@@ -34,13 +33,11 @@ def _tag(field: FieldDescriptor, wire_type: int = 0) -> bytes:
 
 _PARENT_INDEX_TAG = _tag(_OBJECT["parent_index"])
 _INDEX_TAG = _tag(_OBJECT["index"])
-# dom_position holds three tagged padded varints, bbox four.
+# dom_position holds three tagged padded varints.
 _DOM_HEAD = _tag(_OBJECT["dom_position"], 2) + varint(3 * (1 + _WIDTH))
 _DEPTH_TAG = _tag(_DOM["depth"])
 _PRE_ORDER_TAG = _tag(_DOM["pre_order_id"])
 _POST_ORDER_TAG = _tag(_DOM["post_order_id"])
-_BOX_HEAD = _tag(_OBJECT["bbox"], 2) + varint(4 * (1 + _WIDTH))
-_EDGE_TAGS = tuple(_tag(_BOX[name]) for name in ("left", "top", "right", "bottom"))  # `Box` order
 
 # Tables are kept for numbers below this (a few MB); a larger screen builds its longer tables for itself.
 _KEEP = 16384
@@ -96,56 +93,22 @@ _NODES = _Tables(
     (_PRE_ORDER_TAG, _INDEX_TAG),
     lasts=(_PARENT_INDEX_TAG + _padded(0), None, None, None),
 )
-# Per coordinate: the four box edges, the bbox header before the left one. Boxes go through these codes only
-# when every edge of the screen is in 0.._KEEP-1 (the usual case); otherwise every node gets the all-zero
-# box and `build_columns` sets (or clears) each box itself.
-_EDGES = _Tables((_BOX_HEAD + _EDGE_TAGS[0],), *((tag,) for tag in _EDGE_TAGS[1:]))
-_ZERO_BOX = b"".join(_code(tags, 0) for tags in _EDGES.tag_sets)
 #: Bytes every node's suffix adds to its template's serialized Object.
-SUFFIX_LENGTH = sum(len(_code(tags, 0)) for tags in _NODES.tag_sets) + len(_ZERO_BOX)
-
-
-def _box_codes(boxes: Sequence[Sequence[int] | None]) -> tuple[Iterable[bytes], ...]:
-    """The four edge codes of every box, or the all-zero box's for every node when a box is missing or an edge
-    is outside 0.._KEEP-1."""
-    if boxes and None not in boxes:
-        edges = tuple(zip(*boxes, strict=True))
-        if len(edges) == 4:
-            lefts, tops, rights, bottoms = edges
-            largest = max(max(lefts), max(tops), max(rights), max(bottoms))
-            if largest < _KEEP and min(min(lefts), min(tops), min(rights), min(bottoms)) >= 0:
-                size, codes = _EDGES.state
-                if largest >= size:
-                    codes = _EDGES.grown(largest + 1)
-                left, top, right, bottom = codes
-                return (
-                    map(left.__getitem__, lefts),
-                    map(top.__getitem__, tops),
-                    map(right.__getitem__, rights),
-                    map(bottom.__getitem__, bottoms),
-                )
-    return (repeat(_ZERO_BOX),)
+SUFFIX_LENGTH = sum(len(_code(tags, 0)) for tags in _NODES.tag_sets)
 
 
 def suffixes(
-    entries: Iterable[bytes],
-    parents: Sequence[int],
-    depths: Sequence[int],
-    post_orders: Sequence[int],
-    boxes: Sequence[Sequence[int] | None],
-) -> tuple[bytes, bool]:
+    entries: Iterable[bytes], parents: Sequence[int], depths: Sequence[int], post_orders: Sequence[int]
+) -> bytes:
     """`entries` (one framed template per node, in pre-order) each followed by its node's parent_index (0 for
-    a window root), dom_position, index and bbox, joined; and whether the boxes are the nodes' (else every
-    bbox is all zero, for the caller to set)."""
-    n = len(parents)
-    needed = max(n, max(depths) + 1) if n else 0  # (a depth is below the node count in every parser's tree)
-    if needed >= LIMIT:
-        raise ValueError(f"{n} nodes, {needed - 1} deep: positions are written below {LIMIT}")
+    a window root), dom_position and index, joined."""
+    n = len(parents)  # (in a tree, every depth is below the node count)
+    if n >= LIMIT:
+        raise ValueError(f"{n} nodes: positions are written for fewer than {LIMIT}")
     size, (parent_codes, depth_codes, post_codes, index_codes) = _NODES.state
-    if needed > size:
-        parent_codes, depth_codes, post_codes, index_codes = _NODES.grown(needed)
-    box_codes = _box_codes(boxes)
-    joined = b"".join(
+    if n > size:
+        parent_codes, depth_codes, post_codes, index_codes = _NODES.grown(n)
+    return b"".join(
         chain.from_iterable(
             zip(
                 entries,
@@ -153,9 +116,7 @@ def suffixes(
                 map(depth_codes.__getitem__, depths),
                 map(post_codes.__getitem__, post_orders),
                 index_codes,
-                *box_codes,
                 strict=False,  # the code lists are longer than the n entries
             )
         )
     )
-    return joined, len(box_codes) == 4

@@ -171,13 +171,13 @@ def test_positions_of_a_screen_larger_than_the_kept_code_tables() -> None:
     ("bounds", "expected"),
     [
         ("[-5,10][300,-20]", (-5, 10, 300, -20)),  # negative edges
-        ("[0,0][20000,40000]", (0, 0, 20000, 40000)),  # beyond the kept edge codes
+        ("[0,0][20000,40000]", (0, 0, 20000, 40000)),  # far off screen
         ("[0,0][3000000000,1]", None),  # beyond int32: no usable box
     ],
 )
-def test_boxes_outside_the_edge_codes_are_set_exactly(bounds: str, expected: tuple | None) -> None:
-    """Boxes are parsed from padded varint codes when every edge of the screen is in 0..16383; one box outside
-    that range sends the whole screen through field assignment, with the same objects otherwise."""
+def test_unusual_boxes_are_kept_exactly(bounds: str, expected: tuple | None) -> None:
+    """A negative, far off-screen or beyond-int32 box is kept as written (or left out when it does not fit
+    the proto), and every other object stays as it was (the boxes fill a bbox the template already holds)."""
     path = FIXTURES / "uiautomator" / "keydroidx_ui_menu.xml"
     plain = parse(path.read_bytes(), fmt="uiautomator").objects
     middle = len(plain) // 2
