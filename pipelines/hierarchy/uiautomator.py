@@ -167,18 +167,15 @@ def _new_layout(first: tuple[str, ...]) -> _Layout:
     return _Layout(first, names, defaults, row, tail, size, template_key, {}, columns, flag_columns)
 
 
-_NO_ROOT, _DROPPED, _HIERARCHY = -3, -2, -1
-
-
 class _Collector:
     """lxml parser target that turns each element into a row of attribute values while libxml2 reads.
 
     Every element below `<hierarchy>` is a node, whatever its tag (`node` in uiautomator dumps, the class name
     in Appium page sources). A dump without `<hierarchy>` whose root element has `bounds` is one window.
-    `start` runs once per view, so its usual path is a single C-level fetch of the row; `columns` then
-    computes the rest column by column. `end` is a C-level append (lxml reads it once, when the parser is
-    made): the next `start` closes the elements that ended since the previous one, which saves a Python call
-    per element.
+    `start` runs once per view, so its usual path is a single C-level fetch of the row and the node's level
+    (elements started before it minus those ended: its depth in the XML); `columns` then computes the rest
+    column by column, parents from the levels. `end` only counts: it is a C-level append (lxml reads it once,
+    when the parser is made), which saves a Python call per element.
     """
 
     def __init__(self) -> None:
@@ -188,7 +185,6 @@ class _Collector:
     def reset(self, drop_invisible: bool) -> None:
         self.drop_invisible = drop_invisible
         self.ends.clear()
-        self.closed = 0  # ends already taken off the stack
         # Row layout: the attribute names of the first node plus any usual or optional one it lacks. A node
         # with as many attributes as the first one, all of the first one's names among them, has exactly its
         # names: its row is one C-level fetch (`row`). Any other node goes through `_row`.
@@ -197,37 +193,30 @@ class _Collector:
         self.row: Callable[[dict[str, str]], tuple] | None = None
         self.row_size = -1  # attributes of the first node; -1 until it is seen
         self.rows: list[tuple] = []
-        self.parents: list[int] = []  # node index of the parent, -1 for a window root
+        self.levels: list[int] = []  # of each node: the <hierarchy> is level 0, its windows level 1
+        self.skipped = 0  # elements started that are not nodes (<hierarchy>, dropped ones)
+        self.drop_level = -1  # level of the dropped subtree being read; -1 outside one
         self.naf: list[int] = []  # nodes with NAF="true"
         self.tails: dict[int, tuple[str | None, ...]] = {}  # values of names the first node lacks, when set
-        # Open elements: node index, _HIERARCHY, _DROPPED inside a dropped subtree; _NO_ROOT below the root.
-        self.stack: list[int] = [_NO_ROOT]
         self.top: dict[str, str] | None = None
-        self.root_tag = ""
+        self.root_tag: str | None = None  # None until the root element starts
         self.dropped = 0
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
-        stack = self.stack
-        closed = len(self.ends) - self.closed
-        if closed:  # elements that ended since the previous start
-            del stack[-closed:]
-            self.closed += closed
-        p = stack[-1]
         if len(attrib) != self.row_size:  # the root, dumps in drop_invisible mode, nodes unlike the first
-            self._start(tag, attrib, p)
+            self._start(tag, attrib)
             return
         try:
             row = self.row(attrib)  # type: ignore[misc]
         except KeyError:  # some other attribute names (e.g. namespaced)
-            self._start(tag, attrib, p)
+            self._start(tag, attrib)
             return
         rows = self.rows
         index = len(rows)
         if index >= MAX_OBJECTS:
             raise too_large()
         rows.append(row)
-        self.parents.append(p)
-        stack.append(index)
+        self.levels.append(index + self.skipped - len(self.ends))
 
     def _layout(self, attrib: dict[str, str]) -> None:
         """The row layout, from the first node (see `reset`)."""
@@ -263,30 +252,32 @@ class _Collector:
             self.tails[index] = tuple(row[first:])
         return tuple(row[:first])
 
-    def _start(self, tag: str, attrib: dict[str, str], p: int) -> None:
+    def _start(self, tag: str, attrib: dict[str, str]) -> None:
         """`start` for the root, window roots, dropped subtrees, namespaced or non-`node` tags."""
-        stack = self.stack
-        if p == _DROPPED:
-            stack.append(_DROPPED)
-            self.dropped += 1
-            return
+        level = len(self.rows) + self.skipped - len(self.ends)
+        if self.drop_level >= 0:
+            if level > self.drop_level:  # inside a dropped subtree
+                self.skipped += 1
+                self.dropped += 1
+                return
+            self.drop_level = -1
         if tag[:1] == "{":  # namespaced page source: use local names (lxml gives "{uri}name")
             tag, attrib = _local_names(tag, attrib)
-        if p == _NO_ROOT:
+        if self.root_tag is None:
             self.root_tag = tag
             if tag == "hierarchy":
                 self.top = attrib
-                stack.append(_HIERARCHY)
+                self.skipped += 1
                 return
             if "bounds" not in attrib:
                 raise HierarchyError("malformed", f"root element <{tag}> is not a view hierarchy")
-            p = -1
         if self.drop_invisible:
             shown = attrib.get("visible-to-user")
             if shown is None:
                 shown = attrib.get("displayed")  # Appium
             if shown == "false":
-                stack.append(_DROPPED)
+                self.drop_level = level
+                self.skipped += 1
                 self.dropped += 1
                 return
         rows = self.rows
@@ -300,36 +291,41 @@ class _Collector:
             rows.append(self.row(attrib) if fetch else self._row(attrib, tag))  # type: ignore[misc]
         else:
             rows.append(self._row(attrib, tag))
-        self.parents.append(p)
-        stack.append(index)
+        self.levels.append(level)
 
     def close(self) -> _Collector:
         return self
 
     @property
     def windows(self) -> int:
-        return self.parents.count(-1)
+        return self.levels.count(0 if self.top is None else 1)
 
     def columns(self) -> tuple[RawColumns, list[str] | None, list[Sequence[int] | None], list[Template] | None]:
         """The collected nodes as `RawColumns`, their boxes as "l,t,r,b" texts when the dump wrote them so
         (see `bounds.from_strings`), the window roots' boxes, and the nodes' templates when every node has
         the first one's names (else None: `build_columns` finds them from the flags)."""
-        rows, parents = self.rows, self.parents
+        rows, levels = self.rows, self.levels
         n = len(rows)
         if not n:
             return RawColumns(*([()] * len(RawColumns._fields))), None, [], None
-        # Depth and position among siblings in one pass; a window root's parent -1 reads the extra last slot.
+        if max(levels) - (self.top is not None) > MAX_DEPTH:
+            raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
+        # Parent, depth and position among siblings in one pass. A node's parent is the latest node one level
+        # up (`latest`; a window root's level-up slot is never set, or is the extra last one: -1); a window
+        # root's parent -1 reads the extra last slot of `depths` and `counts`.
+        latest = [-1] * (max(levels) + 2)
+        parents = [0] * n
         depths = [0] * (n + 1)
         depths[n] = -1
         counts = [0] * (n + 1)
         siblings = [0] * n
-        for i, p in enumerate(parents):
+        for i, level in enumerate(levels):
+            parents[i] = p = latest[level - 1]
+            latest[level] = i
             depths[i] = depths[p] + 1
             siblings[i] = sibling = counts[p]
             counts[p] = sibling + 1
         depths.pop()
-        if max(depths) > MAX_DEPTH:
-            raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
         layout = self.layout
         assert layout is not None  # set by the first node
         values = list(zip(*rows, strict=True))
