@@ -239,7 +239,7 @@ class RawColumns(NamedTuple):
 
 
 #: RawColumns from an iterable of its 14 sequences without NamedTuple's Python-level __new__.
-_new_columns: Callable[..., RawColumns] = partial(tuple.__new__, RawColumns)
+new_columns: Callable[..., RawColumns] = partial(tuple.__new__, RawColumns)
 
 
 def build_screen(
@@ -253,7 +253,7 @@ def build_screen(
     size_estimated: bool = False,
 ) -> Screen:
     """Objects with every computed field from pre-ordered nodes (parents before children)."""
-    columns = _new_columns(zip(*nodes, strict=True) if nodes else [()] * len(RawColumns._fields))
+    columns = new_columns(zip(*nodes, strict=True) if nodes else [()] * len(RawColumns._fields))
     return build_columns(
         columns, width, height, rotation=rotation, fmt=fmt, warnings=warnings, size_estimated=size_estimated
     )
@@ -406,8 +406,14 @@ def screen_size_from_windows(
     screenshot's size."""
     width, height = window_size(boxes)
     # Estimated when no window starts at the origin on either axis (lefts all > 0, or tops all > 0).
-    present = [b for b in boxes if b is not None]
-    estimated = bool(present) and (all(b[0] > 0 for b in present) or all(b[1] > 0 for b in present))
+    present = False
+    lefts_positive = tops_positive = True
+    for b in boxes:  # (a loop: screens have one to a few windows, and generators cost more than that)
+        if b is not None:
+            present = True
+            lefts_positive = lefts_positive and b[0] > 0
+            tops_positive = tops_positive and b[1] > 0
+    estimated = present and (lefts_positive or tops_positive)
     if estimated:
         warnings.append(
             f"screen size {width}x{height} estimated from windows that do not start at the origin"

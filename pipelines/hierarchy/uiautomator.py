@@ -31,6 +31,7 @@ from .objects import (
     Template,
     build_columns,
     check_size,
+    new_columns,
     resolve_screen_size,
     template,
     too_large,
@@ -352,10 +353,10 @@ class _Collector:
         naf = [False] * n
         for i in self.naf:
             naf[i] = True
-        columns = RawColumns(
+        columns = new_columns((
             parents, depths, siblings, classes, packages, texts, descs, resource_ids, hints, boxes, flags,
             [None] * n, [()] * n, naf,
-        )  # fmt: skip
+        ))  # fmt: skip
         roots = list(compress(boxes, map(eq, parents, repeat(-1))))
         return columns, box_texts, roots, templates
 
