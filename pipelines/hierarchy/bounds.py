@@ -17,7 +17,9 @@ _BOUNDS_RE = re.compile(rf"\[{_NUM},{_NUM}\]\s*\[{_NUM},{_NUM}\]")
 _CANONICAL = r"\[-?[0-9]+,-?[0-9]+\]\[-?[0-9]+,-?[0-9]+\]"
 #: Canonical bounds strings joined by "|": one regex match vouches for a whole screen's boxes at once.
 _CANONICAL_LIST = re.compile(rf"{_CANONICAL}(?:\|{_CANONICAL})*")
-_decode_json = json.JSONDecoder().raw_decode  # the text is ours: no surrounding whitespace to skip
+# The C scanner behind JSONDecoder.raw_decode, without its Python wrapper: (value, end), or StopIteration /
+# JSONDecodeError. The text is ours (no surrounding whitespace to skip).
+_scan_json = json.JSONDecoder().scan_once
 
 
 class Box(NamedTuple):
@@ -94,8 +96,8 @@ def from_strings(texts: Sequence[str | None]) -> tuple[list[Sequence[int] | None
         if _CANONICAL_LIST.fullmatch("|".join(texts)):  # type: ignore[arg-type]
             body = ",".join(texts).replace("][", ",")  # type: ignore[arg-type]  # "[l,t,r,b],[l,t,r,b]"
             try:  # JSON refuses leading zeros (and int() over 4,300 digits): from_string decides those
-                boxes = _decode_json(f"[{body}]")[0]
-            except ValueError:
+                boxes = _scan_json(f"[{body}]", 0)[0]
+            except (ValueError, StopIteration):
                 pass
             else:  # "-0" is read as 0 and so would not be written back as it was
                 return boxes, None if "-0" in body else body[1:-1].split("],[")
