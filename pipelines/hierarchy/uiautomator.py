@@ -309,12 +309,13 @@ class _Collector:
         n = len(rows)
         if not n:
             return RawColumns(*([()] * len(RawColumns._fields))), None, [], None
-        if max(levels) - (self.top is not None) > MAX_DEPTH:
+        deepest = max(levels)
+        if deepest - (self.top is not None) > MAX_DEPTH:
             raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
         # Parent, depth and position among siblings in one pass. A node's parent is the latest node one level
         # up (`latest`; a window root's level-up slot is never set, or is the extra last one: -1); a window
         # root's parent -1 reads the extra last slot of `depths` and `counts`.
-        latest = [-1] * (max(levels) + 2)
+        latest = [-1] * (deepest + 2)
         parents = [0] * n
         depths = [0] * (n + 1)
         depths[n] = -1
