@@ -161,8 +161,9 @@ _TemplateKey = tuple[str, str, tuple[str, ...], tuple[bool, ...]]
 
 
 class Template(NamedTuple):
-    """What every node with the same class, package, ancestors and flags shares: its serialized Object fields,
-    framed as one entry of `Observation.objects` (parsing a screen's templates as one Observation is far
+    """What every node with the same class, package, ancestors and flags shares: its serialized Object fields
+    (and an empty bbox), framed as one entry of `Observation.objects` whose length counts the node's position
+    fields too (`positions.suffixes` appends them; parsing a screen's templates as one Observation is far
     cheaper than setting the fields one by one), is_actionable when the source says nothing of editability /
     says editable / says not editable, and the flags it was made from."""
 
