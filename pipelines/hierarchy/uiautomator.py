@@ -237,8 +237,15 @@ class _Collector:
         values of the first node's names, and in `tails` those of the names it lacks when not the default."""
         get = attrib.get
         index = len(self.rows)
-        if get("NAF") == "true":
+        naf = get("NAF")
+        if naf == "true":
             self.naf.append(index)
+        if naf is not None and len(attrib) == self.row_size + 1:
+            # The first node's names and NAF (how dumps mark views without a label): the one C-level fetch.
+            try:
+                return self.row(attrib)  # type: ignore[misc]
+            except KeyError:
+                pass
         layout = self.layout
         assert layout is not None  # set from the first node before any row
         names = layout.names

@@ -192,3 +192,27 @@ def test_unusual_boxes_are_kept_exactly(bounds: str, expected: tuple | None) -> 
             assert (o.bbox, o.grid_location, o.is_actionable, o.dom_position) == (
                 want.bbox, want.grid_location, want.is_actionable, want.dom_position
             ), f"object {i} changed"
+
+
+@pytest.mark.parametrize("path", XML_FILES, ids=lambda p: p.name)
+def test_naf_on_nodes_after_the_first(path: Path) -> None:
+    """A node with the first node's names plus NAF takes the one-fetch row; NAF="true" marks it, NAF="false"
+    does not, and NAF with another extra attribute still reads that attribute."""
+    plain = parse(path.read_bytes(), fmt="uiautomator")
+    n = len(plain.objects)
+    marked, unmarked, hinted = n - 1, n // 2, n // 3
+
+    def edit(i: int, element: etree._Element) -> None:
+        if i in (marked, hinted):
+            element.set("NAF", "true")
+        if i == unmarked:
+            element.set("NAF", "false")
+        if i == hinted:
+            element.set("hint", "Type here")
+
+    screen = parse(_rewrite(path, edit), fmt="uiautomator")
+    assert set(screen.naf) == (set(plain.naf) - {unmarked}) | {marked, hinted}
+    assert screen.objects[hinted].text_hint == "Type here"
+    for i, (got, want) in enumerate(zip(screen.objects, plain.objects, strict=True)):
+        if i != hinted:
+            assert got == want, f"object {i} changed"
