@@ -51,10 +51,6 @@ _Object = episode_pb2.Object
 _ID_HASH = hashlib.blake2b(digest_size=8)
 _Observation = episode_pb2.Observation
 _OBJECTS_TAG = b"\x0a"  # Observation.objects: field 1, length-delimited
-# Object.bbox (field 19), present and empty. A template carries it, so that `build_columns` fills in a
-# sub-message that already exists: setting a field of an absent sub-message makes upb create it first, which
-# costs more than parsing these three bytes.
-_EMPTY_BOX = b"\x9a\x01\x00"
 
 
 class RawNode(NamedTuple):
@@ -161,9 +157,9 @@ _TemplateKey = tuple[str, str, tuple[str, ...], tuple[bool, ...]]
 
 
 class Template(NamedTuple):
-    """What every node with the same class, package, ancestors and flags shares: its serialized Object fields
-    (and an empty bbox), framed as one entry of `Observation.objects` whose length counts the node's position
-    fields too (`positions.suffixes` appends them; parsing a screen's templates as one Observation is far
+    """What every node with the same class, package, ancestors and flags shares: its serialized Object fields,
+    framed as one entry of `Observation.objects` whose length counts the node's position and box fields too
+    (`positions.suffixes` appends them; parsing a screen's templates as one Observation is far
     cheaper than setting the fields one by one), is_actionable when the source says nothing of editability /
     says editable / says not editable, and the flags it was made from."""
 
@@ -201,7 +197,7 @@ def _template(key: _TemplateKey) -> Template:
     slider = (object_type == _SEEKBAR or _SEEKBAR in multi) and flags[_FOCUSABLE]
     acts = flags[_CLICKABLE] or flags[_LONG] or flags[_CHECKABLE] or flags[_SCROLLABLE] or slider
     type_editable = object_type in EDITABLE_TYPES or any(t in EDITABLE_TYPES for t in multi)
-    serialized = proto.SerializeToString() + _EMPTY_BOX
+    serialized = proto.SerializeToString()
     entry = Template(
         # Framed with room for the node's position fields, which `build_columns` appends.
         _OBJECTS_TAG + _varint(len(serialized) + positions.SUFFIX_LENGTH) + serialized,
@@ -271,10 +267,14 @@ def build_columns(
     size_estimated: bool = False,
     box_texts: Sequence[str] | None = None,
     templates: Sequence[Template] | None = None,
+    small_boxes: bool = False,
 ) -> Screen:
     """`build_screen` from columns. `box_texts`, when the parser has them, are the boxes exactly as
     `"{left},{top},{right},{bottom}"` formats them (they go into the ids), saving that formatting;
-    `templates`, when the parser has them (see `template`), are the nodes' templates, saving their lookup."""
+    `templates`, when the parser has them (see `template`), are the nodes' templates, saving their lookup;
+    `small_boxes` says every box is there with its edges in 0..bounds.SMALL_EDGES-1
+    (`bounds.from_strings_sized` vouches for that), so the boxes are parsed with the positions instead of set
+    field by field."""
     warnings = list(warnings or ())
     parents, depths, siblings, classes, packages, texts, descs, resource_ids, hints, boxes, flags = (
         columns[:11]
@@ -302,7 +302,8 @@ def build_columns(
             cached = [entry or _template(key) for entry, key in zip(cached, template_keys, strict=True)]
     # post-order id = pre-order id - depth + subtree size - 1
     post_orders = list(map(sub, map(add, range(-1, n - 1), size), depths))
-    serialized = positions.suffixes(map(itemgetter(0), cached), parents, depths, post_orders)
+    entries = map(itemgetter(0), cached)
+    serialized = positions.suffixes(entries, parents, depths, post_orders, boxes if small_boxes else None)
     protos = list(_Observation.FromString(serialized).objects)
 
     ids: list[str] = [""] * (n + 1)  # ids[-1]: the "" parent id of window roots
@@ -340,33 +341,29 @@ def build_columns(
         if name:
             o.name = name
         grid = UNKNOWN_LOCATION
+        if box is not None and not small_boxes:  # fill the all-zero bbox parsed with the positions
+            b = o.bbox
+            try:
+                b.left, b.top, b.right, b.bottom = box
+            except ValueError:  # a coordinate outside int32: no usable box
+                box = None
         if box is None:
-            o.ClearField("bbox")  # (the template's empty one)
+            o.ClearField("bbox")
             missing += 1
         else:
             left, top, right, bottom = box
-            b = o.bbox
-            try:
-                b.left = left
-                b.top = top
-                b.right = right
-                b.bottom = bottom
-            except ValueError:  # a coordinate outside int32: no usable box
-                o.ClearField("bbox")
-                missing += 1
+            if right <= left or bottom <= top:
+                invalid += 1
             else:
-                if right <= left or bottom <= top:
-                    invalid += 1
+                sx = left + right
+                sy = top + bottom
+                if sx < 0 or sy < 0 or sx >= w2 or sy >= h2:
+                    off_screen += 1
                 else:
-                    sx = left + right
-                    sy = top + bottom
-                    if sx < 0 or sy < 0 or sx >= w2 or sy >= h2:
-                        off_screen += 1
-                    else:
-                        grid = 1 + (3 * sy // h2) * 3 + 3 * sx // w2
-                        o.grid_location = grid
-                        if left < 0 or top < 0 or right > width or bottom > height:
-                            outside += 1
+                    grid = 1 + (3 * sy // h2) * 3 + 3 * sx // w2
+                    o.grid_location = grid
+                    if left < 0 or top < 0 or right > width or bottom > height:
+                        outside += 1
         if subtree == 1:
             o.is_leaf = True
         if grid:

@@ -1,7 +1,7 @@
-"""The per-node integer fields of an `Object` (index, parent_index, dom_position) as wire-format bytes.
+"""The per-node integer fields of an `Object` (index, parent_index, dom_position, bbox) as wire-format bytes.
 
 `objects.build_columns` appends these to each node's template bytes and parses a whole screen at once: setting
-the five fields and fetching the sub-message from Python costs several times more than parsing them. Every
+the nine fields and fetching two sub-messages from Python costs several times more than parsing them. Every
 number is written as a varint padded to a fixed width (a varint may carry extra 0x80-continued bytes; every
 protobuf parser reads it as the same number, and serializing writes it minimally again), so every node's
 suffix has the same length, `SUFFIX_LENGTH`, and a template can frame its entry once for all nodes. The codes
@@ -12,7 +12,8 @@ join.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import chain
+from itertools import chain, repeat
+from operator import itemgetter
 
 from google.protobuf.descriptor import FieldDescriptor
 
@@ -24,6 +25,7 @@ LIMIT = 1 << (7 * _WIDTH)
 
 _OBJECT = episode_pb2.Object.DESCRIPTOR.fields_by_name
 _DOM = episode_pb2.DomPosition.DESCRIPTOR.fields_by_name
+_BOX = episode_pb2.BoundingBox.DESCRIPTOR.fields_by_name
 
 
 def _tag(field: FieldDescriptor, wire_type: int = 0) -> bytes:
@@ -33,11 +35,13 @@ def _tag(field: FieldDescriptor, wire_type: int = 0) -> bytes:
 
 _PARENT_INDEX_TAG = _tag(_OBJECT["parent_index"])
 _INDEX_TAG = _tag(_OBJECT["index"])
-# dom_position holds three tagged padded varints.
+# dom_position holds three tagged padded varints, bbox four.
 _DOM_HEAD = _tag(_OBJECT["dom_position"], 2) + varint(3 * (1 + _WIDTH))
 _DEPTH_TAG = _tag(_DOM["depth"])
 _PRE_ORDER_TAG = _tag(_DOM["pre_order_id"])
 _POST_ORDER_TAG = _tag(_DOM["post_order_id"])
+_BOX_HEAD = _tag(_OBJECT["bbox"], 2) + varint(4 * (1 + _WIDTH))
+_EDGE_TAGS = tuple(_tag(_BOX[name]) for name in ("left", "top", "right", "bottom"))  # `Box` order
 
 # Tables are kept for numbers below this (a few MB); a larger screen builds its longer tables for itself.
 _KEEP = 16384
@@ -93,15 +97,41 @@ _NODES = _Tables(
     (_PRE_ORDER_TAG, _INDEX_TAG),
     lasts=(_PARENT_INDEX_TAG + _padded(0), None, None, None),
 )
+# Per coordinate: the four box edges, the bbox header before the left one. Used for screens whose edges are
+# all in 0..bounds.SMALL_EDGES-1 (as the caller vouches); other screens get an all-zero box for each node,
+# which `build_columns` sets (or clears) itself.
+_EDGES = _Tables((_BOX_HEAD + _EDGE_TAGS[0],), *((tag,) for tag in _EDGE_TAGS[1:]))
+_ZERO_BOX = b"".join(_code(tags, 0) for tags in _EDGES.tag_sets)
 #: Bytes every node's suffix adds to its template's serialized Object.
-SUFFIX_LENGTH = sum(len(_code(tags, 0)) for tags in _NODES.tag_sets)
+SUFFIX_LENGTH = sum(len(_code(tags, 0)) for tags in _NODES.tag_sets) + len(_ZERO_BOX)
+
+
+def _pick(codes: list[bytes], numbers: Sequence[int]) -> Sequence[bytes]:
+    """`codes[k]` for each k of `numbers`, in one C call when there are several."""
+    return itemgetter(*numbers)(codes) if len(numbers) > 1 else [codes[k] for k in numbers]
+
+
+def _box_codes(boxes: Sequence[Sequence[int]]) -> list[Sequence[bytes]]:
+    """The left, top, right and bottom codes of every box (every edge in 0..bounds.SMALL_EDGES-1)."""
+    edges = list(zip(*boxes, strict=True))
+    _, codes = _EDGES.state
+    try:
+        return [_pick(table, edge) for table, edge in zip(codes, edges, strict=True)]
+    except IndexError:  # an edge beyond the codes made so far
+        codes = _EDGES.grown(max(map(max, edges)) + 1)
+        return [_pick(table, edge) for table, edge in zip(codes, edges, strict=True)]
 
 
 def suffixes(
-    entries: Iterable[bytes], parents: Sequence[int], depths: Sequence[int], post_orders: Sequence[int]
+    entries: Iterable[bytes],
+    parents: Sequence[int],
+    depths: Sequence[int],
+    post_orders: Sequence[int],
+    small_boxes: Sequence[Sequence[int]] | None = None,
 ) -> bytes:
     """`entries` (one framed template per node, in pre-order) each followed by its node's parent_index (0 for
-    a window root), dom_position and index, joined."""
+    a window root), dom_position, index and bbox, joined. The bbox is `small_boxes`' when given (every edge in
+    0..bounds.SMALL_EDGES-1), else all zero."""
     n = len(parents)  # (in a tree, every depth is below the node count)
     if n >= LIMIT:
         raise ValueError(f"{n} nodes: positions are written for fewer than {LIMIT}")
@@ -112,10 +142,11 @@ def suffixes(
         chain.from_iterable(
             zip(
                 entries,
-                map(parent_codes.__getitem__, parents),  # -1 reads the root's code at the end
-                map(depth_codes.__getitem__, depths),
-                map(post_codes.__getitem__, post_orders),
+                _pick(parent_codes, parents),  # -1 reads the root's code at the end
+                _pick(depth_codes, depths),
+                _pick(post_codes, post_orders),
                 index_codes,
+                *(_box_codes(small_boxes) if small_boxes is not None else [repeat(_ZERO_BOX)]),
                 strict=False,  # the code lists are longer than the n entries
             )
         )

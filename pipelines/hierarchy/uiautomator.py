@@ -20,7 +20,7 @@ from operator import eq, itemgetter, ne
 
 from lxml import etree
 
-from .bounds import from_strings
+from .bounds import from_strings_sized
 from .encoding import bom_encoding
 from .errors import HierarchyError
 from .objects import (
@@ -308,14 +308,17 @@ class _Collector:
     def windows(self) -> int:
         return self.levels.count(0 if self.top is None else 1)
 
-    def columns(self) -> tuple[RawColumns, list[str] | None, list[Sequence[int] | None], list[Template] | None]:
+    def columns(
+        self,
+    ) -> tuple[RawColumns, list[str] | None, list[Sequence[int] | None], list[Template] | None, bool]:
         """The collected nodes as `RawColumns`, their boxes as "l,t,r,b" texts when the dump wrote them so
-        (see `bounds.from_strings`), the window roots' boxes, and the nodes' templates when every node has
-        the first one's names (else None: `build_columns` finds them from the flags)."""
+        (see `bounds.from_strings`), the window roots' boxes, the nodes' templates when every node has the
+        first one's names (else None: `build_columns` finds them from the flags), and whether every box is
+        small (`bounds.from_strings_sized`)."""
         rows, levels = self.rows, self.levels
         n = len(rows)
         if not n:
-            return RawColumns(*([()] * len(RawColumns._fields))), None, [], None
+            return RawColumns(*([()] * len(RawColumns._fields))), None, [], None, False
         deepest = max(levels)
         if deepest - (self.top is not None) > MAX_DEPTH:
             raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
@@ -357,7 +360,7 @@ class _Collector:
             flags = list(map(_FLAGS.get, keys))
             if None in flags:
                 flags = [f or _flags(k) for f, k in zip(flags, keys, strict=True)]
-        boxes, box_texts = from_strings(bounds)
+        boxes, box_texts, small_boxes = from_strings_sized(bounds)
         naf = [False] * n
         for i in self.naf:
             naf[i] = True
@@ -366,7 +369,7 @@ class _Collector:
             [None] * n, [()] * n, naf,
         ))  # fmt: skip
         roots = list(compress(boxes, map(eq, parents, repeat(-1))))
-        return columns, box_texts, roots, templates
+        return columns, box_texts, roots, templates, small_boxes
 
 
 def _parser() -> tuple[etree.XMLParser, _Collector]:
@@ -571,7 +574,7 @@ def parse(
         warnings.append(f"rotation {top.get('rotation')!r} is not 0-3: taken as 0")
         rotation = 0
 
-    columns, box_texts, root_boxes, templates = found.columns()
+    columns, box_texts, root_boxes, templates, small_boxes = found.columns()
     stated = None
     if top is not None:  # Appium page sources state the size on the root
         stated_w, stated_h = _int_attr(top.get("width")), _int_attr(top.get("height"))
@@ -588,4 +591,5 @@ def parse(
         size_estimated=estimated,
         box_texts=box_texts,
         templates=templates,
+        small_boxes=small_boxes,
     )

@@ -14,7 +14,7 @@ import pytest
 from lxml import etree
 
 from pipelines.hierarchy import parse
-from pipelines.hierarchy.bounds import from_string, from_strings
+from pipelines.hierarchy.bounds import from_string, from_strings, from_strings_sized
 from tests.conftest import FIXTURES
 
 XML_FILES = sorted((FIXTURES / "uiautomator").glob("*.xml"))
@@ -111,6 +111,25 @@ def test_from_strings_matches_from_string_one_by_one() -> None:
     assert [tuple(b) for b in boxes] == [(0, 0, 1080, 1920), (-3, 4, 5, 66)]
     assert box_texts == ["0,0,1080,1920", "-3,4,5,66"]
     assert from_strings(["[0,0][1,1]", None, ""])[0][1:] == [None, None]
+
+
+@pytest.mark.parametrize(
+    ("texts", "small"),
+    [
+        (["[0,0][1080,1920]", "[9999,0][0,9999]"], True),
+        (["[0,0][1080,1920]", "[10000,0][0,1]"], False),  # five digits
+        (["[0,0][1080,1920]", "[-1,0][0,1]"], False),  # a sign
+        (["[0,0][1080,1920]", "[0007,0][0,1]"], False),  # a leading zero (read one by one)
+        (["[0,0][1080,1920]", ""], False),  # a missing box
+        ([], False),
+    ],
+)
+def test_small_boxes_are_only_plain_four_digit_edges(texts: list[str], small: bool) -> None:
+    """Screens whose edges are all in 0..9999 get their boxes from code tables (`hierarchy.positions`); the
+    flag saying so must never be set for any other screen, and the boxes are `from_strings`' either way."""
+    boxes, box_texts, got = from_strings_sized(texts)
+    assert got is small
+    assert (boxes, box_texts) == from_strings(texts)
 
 
 @pytest.mark.parametrize("path", XML_FILES, ids=lambda p: p.name)
