@@ -12,7 +12,6 @@ join.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import chain, repeat
 from operator import itemgetter
 
 from google.protobuf.descriptor import FieldDescriptor
@@ -138,16 +137,17 @@ def suffixes(
     size, (parent_codes, depth_codes, post_codes, index_codes) = _NODES.state
     if n > size:
         parent_codes, depth_codes, post_codes, index_codes = _NODES.grown(n)
-    return b"".join(
-        chain.from_iterable(
-            zip(
-                entries,
-                _pick(parent_codes, parents),  # -1 reads the root's code at the end
-                _pick(depth_codes, depths),
-                _pick(post_codes, post_orders),
-                index_codes,
-                *(_box_codes(small_boxes) if small_boxes is not None else [repeat(_ZERO_BOX)]),
-                strict=False,  # the code lists are longer than the n entries
-            )
-        )
-    )
+    columns = [
+        entries,
+        _pick(parent_codes, parents),  # -1 reads the root's code at the end
+        _pick(depth_codes, depths),
+        _pick(post_codes, post_orders),
+        index_codes[:n],
+        *(_box_codes(small_boxes) if small_boxes is not None else [[_ZERO_BOX] * n]),
+    ]
+    # Interleaved by slice assignment (C-level copies, no tuple per node), then joined.
+    width = len(columns)
+    parts: list[Iterable[bytes]] = [b""] * (width * n)
+    for j, column in enumerate(columns):
+        parts[j::width] = column  # type: ignore[assignment]
+    return b"".join(parts)  # type: ignore[arg-type]
