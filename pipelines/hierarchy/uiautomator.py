@@ -126,10 +126,10 @@ class _Layout:
     row: Callable[[dict[str, str]], tuple]  # the values of the first node's names, in one C call
     tail: tuple[str | None, ...]  # default values of the names the first node lacks
     size: int  # attribute count of a node that takes the fast path; -2: none does
-    # The values of `_TEMPLATE_NAMES` the first node has, from a row (None when it lacks class or package),
-    # and the templates already made from them.
-    template_key: Callable[[tuple], tuple] | None
-    templates: dict[str, Template]  # by the `_KEY_JOIN` of a row's `template_key`
+    # The `_TEMPLATE_NAMES` the first node has, picked from a row or from the transposed rows' columns (None
+    # when it lacks class or package), and the templates already made from them.
+    template_key: Callable[[Sequence], tuple] | None
+    templates: dict[str, Template]  # by the `_KEY_JOIN` of a row's template attribute values
     # The `_COLUMN_NAMES` and `_FLAG_NAMES` columns of the transposed rows (in `names` order).
     columns: Callable[[list], tuple]
     flag_columns: Callable[[list], tuple]
@@ -349,8 +349,9 @@ class _Collector:
         classes, packages, texts, descs, bounds, resource_ids, hints, shown = layout.columns(values)
         templates: list[Template] | None = None
         if layout.template_key is not None and not self.tails:
-            # One C-level fetch of each row's template attributes, looked up as they are.
-            keys = list(map(_KEY_JOIN, map(layout.template_key, rows)))
+            # Each row's template attributes, looked up as they are; taken from the columns, as zip hands join
+            # one reused tuple where a per-row fetch would make a new one for every row.
+            keys = list(map(_KEY_JOIN, zip(*layout.template_key(values), strict=True)))
             templates = list(map(layout.templates.get, keys))
             if None in templates:
                 templates = [t or layout.template_of(k) for t, k in zip(templates, keys, strict=True)]
