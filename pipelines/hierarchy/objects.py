@@ -199,7 +199,7 @@ def _template(key: _TemplateKey) -> Template:
     type_editable = object_type in EDITABLE_TYPES or any(t in EDITABLE_TYPES for t in multi)
     serialized = proto.SerializeToString()
     entry = Template(
-        # Framed with room for the node's position fields, which `build_columns` appends.
+        # Framed with room for the node's position and box fields, which `build_columns` appends.
         _OBJECTS_TAG + _varint(len(serialized) + positions.SUFFIX_LENGTH) + serialized,
         usable and (acts or type_editable),  # the source has no editable flag: decided by the type
         usable,  # the source says editable
