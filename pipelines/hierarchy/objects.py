@@ -286,13 +286,8 @@ def build_columns(
         size[parents[i]] += size[i]
 
     # Everything per node that is not a proto field is prepared column by column.
-    if box_texts is None:
-        key_tails = [
-            f"/{s}|{c}|" if b is None else f"/{s}|{c}|{b[0]},{b[1]},{b[2]},{b[3]}"
-            for s, c, b in zip(siblings, classes, boxes, strict=True)
-        ]
-    else:
-        key_tails = [f"/{s}|{c}|{b}" for s, c, b in zip(siblings, classes, box_texts, strict=True)]
+    if box_texts is None:  # how the id key writes a box ("" for none)
+        box_texts = ["" if b is None else f"{b[0]},{b[1]},{b[2]},{b[3]}" for b in boxes]
     if templates is not None:
         cached: Sequence[Template] = templates
     else:
@@ -312,14 +307,14 @@ def build_columns(
     w2, h2 = 2 * width, 2 * height
     i = -1
     rows = zip(
-        protos, parents, key_tails, size, boxes, texts, descs, resource_ids, hints, cached, columns.editable,
-        strict=False,  # size has an extra last slot
+        protos, parents, siblings, classes, box_texts, size, boxes, texts, descs, resource_ids, hints, cached,
+        columns.editable, strict=False,  # size has an extra last slot
     )  # fmt: skip
-    for o, p, key_tail, subtree, box, text, desc, rid, hint, entry, editable in rows:
+    for o, p, sibling, android_class, box_text, subtree, box, text, desc, rid, hint, entry, editable in rows:
         i += 1
         parent_id = ids[p]
         hasher = new_hash()
-        hasher.update((parent_id + key_tail).encode())
+        hasher.update(f"{parent_id}/{sibling}|{android_class}|{box_text}".encode())
         ids[i] = o.id = hasher.hexdigest()
         if parent_id:
             o.parent_id = parent_id
