@@ -42,8 +42,10 @@ _POST_ORDER_TAG = _tag(_DOM["post_order_id"])
 _BOX_HEAD = _tag(_OBJECT["bbox"], 2) + varint(4 * (1 + _WIDTH))
 _EDGE_TAGS = tuple(_tag(_BOX[name]) for name in ("left", "top", "right", "bottom"))  # `Box` order
 
-# Tables are kept for numbers below this (a few MB); a larger screen builds its longer tables for itself.
-_KEEP = 16384
+# Tables are kept for numbers below this, which covers objects.MAX_OBJECTS: the lists grow with the largest
+# screen seen (about 0.2 KB per view: ~20 MB after a screen of 100,000 views, ~0.4 MB for usual ones), so a
+# huge screen pays for its codes once. Anything larger builds its longer tables for itself.
+_KEEP = 1 << 17
 
 
 def _padded(n: int) -> bytes:
@@ -59,11 +61,26 @@ def _padded(n: int) -> bytes:
 def _code(tags: tuple[bytes, ...], k: int) -> bytes:
     """Each of `tags` followed by the padded varint of `k`."""
     value = _padded(k)
-    return b"".join(tag + value for tag in tags)
+    return value.join(tags) + value
+
+
+# First bytes of the padded varints: the low 7 bits with the continuation bit.
+_LOW = [bytes((low | 0x80,)) for low in range(128)]
+
+
+def _codes(tags: tuple[bytes, ...], start: int, stop: int) -> list[bytes]:
+    """`_code(tags, k)` for k in start..stop-1, a block of 128 numbers (which share their two upper varint
+    bytes) at a time: a screen beyond the kept tables builds its own, so this must be quick."""
+    codes: list[bytes] = []
+    first = start - start % 128
+    for base in range(first, stop, 128):
+        upper = bytes(((base >> 7) & 0x7F | 0x80, base >> 14))
+        codes.extend(value.join(tags) + value for value in [low + upper for low in _LOW])
+    return codes[start - first : stop - first]
 
 
 class _Tables:
-    """For each of some tag tuples, the codes of 0, 1, 2, ... (`_code`), in lists that grow together; each
+    """For each of some tag tuples, the codes of 0, 1, 2, ... (`_codes`), in lists that grow together; each
     list ends with its `lasts` entry when one is given (what a -1 index reads)."""
 
     def __init__(self, *tag_sets: tuple[bytes, ...], lasts: tuple[bytes | None, ...] = ()) -> None:
@@ -77,7 +94,7 @@ class _Tables:
         when n <= _KEEP."""
         size, lists = self.state
         grown = tuple(
-            [*old[:size], *(_code(tags, k) for k in range(size, n)), *(() if last is None else (last,))]
+            [*old[:size], *_codes(tags, size, n), *(() if last is None else (last,))]
             for old, tags, last in zip(lists, self.tag_sets, self.lasts, strict=True)
         )
         if n <= _KEEP:
