@@ -162,10 +162,11 @@ def test_a_flag_the_first_node_lacks_still_counts(path: Path) -> None:
             assert a == b
 
 
-def test_positions_of_a_screen_larger_than_the_kept_code_tables() -> None:
+def test_positions_of_a_screen_of_20000_views() -> None:
     """Index, parent_index and dom_position are parsed from padded varints (`hierarchy.positions`), whose
-    tables are kept up to 16384 numbers: a screen of ~20,000 views (a real dump's windows repeated) gets the
-    same positions as the dump, shifted by each copy's offset."""
+    tables grow with the screens seen (past 16384, where three-byte varints are needed for the codes' upper
+    bytes): a screen of ~20,000 views (a real dump's windows repeated) gets the same positions as the dump,
+    shifted by each copy's offset."""
     path = FIXTURES / "uiautomator" / "UltraNavbar_uidump.xml"
     one = parse(path.read_bytes(), fmt="uiautomator").objects
     root = etree.fromstring(path.read_bytes())
