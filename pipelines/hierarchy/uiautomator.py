@@ -253,9 +253,13 @@ class _Collector:
         if not _USUAL_KEYS <= attrib.keys():  # the tag stands in for a missing or empty class
             row[names.index("class")] = get("class") or (tag if tag != "node" else "")
         shown = names.index("visible-to-user")
+        first = len(layout.first)
         if row[shown] is None:
             row[shown] = get("displayed")  # Appium
-        first = len(layout.first)
+            if row[shown] is None and shown < first:
+                # Unstated on this node though the first node states it: shown, like any value but "false"
+                # ("", unlike None, can join the first node's template key).
+                row[shown] = ""
         if row[first:] != list(layout.tail):
             self.tails[index] = tuple(row[first:])
         return tuple(row[:first])

@@ -236,3 +236,23 @@ def test_naf_on_nodes_after_the_first(path: Path) -> None:
     for i, (got, want) in enumerate(zip(screen.objects, plain.objects, strict=True)):
         if i != hinted:
             assert got == want, f"object {i} changed"
+
+
+def test_a_later_node_without_the_first_nodes_visible_to_user_is_shown() -> None:
+    """The first node states visible-to-user and a later one does not (hand-edited or merged dumps): the
+    later node is shown, as when it says "true", instead of the template key failing on the missing value."""
+    path = FIXTURES / "uiautomator" / "visiontest_hierarchy.xml"
+    assert 'visible-to-user="' in path.read_text(encoding="utf-8").split("<node", 2)[1]
+    n = len(parse(path.read_bytes(), fmt="uiautomator").objects)
+    middle = n // 2
+
+    def shown(i: int, element: etree._Element) -> None:
+        if i == middle:
+            element.set("visible-to-user", "true")
+
+    def unstated(i: int, element: etree._Element) -> None:
+        if i == middle:
+            del element.attrib["visible-to-user"]
+
+    expected = _objects(_rewrite(path, shown))
+    assert _objects(_rewrite(path, unstated)) == expected
