@@ -124,7 +124,7 @@ SUFFIX_LENGTH = sum(len(_code(tags, 0)) for tags in _NODES.tag_sets) + len(_ZERO
 
 def _pick(codes: list[bytes], numbers: Sequence[int]) -> Sequence[bytes]:
     """`codes[k]` for each k of `numbers`, in one C call when there are several."""
-    return itemgetter(*numbers)(codes) if len(numbers) > 1 else [codes[k] for k in numbers]
+    return itemgetter(*numbers)(codes) if len(numbers) > 1 else list(map(codes.__getitem__, numbers))
 
 
 def _box_codes(boxes: Sequence[Sequence[int]]) -> list[Sequence[bytes]]:
@@ -132,10 +132,9 @@ def _box_codes(boxes: Sequence[Sequence[int]]) -> list[Sequence[bytes]]:
     edges = list(zip(*boxes, strict=True))
     _, codes = _EDGES.state
     try:
-        return [_pick(table, edge) for table, edge in zip(codes, edges, strict=True)]
+        return list(map(_pick, codes, edges))
     except IndexError:  # an edge beyond the codes made so far
-        codes = _EDGES.grown(max(map(max, edges)) + 1)
-        return [_pick(table, edge) for table, edge in zip(codes, edges, strict=True)]
+        return list(map(_pick, _EDGES.grown(max(map(max, edges)) + 1), edges))
 
 
 def suffixes(
