@@ -17,7 +17,13 @@ _BOUNDS_RE = re.compile(rf"\[{_NUM},{_NUM}\]\s*\[{_NUM},{_NUM}\]")
 _CANONICAL = r"\[-?[0-9]+,-?[0-9]+\]\[-?[0-9]+,-?[0-9]+\]"
 #: Canonical bounds strings joined by "|": one regex match vouches for a whole screen's boxes at once.
 _CANONICAL_LIST = re.compile(rf"{_CANONICAL}(?:\|{_CANONICAL})*")
-_decode_json = json.JSONDecoder().raw_decode  # the text is ours: no surrounding whitespace to skip
+#: The same with every edge in 0..SMALL_EDGES-1 (no sign, at most four digits): most screens', tried first.
+SMALL_EDGES = 10_000
+_SMALL = r"\[[0-9]{1,4},[0-9]{1,4}\]\[[0-9]{1,4},[0-9]{1,4}\]"
+_SMALL_LIST = re.compile(rf"{_SMALL}(?:\|{_SMALL})*")
+# The C scanner behind JSONDecoder.raw_decode, without its Python wrapper: (value, end), or StopIteration /
+# JSONDecodeError. The text is ours (no surrounding whitespace to skip).
+_scan_json = json.JSONDecoder().scan_once
 
 
 class Box(NamedTuple):
@@ -90,16 +96,27 @@ def from_strings(texts: Sequence[str | None]) -> tuple[list[Sequence[int] | None
     When every text is a canonical `[x1,y1][x2,y2]` with plain integers (what every dump writes), one regex
     match vouches for all of them and one JSON decode converts all the integers; otherwise each text goes
     through `from_string`."""
+    boxes, box_texts, _ = from_strings_sized(texts)
+    return boxes, box_texts
+
+
+def from_strings_sized(
+    texts: Sequence[str | None],
+) -> tuple[list[Sequence[int] | None], list[str] | None, bool]:
+    """`from_strings`, and whether every text was read and every edge is in 0..SMALL_EDGES-1 (what lets
+    `objects.build_columns` write the boxes from code tables)."""
     if texts and None not in texts and "" not in texts:
-        if _CANONICAL_LIST.fullmatch("|".join(texts)):  # type: ignore[arg-type]
+        joined = "|".join(texts)  # type: ignore[arg-type]
+        small = _SMALL_LIST.fullmatch(joined) is not None
+        if small or _CANONICAL_LIST.fullmatch(joined):
             body = ",".join(texts).replace("][", ",")  # type: ignore[arg-type]  # "[l,t,r,b],[l,t,r,b]"
             try:  # JSON refuses leading zeros (and int() over 4,300 digits): from_string decides those
-                boxes = _decode_json(f"[{body}]")[0]
-            except ValueError:
+                boxes = _scan_json(f"[{body}]", 0)[0]
+            except (ValueError, StopIteration):
                 pass
             else:  # "-0" is read as 0 and so would not be written back as it was
-                return boxes, None if "-0" in body else body[1:-1].split("],[")
-    return [from_string(text) if text else None for text in texts], None
+                return boxes, None if "-0" in body else body[1:-1].split("],["), small
+    return [from_string(text) if text else None for text in texts], None, False
 
 
 def from_pairs(pairs: object) -> Box | None:

@@ -18,6 +18,7 @@ from typing import NamedTuple
 from pipelines.protowire import varint as _varint
 from protos.llm4mobile import episode_pb2
 
+from . import positions
 from .bounds import Box
 from .classes import EDITABLE_TYPES, classify
 from .errors import HierarchyError
@@ -157,7 +158,8 @@ _TemplateKey = tuple[str, str, tuple[str, ...], tuple[bool, ...]]
 
 class Template(NamedTuple):
     """What every node with the same class, package, ancestors and flags shares: its serialized Object fields,
-    framed as one entry of `Observation.objects` (parsing a screen's templates as one Observation is far
+    framed as one entry of `Observation.objects` whose length counts the node's position and box fields too
+    (`positions.suffixes` appends them; parsing a screen's templates as one Observation is far
     cheaper than setting the fields one by one), is_actionable when the source says nothing of editability /
     says editable / says not editable, and the flags it was made from."""
 
@@ -197,7 +199,8 @@ def _template(key: _TemplateKey) -> Template:
     type_editable = object_type in EDITABLE_TYPES or any(t in EDITABLE_TYPES for t in multi)
     serialized = proto.SerializeToString()
     entry = Template(
-        _OBJECTS_TAG + _varint(len(serialized)) + serialized,
+        # Framed with room for the node's position and box fields, which `build_columns` appends.
+        _OBJECTS_TAG + _varint(len(serialized) + positions.SUFFIX_LENGTH) + serialized,
         usable and (acts or type_editable),  # the source has no editable flag: decided by the type
         usable,  # the source says editable
         usable and acts,  # the source says not editable
@@ -233,7 +236,7 @@ class RawColumns(NamedTuple):
 
 
 #: RawColumns from an iterable of its 14 sequences without NamedTuple's Python-level __new__.
-_new_columns: Callable[..., RawColumns] = partial(tuple.__new__, RawColumns)
+new_columns: Callable[..., RawColumns] = partial(tuple.__new__, RawColumns)
 
 
 def build_screen(
@@ -247,7 +250,7 @@ def build_screen(
     size_estimated: bool = False,
 ) -> Screen:
     """Objects with every computed field from pre-ordered nodes (parents before children)."""
-    columns = _new_columns(zip(*nodes, strict=True) if nodes else [()] * len(RawColumns._fields))
+    columns = new_columns(zip(*nodes, strict=True) if nodes else [()] * len(RawColumns._fields))
     return build_columns(
         columns, width, height, rotation=rotation, fmt=fmt, warnings=warnings, size_estimated=size_estimated
     )
@@ -264,10 +267,14 @@ def build_columns(
     size_estimated: bool = False,
     box_texts: Sequence[str] | None = None,
     templates: Sequence[Template] | None = None,
+    small_boxes: bool = False,
 ) -> Screen:
     """`build_screen` from columns. `box_texts`, when the parser has them, are the boxes exactly as
     `"{left},{top},{right},{bottom}"` formats them (they go into the ids), saving that formatting;
-    `templates`, when the parser has them (see `template`), are the nodes' templates, saving their lookup."""
+    `templates`, when the parser has them (see `template`), are the nodes' templates, saving their lookup;
+    `small_boxes` says every box is there with its edges in 0..bounds.SMALL_EDGES-1
+    (`bounds.from_strings_sized` vouches for that), so the boxes are parsed with the positions instead of set
+    field by field."""
     warnings = list(warnings or ())
     parents, depths, siblings, classes, packages, texts, descs, resource_ids, hints, boxes, flags = (
         columns[:11]
@@ -279,13 +286,8 @@ def build_columns(
         size[parents[i]] += size[i]
 
     # Everything per node that is not a proto field is prepared column by column.
-    if box_texts is None:
-        key_tails = [
-            f"/{s}|{c}|" if b is None else f"/{s}|{c}|{b[0]},{b[1]},{b[2]},{b[3]}"
-            for s, c, b in zip(siblings, classes, boxes, strict=True)
-        ]
-    else:
-        key_tails = [f"/{s}|{c}|{b}" for s, c, b in zip(siblings, classes, box_texts, strict=True)]
+    if box_texts is None:  # how the id key writes a box ("" for none)
+        box_texts = ["" if b is None else f"{b[0]},{b[1]},{b[2]},{b[3]}" for b in boxes]
     if templates is not None:
         cached: Sequence[Template] = templates
     else:
@@ -293,29 +295,31 @@ def build_columns(
         if None in cached:
             template_keys = zip(classes, packages, columns.ancestors, flags, strict=True)
             cached = [entry or _template(key) for entry, key in zip(cached, template_keys, strict=True)]
-    protos = list(_Observation.FromString(b"".join(map(itemgetter(0), cached))).objects)
+    # post-order id = pre-order id - depth + subtree size - 1
+    post_orders = list(map(sub, map(add, range(-1, n - 1), size), depths))
+    entries = map(itemgetter(0), cached)
+    serialized = positions.suffixes(entries, parents, depths, post_orders, boxes if small_boxes else None)
+    protos = list(_Observation.FromString(serialized).objects)
 
     ids: list[str] = [""] * (n + 1)  # ids[-1]: the "" parent id of window roots
     new_hash = _ID_HASH.copy  # copying a prepared BLAKE2b-64 state is cheaper than constructing one
     missing = invalid = off_screen = outside = 0
     w2, h2 = 2 * width, 2 * height
     i = -1
-    # post-order id = pre-order id - depth + subtree size - 1
-    post_orders = list(map(sub, map(add, range(-1, n - 1), size), depths))
     rows = zip(
-        protos, parents, key_tails, depths, post_orders, size, boxes, texts, descs, resource_ids, hints,
-        cached, columns.editable, strict=False,  # size has an extra last slot
+        protos, parents, siblings, classes, box_texts, size, boxes, texts, descs, resource_ids, hints, cached,
+        columns.editable, strict=False,  # size has an extra last slot
     )  # fmt: skip
-    for o, p, key_tail, depth, post_order, subtree, box, text, desc, rid, hint, entry, editable in rows:
+    for o, p, sibling, android_class, box_text, subtree, box, text, desc, rid, hint, entry, editable in rows:
         i += 1
         parent_id = ids[p]
         hasher = new_hash()
-        hasher.update((parent_id + key_tail).encode())
+        hasher.update(f"{parent_id}/{sibling}|{android_class}|{box_text}".encode())
         ids[i] = o.id = hasher.hexdigest()
-        o.index = i
-        o.parent_index = p
         if parent_id:
             o.parent_id = parent_id
+        elif p < 0:  # a window root: its parent_index was parsed as 0 (see `positions`)
+            o.parent_index = p
         if text:
             o.text = text
         if desc:
@@ -332,36 +336,29 @@ def build_columns(
         if name:
             o.name = name
         grid = UNKNOWN_LOCATION
+        if box is not None and not small_boxes:  # fill the all-zero bbox parsed with the positions
+            b = o.bbox
+            try:
+                b.left, b.top, b.right, b.bottom = box
+            except ValueError:  # a coordinate outside int32: no usable box
+                box = None
         if box is None:
+            o.ClearField("bbox")
             missing += 1
         else:
             left, top, right, bottom = box
-            b = o.bbox
-            try:
-                b.left = left
-                b.top = top
-                b.right = right
-                b.bottom = bottom
-            except ValueError:  # a coordinate outside int32: no usable box
-                o.ClearField("bbox")
-                missing += 1
+            if right <= left or bottom <= top:
+                invalid += 1
             else:
-                if right <= left or bottom <= top:
-                    invalid += 1
+                sx = left + right
+                sy = top + bottom
+                if sx < 0 or sy < 0 or sx >= w2 or sy >= h2:
+                    off_screen += 1
                 else:
-                    sx = left + right
-                    sy = top + bottom
-                    if sx < 0 or sy < 0 or sx >= w2 or sy >= h2:
-                        off_screen += 1
-                    else:
-                        grid = 1 + (3 * sy // h2) * 3 + 3 * sx // w2
-                        o.grid_location = grid
-                        if left < 0 or top < 0 or right > width or bottom > height:
-                            outside += 1
-        d = o.dom_position
-        d.depth = depth
-        d.pre_order_id = i
-        d.post_order_id = post_order
+                    grid = 1 + (3 * sy // h2) * 3 + 3 * sx // w2
+                    o.grid_location = grid
+                    if left < 0 or top < 0 or right > width or bottom > height:
+                        outside += 1
         if subtree == 1:
             o.is_leaf = True
         if grid:
@@ -402,8 +399,14 @@ def screen_size_from_windows(
     screenshot's size."""
     width, height = window_size(boxes)
     # Estimated when no window starts at the origin on either axis (lefts all > 0, or tops all > 0).
-    present = [b for b in boxes if b is not None]
-    estimated = bool(present) and (all(b[0] > 0 for b in present) or all(b[1] > 0 for b in present))
+    present = False
+    lefts_positive = tops_positive = True
+    for b in boxes:  # (a loop: screens have one to a few windows, and generators cost more than that)
+        if b is not None:
+            present = True
+            lefts_positive = lefts_positive and b[0] > 0
+            tops_positive = tops_positive and b[1] > 0
+    estimated = present and (lefts_positive or tops_positive)
     if estimated:
         warnings.append(
             f"screen size {width}x{height} estimated from windows that do not start at the origin"

@@ -20,7 +20,7 @@ from operator import eq, itemgetter, ne
 
 from lxml import etree
 
-from .bounds import from_strings
+from .bounds import from_strings_sized
 from .encoding import bom_encoding
 from .errors import HierarchyError
 from .objects import (
@@ -31,6 +31,7 @@ from .objects import (
     Template,
     build_columns,
     check_size,
+    new_columns,
     resolve_screen_size,
     template,
     too_large,
@@ -125,10 +126,10 @@ class _Layout:
     row: Callable[[dict[str, str]], tuple]  # the values of the first node's names, in one C call
     tail: tuple[str | None, ...]  # default values of the names the first node lacks
     size: int  # attribute count of a node that takes the fast path; -2: none does
-    # The values of `_TEMPLATE_NAMES` the first node has, from a row (None when it lacks class or package),
-    # and the templates already made from them.
-    template_key: Callable[[tuple], tuple] | None
-    templates: dict[str, Template]  # by the `_KEY_JOIN` of a row's `template_key`
+    # The `_TEMPLATE_NAMES` the first node has, picked from a row or from the transposed rows' columns (None
+    # when it lacks class or package), and the templates already made from them.
+    template_key: Callable[[Sequence], tuple] | None
+    templates: dict[str, Template]  # by the `_KEY_JOIN` of a row's template attribute values
     # The `_COLUMN_NAMES` and `_FLAG_NAMES` columns of the transposed rows (in `names` order).
     columns: Callable[[list], tuple]
     flag_columns: Callable[[list], tuple]
@@ -167,20 +168,24 @@ def _new_layout(first: tuple[str, ...]) -> _Layout:
     return _Layout(first, names, defaults, row, tail, size, template_key, {}, columns, flag_columns)
 
 
-_NO_ROOT, _DROPPED, _HIERARCHY = -3, -2, -1
-
-
 class _Collector:
     """lxml parser target that turns each element into a row of attribute values while libxml2 reads.
 
     Every element below `<hierarchy>` is a node, whatever its tag (`node` in uiautomator dumps, the class name
     in Appium page sources). A dump without `<hierarchy>` whose root element has `bounds` is one window.
-    `start` runs once per view, so its usual path is a single C-level fetch of the row; `columns` then
-    computes the rest column by column.
+    `start` runs once per view, so its usual path is a single C-level fetch of the row and the node's level
+    (elements started before it minus those ended: its depth in the XML); `columns` then computes the rest
+    column by column, parents from the levels. `end` only counts: it is a C-level append (lxml reads it once,
+    when the parser is made), which saves a Python call per element.
     """
+
+    def __init__(self) -> None:
+        self.ends: list[str] = []  # tags of the elements ended so far
+        self.end = self.ends.append
 
     def reset(self, drop_invisible: bool) -> None:
         self.drop_invisible = drop_invisible
+        self.ends.clear()
         # Row layout: the attribute names of the first node plus any usual or optional one it lacks. A node
         # with as many attributes as the first one, all of the first one's names among them, has exactly its
         # names: its row is one C-level fetch (`row`). Any other node goes through `_row`.
@@ -189,33 +194,30 @@ class _Collector:
         self.row: Callable[[dict[str, str]], tuple] | None = None
         self.row_size = -1  # attributes of the first node; -1 until it is seen
         self.rows: list[tuple] = []
-        self.parents: list[int] = []  # node index of the parent, -1 for a window root
+        self.levels: list[int] = []  # of each node: the <hierarchy> is level 0, its windows level 1
+        self.skipped = 0  # elements started that are not nodes (<hierarchy>, dropped ones)
+        self.drop_level = -1  # level of the dropped subtree being read; -1 outside one
         self.naf: list[int] = []  # nodes with NAF="true"
         self.tails: dict[int, tuple[str | None, ...]] = {}  # values of names the first node lacks, when set
-        # Open elements: node index, _HIERARCHY, _DROPPED inside a dropped subtree; _NO_ROOT below the root.
-        self.stack: list[int] = [_NO_ROOT]
         self.top: dict[str, str] | None = None
-        self.root_tag = ""
+        self.root_tag: str | None = None  # None until the root element starts
         self.dropped = 0
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
-        stack = self.stack
-        p = stack[-1]
         if len(attrib) != self.row_size:  # the root, dumps in drop_invisible mode, nodes unlike the first
-            self._start(tag, attrib, p)
+            self._start(tag, attrib)
             return
         try:
             row = self.row(attrib)  # type: ignore[misc]
         except KeyError:  # some other attribute names (e.g. namespaced)
-            self._start(tag, attrib, p)
+            self._start(tag, attrib)
             return
         rows = self.rows
         index = len(rows)
         if index >= MAX_OBJECTS:
             raise too_large()
         rows.append(row)
-        self.parents.append(p)
-        stack.append(index)
+        self.levels.append(index + self.skipped - len(self.ends))
 
     def _layout(self, attrib: dict[str, str]) -> None:
         """The row layout, from the first node (see `reset`)."""
@@ -235,8 +237,15 @@ class _Collector:
         values of the first node's names, and in `tails` those of the names it lacks when not the default."""
         get = attrib.get
         index = len(self.rows)
-        if get("NAF") == "true":
+        naf = get("NAF")
+        if naf == "true":
             self.naf.append(index)
+        if naf is not None and len(attrib) == self.row_size + 1:
+            # The first node's names and NAF (how dumps mark views without a label): the one C-level fetch.
+            try:
+                return self.row(attrib)  # type: ignore[misc]
+            except KeyError:
+                pass
         layout = self.layout
         assert layout is not None  # set from the first node before any row
         names = layout.names
@@ -244,37 +253,43 @@ class _Collector:
         if not _USUAL_KEYS <= attrib.keys():  # the tag stands in for a missing or empty class
             row[names.index("class")] = get("class") or (tag if tag != "node" else "")
         shown = names.index("visible-to-user")
+        first = len(layout.first)
         if row[shown] is None:
             row[shown] = get("displayed")  # Appium
-        first = len(layout.first)
+            if row[shown] is None and shown < first:
+                # Unstated on this node though the first node states it: shown, like any value but "false"
+                # ("", unlike None, can join the first node's template key).
+                row[shown] = ""
         if row[first:] != list(layout.tail):
             self.tails[index] = tuple(row[first:])
         return tuple(row[:first])
 
-    def _start(self, tag: str, attrib: dict[str, str], p: int) -> None:
+    def _start(self, tag: str, attrib: dict[str, str]) -> None:
         """`start` for the root, window roots, dropped subtrees, namespaced or non-`node` tags."""
-        stack = self.stack
-        if p == _DROPPED:
-            stack.append(_DROPPED)
-            self.dropped += 1
-            return
+        level = len(self.rows) + self.skipped - len(self.ends)
+        if self.drop_level >= 0:
+            if level > self.drop_level:  # inside a dropped subtree
+                self.skipped += 1
+                self.dropped += 1
+                return
+            self.drop_level = -1
         if tag[:1] == "{":  # namespaced page source: use local names (lxml gives "{uri}name")
             tag, attrib = _local_names(tag, attrib)
-        if p == _NO_ROOT:
+        if self.root_tag is None:
             self.root_tag = tag
             if tag == "hierarchy":
                 self.top = attrib
-                stack.append(_HIERARCHY)
+                self.skipped += 1
                 return
             if "bounds" not in attrib:
                 raise HierarchyError("malformed", f"root element <{tag}> is not a view hierarchy")
-            p = -1
         if self.drop_invisible:
             shown = attrib.get("visible-to-user")
             if shown is None:
                 shown = attrib.get("displayed")  # Appium
             if shown == "false":
-                stack.append(_DROPPED)
+                self.drop_level = level
+                self.skipped += 1
                 self.dropped += 1
                 return
         rows = self.rows
@@ -288,39 +303,45 @@ class _Collector:
             rows.append(self.row(attrib) if fetch else self._row(attrib, tag))  # type: ignore[misc]
         else:
             rows.append(self._row(attrib, tag))
-        self.parents.append(p)
-        stack.append(index)
-
-    def end(self, tag: str) -> None:
-        self.stack.pop()
+        self.levels.append(level)
 
     def close(self) -> _Collector:
         return self
 
     @property
     def windows(self) -> int:
-        return self.parents.count(-1)
+        return self.levels.count(0 if self.top is None else 1)
 
-    def columns(self) -> tuple[RawColumns, list[str] | None, list[Sequence[int] | None], list[Template] | None]:
+    def columns(
+        self,
+    ) -> tuple[RawColumns, list[str] | None, list[Sequence[int] | None], list[Template] | None, bool]:
         """The collected nodes as `RawColumns`, their boxes as "l,t,r,b" texts when the dump wrote them so
-        (see `bounds.from_strings`), the window roots' boxes, and the nodes' templates when every node has
-        the first one's names (else None: `build_columns` finds them from the flags)."""
-        rows, parents = self.rows, self.parents
+        (see `bounds.from_strings`), the window roots' boxes, the nodes' templates when every node has the
+        first one's names (else None: `build_columns` finds them from the flags), and whether every box is
+        small (`bounds.from_strings_sized`)."""
+        rows, levels = self.rows, self.levels
         n = len(rows)
         if not n:
-            return RawColumns(*([()] * len(RawColumns._fields))), None, [], None
-        # Depth and position among siblings in one pass; a window root's parent -1 reads the extra last slot.
+            return RawColumns(*([()] * len(RawColumns._fields))), None, [], None, False
+        deepest = max(levels)
+        if deepest - (self.top is not None) > MAX_DEPTH:
+            raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
+        # Parent, depth and position among siblings in one pass. A node's parent is the latest node one level
+        # up (`latest`; a window root's level-up slot is never set, or is the extra last one: -1); a window
+        # root's parent -1 reads the extra last slot of `depths` and `counts`.
+        latest = [-1] * (deepest + 2)
+        parents = [0] * n
         depths = [0] * (n + 1)
         depths[n] = -1
         counts = [0] * (n + 1)
         siblings = [0] * n
-        for i, p in enumerate(parents):
+        for i, level in enumerate(levels):
+            parents[i] = p = latest[level - 1]
+            latest[level] = i
             depths[i] = depths[p] + 1
             siblings[i] = sibling = counts[p]
             counts[p] = sibling + 1
         depths.pop()
-        if max(depths) > MAX_DEPTH:
-            raise HierarchyError("too_deep", f"XML nested deeper than {MAX_DEPTH} levels")
         layout = self.layout
         assert layout is not None  # set by the first node
         values = list(zip(*rows, strict=True))
@@ -332,8 +353,9 @@ class _Collector:
         classes, packages, texts, descs, bounds, resource_ids, hints, shown = layout.columns(values)
         templates: list[Template] | None = None
         if layout.template_key is not None and not self.tails:
-            # One C-level fetch of each row's template attributes, looked up as they are.
-            keys = list(map(_KEY_JOIN, map(layout.template_key, rows)))
+            # Each row's template attributes, looked up as they are; taken from the columns, as zip hands join
+            # one reused tuple where a per-row fetch would make a new one for every row.
+            keys = list(map(_KEY_JOIN, zip(*layout.template_key(values), strict=True)))
             templates = list(map(layout.templates.get, keys))
             if None in templates:
                 templates = [t or layout.template_of(k) for t, k in zip(templates, keys, strict=True)]
@@ -343,16 +365,16 @@ class _Collector:
             flags = list(map(_FLAGS.get, keys))
             if None in flags:
                 flags = [f or _flags(k) for f, k in zip(flags, keys, strict=True)]
-        boxes, box_texts = from_strings(bounds)
+        boxes, box_texts, small_boxes = from_strings_sized(bounds)
         naf = [False] * n
         for i in self.naf:
             naf[i] = True
-        columns = RawColumns(
+        columns = new_columns((
             parents, depths, siblings, classes, packages, texts, descs, resource_ids, hints, boxes, flags,
             [None] * n, [()] * n, naf,
-        )  # fmt: skip
+        ))  # fmt: skip
         roots = list(compress(boxes, map(eq, parents, repeat(-1))))
-        return columns, box_texts, roots, templates
+        return columns, box_texts, roots, templates, small_boxes
 
 
 def _parser() -> tuple[etree.XMLParser, _Collector]:
@@ -557,7 +579,7 @@ def parse(
         warnings.append(f"rotation {top.get('rotation')!r} is not 0-3: taken as 0")
         rotation = 0
 
-    columns, box_texts, root_boxes, templates = found.columns()
+    columns, box_texts, root_boxes, templates, small_boxes = found.columns()
     stated = None
     if top is not None:  # Appium page sources state the size on the root
         stated_w, stated_h = _int_attr(top.get("width")), _int_attr(top.get("height"))
@@ -574,4 +596,5 @@ def parse(
         size_estimated=estimated,
         box_texts=box_texts,
         templates=templates,
+        small_boxes=small_boxes,
     )
