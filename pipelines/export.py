@@ -145,14 +145,18 @@ def _sample(group: SpecGroup, job: DatasetJob) -> tuple[ExportEpisode | None, di
     return None, None, "; ".join(errors)
 
 
+def _outcome_files(progress_dir: str) -> list[Any]:
+    """The outcome files `_record_outcome` has written so far (Beam file metadata)."""
+    try:
+        return FileSystems.match([FileSystems.join(progress_dir, "*")])[0].metadata_list
+    except Exception:  # noqa: BLE001 - none yet: the first outcome makes the folder
+        return []
+
+
 def _read_outcomes(progress_dir: str) -> list[dict[str, Any]]:
     """Every episode's outcome that `_record_outcome` wrote, in (dataset, index) order."""
-    try:
-        found = FileSystems.match([FileSystems.join(progress_dir, "*")])[0].metadata_list
-    except Exception:  # noqa: BLE001 - no outcome at all: the folder was never created
-        return []
     keyed = []
-    for meta in found:
+    for meta in _outcome_files(progress_dir):
         dataset, _, index = FileSystems.split(meta.path)[1].rpartition("-")
         with FileSystems.open(meta.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             keyed.append(((dataset, int(index)), json.loads(f.read().decode("utf-8"))))
@@ -171,10 +175,7 @@ def _folder_size(path: Path) -> int:
 
 
 def _count_done(progress_dir: str) -> int:
-    try:
-        return len(FileSystems.match([FileSystems.join(progress_dir, "*")])[0].metadata_list)
-    except Exception:  # noqa: BLE001 - nothing written yet (or a transient listing error): progress only
-        return 0
+    return len(_outcome_files(progress_dir))
 
 
 def _run_with_progress(
