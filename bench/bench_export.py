@@ -8,9 +8,11 @@ Data: `--episodes` Procgen coinrun episodes of `--steps` steps recorded by the r
 frames in the custom data), registered `--copies` times in a small study and 3 x `--copies` times in a large
 one (real files; many episodes without recording them all).
 Figures, in one run:
-- read: `open_episode` + decode every step of every episode of the large study in a plain loop (the floor;
-  the fastest of 3 runs at the start, and the fastest of 2 again right before each format's exports, which
-  is the base of that format's ratios: other jobs on the machine come and go over the minutes a run takes);
+- read: envlogger's own `Reader` decoding every step of every episode of the large study in a plain loop,
+  what a training team runs on these files (the floor; the fastest of 3 runs at the start, and the fastest
+  of 2 again right before each format's exports, which is the base of that format's ratios: other jobs on
+  the machine come and go over the minutes a run takes). stepmark's own reader (`open_episode`: its own
+  decoder, steps paired the RLDS way) is timed beside it and printed for reference ("own read");
 - each format (envlogger, tfds, parquet, minari) on FnApiRunner with 1 worker, each export in a child process of
   its own, on the small and on the large study: throughput of the large export (the fastest of `--repeats`), the
   marginal throughput between the two (fixed costs — start-up, planning, the last step — cancel out), bytes
@@ -101,10 +103,18 @@ def folder_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
 
 
-def read_all(data_dir: Path, study_id: str, repeats: int = 3) -> tuple[float, int, float, float]:
+def read_all(
+    data_dir: Path, study_id: str, repeats: int = 3, reader: str = "envlogger"
+) -> tuple[float, int, float, float]:
     """(seconds, steps, MB of files read, CPU seconds) for reading every selected episode's steps in a loop:
     the fastest of `repeats` runs (the strongest baseline on a shared machine; file sizes are summed outside
-    the timing)."""
+    the timing).
+
+    `reader="envlogger"`: envlogger's own `Reader` over each episode's files, every step decoded (what a
+    training team runs on these files; the base of the export ratios). `reader="stepmark"`: `open_episode`,
+    stepmark's reader (the same files, its own decoder, steps paired the RLDS way)."""
+    import envlogger
+
     with open_store(None, data_dir) as repo:
         episodes = repo.list_episodes(study_id=study_id, states=[study_pb2.Episode.STATE_COMPLETED])
     read_mb = sum(folder_mb(data_dir / e.storage.environment_logger.tag_directory) for e in episodes)
@@ -113,9 +123,15 @@ def read_all(data_dir: Path, study_id: str, repeats: int = 3) -> tuple[float, in
         start, cpu = time.perf_counter(), time.process_time()
         steps = 0
         for episode in episodes:
-            with open_episode(episode, data_dir) as reader:
-                for _ in reader:
-                    steps += 1
+            if reader == "envlogger":
+                el = episode.storage.environment_logger
+                with envlogger.Reader(str(data_dir / el.tag_directory)) as files:
+                    for _ in files.episodes[el.index]:
+                        steps += 1
+            else:
+                with open_episode(episode, data_dir) as steps_reader:
+                    for _ in steps_reader:
+                        steps += 1
         best, best_cpu = min(best, time.perf_counter() - start), min(best_cpu, time.process_time() - cpu)
     return best, steps, read_mb, best_cpu
 
@@ -192,7 +208,9 @@ def main() -> None:
         print(
             f"large selection: {args.episodes * 3 * args.copies} episodes, {steps} steps, {mb:.1f} MB of files\n"
         )
-        print(line("read (open_episode loop, large)", seconds, steps, mb))
+        print(line("read (envlogger.Reader loop, large)", seconds, steps, mb))
+        own, own_steps, _, _ = read_all(data_dir, large, reader="stepmark")
+        print(line("read (stepmark open_episode, large)", own, own_steps, mb, base=steps / seconds))
 
         runs = [
             ("envlogger FnApiRunner 1 worker", "envlogger", ["--direct_num_workers=1"]),
@@ -210,6 +228,7 @@ def main() -> None:
         memory: dict[str, tuple[float, float]] = {}
 
         reads: dict[str, tuple[float, float]] = {}  # per export: (steps/s, CPU s) of the read timed beside it
+        own_reads: dict[str, float] = {}  # per export: steps/s of stepmark's own read timed beside it
 
         def measure(name: str, fmt: str, beam_args: list[str]) -> None:
             i = len(results)
@@ -217,6 +236,7 @@ def main() -> None:
             # the minutes a run takes): each ratio compares two things measured within seconds of each other.
             near, _, _, near_cpu = read_all(data_dir, large, repeats=2)
             reads[name] = (steps / near, near_cpu)
+            own_reads[name] = steps / read_all(data_dir, large, repeats=2, reader="stepmark")[0]
             # Folder names are Minari dataset ids (NAME-vN), which every format accepts.
             a = timed_export(data_dir, small, work / f"s{i}-v0", fmt, beam_args)
             b = timed_export(data_dir, large, work / f"l{i}-v0", fmt, beam_args)
@@ -259,7 +279,8 @@ def main() -> None:
             small_rss, large_rss = memory[name]
             base, base_cpu = reads[name]
             print(f"  export {fmt:<9} / read: marginal {results[name][0] / base:5.2f} wall "
-                  f"{walls[name] / base:5.2f} cpu {base_cpu / cpus[name]:5.2f}   bytes / envlogger: "
+                  f"{walls[name] / base:5.2f} cpu {base_cpu / cpus[name]:5.2f}   (wall / own read "
+                  f"{walls[name] / own_reads[name]:5.2f})   bytes / envlogger: "
                   f"{sizes[name] / sizes[el]:5.2f}   peak RSS large / small (3x data): {large_rss / small_rss:5.2f}")  # fmt: skip
         two = "envlogger FnApiRunner 2 workers"
         print(f"  FnApiRunner 2 workers / 1 worker:  marginal {results[two][0] / results[el][0]:.2f} "

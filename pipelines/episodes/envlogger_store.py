@@ -2,8 +2,10 @@
 
 Written with envlogger's own `RiegeliBackendWriter` (dataset metadata carries the environment specs, as
 `EnvLogger` writes them, so `envlogger.Reader` and TFDS's envlogger reader open the files unchanged).
-Read with `envlogger.Reader`, whose step index gives random access: `step(i)` decodes records i and i+1
-only, so showing step k of a long episode does not decode every frame.
+Opened with `envlogger.Reader` (the files' own index, metadata and specs), whose step index gives random
+access: `step(i)` decodes records i and i+1 only, so showing step k of a long episode does not decode every
+frame. Each record's bytes come from envlogger's Riegeli reader and are decoded by `fast_decode` (envlogger's
+codec's values, ~2x faster; dicts in sorted key order).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import dm_env
 import envlogger
+from envlogger import step_data
 from envlogger.backends import riegeli_backend_reader, riegeli_backend_writer
 from envlogger.converters import spec_codec
 from envlogger.proto import storage_pb2
 
-from pipelines.episodes import fast_codec
+from pipelines.episodes import fast_codec, fast_decode
 from pipelines.episodes.base import EnvSpecs, EpisodeMetadata, EpisodeWriter, RecordEpisodeReader
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import study_pb2
@@ -27,10 +31,12 @@ FORMAT = "envlogger"
 WRITER_OPTIONS = "zstd:1,chunk_size:1M"
 
 
+_STEP_TYPES = {int(t): t for t in dm_env.StepType}
+
+
 def _never_flush(_data: Any) -> bool:
     """Flush only on close: data is only promised complete after close() anyway, and a flush is an fsync."""
     return False
-
 
 
 def envlogger_storage(relative: object) -> study_pb2.Episode.Storage:
@@ -40,6 +46,7 @@ def envlogger_storage(relative: object) -> study_pb2.Episode.Storage:
     storage.environment_logger.tag_directory = str(relative)
     storage.environment_logger.index = 0
     return storage
+
 
 class _RiegeliWriter(riegeli_backend_writer.RiegeliBackendWriter):
     """envlogger's Riegeli backend with our encoder: the same records, serialized straight to wire bytes
@@ -113,6 +120,9 @@ class EnvloggerEpisodeReader(RecordEpisodeReader):
             raise StepmarkError(f"{self.path}: episode index {index} out of range ({count} episodes)")
         self.index = index
         self._steps = self._reader.episodes[index]
+        # envlogger 1.2's Riegeli reader (pybind): the record bytes by dataset step offset.
+        self._records = backend._reader  # noqa: SLF001
+        self._start = backend._get_nth_episode_info(index).start  # noqa: SLF001
         if len(self._steps) == 0:  # envlogger logs and ignores an empty or cut step index
             self._reader.close()
             raise StepmarkError(f"{self.path}: episode {index} has no readable steps (damaged step index)")
@@ -124,15 +134,19 @@ class EnvloggerEpisodeReader(RecordEpisodeReader):
         return len(self._steps)
 
     def _load_record(self, k: int) -> envlogger.StepData:
+        """Record k as envlogger's reader gives it (`RiegeliBackendReader._get_nth_step`)."""
         try:
-            record = self._steps[k]
+            # Offsets are the dataset's: never read another episode's record.
+            if not 0 <= k < len(self._steps):
+                raise IndexError(f"out of range for an episode of {len(self._steps)} records")
+            data = fast_decode.decode(self._records.serialized_step(self._start + k))
+            ts = data[0]
+            timestep = dm_env.TimeStep(_STEP_TYPES.get(ts[0]) or dm_env.StepType(ts[0]), ts[1], ts[2], ts[3])
+            return step_data.StepData(timestep, data[1], data[2])
         except Exception as exc:  # riegeli/proto decoding of a damaged file raises several types
             raise StepmarkError(
                 f"{self.path}: record {k} cannot be read (damaged or truncated file): {exc}"
             ) from exc
-        if record is None or record.timestep is None:
-            raise StepmarkError(f"{self.path}: record {k} cannot be read (damaged or truncated file)")
-        return record
 
     @property
     def metadata(self) -> dict[str, Any]:
