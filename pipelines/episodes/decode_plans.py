@@ -78,6 +78,9 @@ class _Source:
             f"if b[p] != {tag}: raise I",
             "n = b[p + 1]",
             "if n < 128: p += 2",
+            "elif b[p + 2] < 128:",
+            "    n = n - 128 + (b[p + 2] << 7)",
+            "    p += 3",
             "else: n, p = V(b, p + 1)",
             f"{end} = p + n",
         )
