@@ -1,10 +1,13 @@
-"""Micro-benchmark of the envlogger `Data` serializer (pipelines/exporters/envlogger_data.py) on real records.
+"""Micro-benchmark of envlogger `Data` encoding and decoding on real records: the export's serializer
+(pipelines/exporters/envlogger_data.py) and the reader's decoder (pipelines/episodes/fast_decode.py).
 
 Records the export tests' data (tests/pipelines/export/export_data.py: Procgen coinrun, NetHack dict
 observations, UI screens; or reuses `--data DIR` from an earlier run), turns each episode into envlogger records
 (`envlogger_writer.episode_records`), then serializes every record with the generic serializer
 (`serialize_generic`) and with `serialize` (per-structure plans), interleaved, CPU time, best of N. Prints
-us/step for both, their ratio, and whether the bytes are identical.
+us/step for both, their ratio, and whether the bytes are identical. Then decodes those bytes with envlogger's
+codec (`codec.decode(Data.FromString(raw))`, what `envlogger.Reader` does), with `fast_decode`'s walk, and with
+`fast_decode.decode` (plans per record layout): us/step, ratios to the codec, and whether the values are equal.
 
     .venv/bin/python bench/bench_serialize.py [--data /tmp/sbench/data] [--repeat 7]
 """
@@ -20,7 +23,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipelines.episodes import open_episode  # noqa: E402
+import numpy as np  # noqa: E402
+from envlogger.converters import codec  # noqa: E402
+from envlogger.proto import storage_pb2  # noqa: E402
+
+from pipelines.episodes import fast_decode, open_episode  # noqa: E402
 from pipelines.exporters import envlogger_data, envlogger_writer  # noqa: E402
 from pipelines.exporters.transform import TransformOptions, transform_episode  # noqa: E402
 from tests.pipelines.export.export_data import ExportData, build  # noqa: E402
@@ -77,6 +84,42 @@ def main() -> None:
             best_new = min(best_new, cpu_us(new, batch))
         ratio = best_old / best_new
         print(f"{family:10} {len(recs):5d} {best_old:10.1f} {best_new:9.1f} {ratio:5.2f}x  {identical}")
+    print(f"\n{'family':10} {'steps':>5} {'codec us':>9} {'walk us':>8} {'plans us':>9} {'codec/walk':>10} "
+          f"{'codec/plans':>11}  equal")  # fmt: skip
+    for family, recs in by_family.items():
+        if not recs:
+            continue
+        raws = [new(r) for r in recs]
+        equal = all(_equal(fast_decode.decode(raw), _codec(raw)) for raw in raws)
+        batch = raws * args.inner
+        best = {"codec": float("inf"), "walk": float("inf"), "plans": float("inf")}
+        for _ in range(args.repeat):
+            best["codec"] = min(best["codec"], cpu_us(_codec, batch))
+            best["walk"] = min(best["walk"], cpu_us(_walk, batch))
+            best["plans"] = min(best["plans"], cpu_us(fast_decode.decode, batch))
+        print(f"{family:10} {len(recs):5d} {best['codec']:9.1f} {best['walk']:8.1f} {best['plans']:9.1f} "
+              f"{best['codec'] / best['walk']:9.2f}x {best['codec'] / best['plans']:10.2f}x  {equal}")  # fmt: skip
+
+
+def _codec(raw: bytes):  # noqa: ANN202
+    return codec.decode(storage_pb2.Data.FromString(raw))
+
+
+def _walk(raw: bytes):  # noqa: ANN202
+    return fast_decode._data(raw, 0, len(raw))  # noqa: SLF001 - the walk alone, without plans
+
+
+def _equal(a, b) -> bool:  # noqa: ANN001
+    """Equal values of equal types (dicts compared by key: the decoder sorts str keys)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    return a == b or (a != a and b != b)
 
 
 if __name__ == "__main__":

@@ -144,6 +144,13 @@ def encode_info(info: Mapping[str, Any] | None) -> str:
         return json.dumps(to_jsonable(dict(info or {})), sort_keys=True, allow_nan=False)
 
 
+# Info texts decoded lately whose values are all scalars, by text: many environments repeat the same info for
+# many steps (Procgen: per level). A hit costs a shallow copy (nothing nested to share) instead of a parse.
+_info_memo: dict[str, dict[str, Any]] = {}
+_INFO_MEMO_SIZE = 256
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
 def decode_info(text: Any) -> dict[str, Any]:
     if text is None or text == "":
         return {}
@@ -151,8 +158,17 @@ def decode_info(text: Any) -> dict[str, Any]:
         text = text.decode("utf-8")
     if isinstance(text, dict):  # RLDS Creator's pickles stored the dict itself
         return {str(k): to_jsonable(v) for k, v in text.items()}
+    hit = _info_memo.get(text)
+    if hit is not None:
+        return dict(hit)
     value = json.loads(text)
-    return value if isinstance(value, dict) else {"value": value}
+    if not isinstance(value, dict):
+        return {"value": value}
+    if all(type(v) in _SCALARS for v in value.values()):
+        if len(_info_memo) >= _INFO_MEMO_SIZE:
+            _info_memo.clear()
+        _info_memo[text] = dict(value)
+    return value
 
 
 def custom_data(
@@ -266,12 +282,24 @@ class RecordEpisodeReader(EpisodeReader):
 
     def step(self, i: int) -> Step:
         i = self._check_index(i)
-        cur = self._record(i)
+        return self._pair(i, self._record(i), self._record(i + 1) if i + 1 < len(self) else None)
+
+    def __iter__(self) -> Iterator[Step]:
+        """Every step in order, each record decoded once (no index checks or cache on the way)."""
+        n = self._num_records()
+        cur = self._load_record(0) if n else None
+        for i in range(n):
+            nxt = self._load_record(i + 1) if i + 1 < n else None
+            yield self._pair(i, cur, nxt)
+            cur = nxt
+
+    @staticmethod
+    def _pair(i: int, cur: Any, nxt: Any) -> Step:
+        """Step i from record i and record i + 1 (None for the last step)."""
         custom = cur.custom_data if isinstance(cur.custom_data, dict) else {}
         image = custom.get(CUSTOM_IMAGE)
         is_first = i == 0
-        if i + 1 < len(self):
-            nxt = self._record(i + 1)
+        if nxt is not None:
             ncustom = nxt.custom_data if isinstance(nxt.custom_data, dict) else {}
             ts = nxt.timestep
             return Step(

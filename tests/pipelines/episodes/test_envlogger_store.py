@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path, PurePosixPath
 
 import dm_env
@@ -12,6 +13,7 @@ import pytest
 from annotator.envs import registry
 from annotator.envs.render import encode_jpeg
 from pipelines.episodes import EnvSpecs, EpisodeMetadata, create_writer, open_episode
+from pipelines.episodes.base import decode_info
 from pipelines.episodes.envlogger_store import EnvloggerEpisodeReader
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import study_pb2
@@ -212,3 +214,50 @@ def test_cut_step_index_is_refused_instead_of_reading_as_empty(tmp_path):
     offsets.write_bytes(offsets.read_bytes()[:10])
     with pytest.raises(StepmarkError, match=rf"{folder}: episode 0 has no readable steps"):
         EnvloggerEpisodeReader(folder)
+
+
+def test_iteration_gives_the_steps_random_access_gives_decoding_each_record_once(recorded, monkeypatch):
+    folder, _ = recorded
+    loaded: list[int] = []
+    original = EnvloggerEpisodeReader._load_record
+
+    def counting(self, k):
+        loaded.append(k)
+        return original(self, k)
+
+    monkeypatch.setattr(EnvloggerEpisodeReader, "_load_record", counting)
+    with EnvloggerEpisodeReader(folder) as reader:
+        iterated = list(reader)
+        assert loaded == list(range(len(reader)))
+        indexed = [reader.step(i) for i in range(len(reader))]
+    assert len(iterated) == len(indexed)
+    for a, b in zip(iterated, indexed, strict=True):
+        np.testing.assert_array_equal(a.observation["image"], b.observation["image"])
+        assert (a.index, a.reward, a.discount, a.keys, a.info, a.image) == (
+            b.index,
+            b.reward,
+            b.discount,
+            b.keys,
+            b.info,
+            b.image,
+        )
+        assert (a.is_first, a.is_last, a.is_terminal) == (b.is_first, b.is_last, b.is_terminal)
+        assert (a.action is None and b.action is None) or int(a.action) == int(b.action)
+    # Steps own their info: editing one (as an exporter's transform may) changes no other step.
+    iterated[0].info["level_seed"] = -1
+    assert all(s.info.get("level_seed") != -1 for s in iterated[1:])
+    with EnvloggerEpisodeReader(folder) as again:
+        assert again.step(0).info["level_seed"] == indexed[0].info["level_seed"] != -1
+
+
+@pytest.mark.parametrize(
+    "text", ['{"level_seed": 7, "done": false, "name": "x", "r": 1.5}', '{"extra": {"a": [1]}, "k": 2}']
+)
+def test_decode_info_hands_out_a_fresh_dict_each_time(text):
+    first, second = decode_info(text), decode_info(text)
+    assert first == second == json.loads(text) and first is not second
+    for value in first.values():
+        if isinstance(value, dict):
+            value["a"].append(2)  # nested values are never shared: only scalar-only infos are memoized
+    first["k"] = first["level_seed"] = "changed"
+    assert decode_info(text) == json.loads(text) and second == json.loads(text)
