@@ -17,6 +17,10 @@ class AlreadyExists(StoreError):
     """An object with the given id already exists."""
 
 
+class SourceTaken(AlreadyExists):
+    """The study already has an episode of that source (e.g. the same UI record)."""
+
+
 class NameTaken(AlreadyExists):
     """The creator already has a study of that name (names are unique per creator)."""
 

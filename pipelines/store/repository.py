@@ -38,6 +38,7 @@ from pipelines.store.errors import (
     NameTaken,
     NotFound,
     PermissionDenied,
+    SourceTaken,
     StoreError,
     StudyDisabled,
 )
@@ -467,7 +468,7 @@ class Repository(StudyRoles):
                 sa.select(EpisodeRow.id).where(EpisodeRow.study_id == study.id, EpisodeRow.source_key == key)
             )
             if existing is not None:
-                raise AlreadyExists(f"study {study.id!r} already has {key} as episode {existing!r}")
+                raise SourceTaken(f"study {study.id!r} already has {key} as episode {existing!r}")
         now = _now()
         row = EpisodeRow(id=episode_id, registered_time=now, source_key=key, **columns)
         row.tags = [
@@ -503,9 +504,12 @@ class Repository(StudyRoles):
         for attempt in range(5):
             try:
                 return self._add_episodes(batch, skip_existing_sources)
-            except IntegrityError:
-                # Another process registered one of these sources after our check (PostgreSQL: the unique index
-                # waited for its commit). A new transaction sees it and skips it.
+            except (IntegrityError, SourceTaken) as exc:
+                # Another process registered one of these sources after our check: its commit came between our
+                # check and the insert's own (PostgreSQL reads each statement's newest commits), or the unique
+                # index waited for it. A new transaction sees it and skips it.
+                if isinstance(exc, SourceTaken) and not skip_existing_sources:
+                    raise
                 if not skip_existing_sources or attempt == 4:
                     raise AlreadyExists("an episode of this batch was registered concurrently") from None
         return []

@@ -16,6 +16,7 @@ from pipelines.store import (
     Repository,
     StoreError,
     StudyDisabled,
+    open_store,
 )
 from protos.rlds_creator import client_pb2, study_pb2
 from tests.pipelines.store.conftest import env_episode, study_spec
@@ -496,3 +497,36 @@ def test_notes_expected_refuses_a_stale_editor(repo: Repository, episode) -> Non
     assert repo.set_notes(ref, "carol's", "bob", expected="first") is False  # same text: nothing to do
     # newest first: only the two accepted edits were written
     assert [e.user for e in repo.audit_log(ref) if e.action == AuditAction.EPISODE_NOTES] == ["carol", "bob"]
+
+
+def test_a_source_registered_between_the_check_and_the_insert_is_skipped(
+    repo: Repository, store_url: str | None, data_dir, study, session, monkeypatch
+) -> None:
+    """PostgreSQL reads each statement's newest commits: another import's commit can land between a batch's
+    source check and its insert's own. The batch then starts over and skips that source (it was an error)."""
+    if store_url is None:
+        pytest.skip("SQLite serializes writers: no commit can land inside a write transaction")
+
+    def ui(record_id: str) -> Episode:
+        ep = env_episode(study.id, session)
+        ep.ClearField("storage")
+        ep.metadata.update({"kind": "ui", "ui_record": {"shard": "s", "offset": 0, "episode_id": record_id}})
+        return ep
+
+    original = Repository._insert_episode
+    raced: list[str] = []
+
+    def racing(self, s, episode, studies):  # noqa: ANN001, ANN202
+        if not raced:  # the other import commits r1 now, after this batch checked it
+            raced.append(episode.id)
+            with open_store(store_url, data_dir) as other:
+                other.add_episodes([ui("r1")])
+        return original(self, s, episode, studies)
+
+    monkeypatch.setattr(Repository, "_insert_episode", racing)
+    added = repo.add_episodes([ui("r1"), ui("r2")])
+    assert [e.metadata["ui_record"]["episode_id"] for e in added] == ["r2"]
+    assert set(repo.source_keys(study.id)) == {"ui:r1", "ui:r2"}
+    assert len(repo.list_episodes(study_id=study.id)) == 2
+    with pytest.raises(AlreadyExists, match="already has ui:r1 as episode"):
+        repo.add_episodes([ui("r1")], skip_existing_sources=False)
