@@ -5,8 +5,9 @@ Records the export tests' data (tests/pipelines/export/export_data.py: Procgen c
 observations, UI screens; or reuses `--data DIR` from an earlier run), turns each episode into envlogger records
 (`envlogger_writer.episode_records`), then serializes every record with the generic serializer
 (`serialize_generic`) and with `serialize` (per-structure plans), interleaved, CPU time, best of N. Prints
-us/step for both, their ratio, and whether the bytes are identical. Then decodes those bytes with envlogger's
-codec (`codec.decode(Data.FromString(raw))`, what `envlogger.Reader` does), with `fast_decode`'s walk, and with
+us/step for both, their ratio, and whether the bytes are identical. Then decodes the same records as the
+recorder writes them (`fast_codec.serialize`: dicts as proto maps; the export writes `kvs` pairs, which plans
+do not cover and the walk reads) with envlogger's codec (`codec.decode(Data.FromString(raw))`, what `envlogger.Reader` does), with `fast_decode`'s walk, and with
 `fast_decode.decode` (plans per record layout): us/step, ratios to the codec, and whether the values are equal.
 
     .venv/bin/python bench/bench_serialize.py [--data /tmp/sbench/data] [--repeat 7]
@@ -27,7 +28,7 @@ import numpy as np  # noqa: E402
 from envlogger.converters import codec  # noqa: E402
 from envlogger.proto import storage_pb2  # noqa: E402
 
-from pipelines.episodes import fast_decode, open_episode  # noqa: E402
+from pipelines.episodes import fast_codec, fast_decode, open_episode  # noqa: E402
 from pipelines.exporters import envlogger_data, envlogger_writer  # noqa: E402
 from pipelines.exporters.transform import TransformOptions, transform_episode  # noqa: E402
 from tests.pipelines.export.export_data import ExportData, build  # noqa: E402
@@ -89,7 +90,7 @@ def main() -> None:
     for family, recs in by_family.items():
         if not recs:
             continue
-        raws = [new(r) for r in recs]
+        raws = [fast_codec.serialize(r) for r in recs]  # as the recorder writes them (dicts as maps)
         equal = all(_equal(fast_decode.decode(raw), _codec(raw)) for raw in raws)
         batch = raws * args.inner
         best = {"codec": float("inf"), "walk": float("inf"), "plans": float("inf")}

@@ -29,6 +29,7 @@ class Walk:
     varint: Callable[[bytes, int], tuple[int, int]]
     shape: Callable[[bytes, int, int], list[int]]
     leaf: Callable[[bytes, int, int], Any]  # a whole Datum's value: the walk's own path
+    items: Callable[[bytes, int, int], list[Any]]  # a list's values: the walk's own path
     scalar_dim: int
     numeric: dict[int, tuple[Any, str | None, bool]]
     packed: dict[int, tuple[Any, str, Any]]
@@ -107,7 +108,9 @@ class _Source:
             return value
         inner = self.header(tag, stop)
         self.emit(f"if {inner} != {stop}: raise I")
-        if tag in (0x12, 0x1A):  # array, tuple
+        if tag == 0x12:  # a list: its length varies from record to record (keys pressed): the walk reads it
+            self.emit(f"{value} = ITEMS(b, p, {inner})", f"p = {inner}")
+        elif tag == 0x1A:  # a tuple: a fixed structure
             items = []
             while start < field_end:
                 item_tag, item_start, start = self.walk.field(self.buf, start, field_end)
@@ -117,7 +120,7 @@ class _Source:
                 items.append(self.data(item_start, start, item_end))
             self.emit(f"if p != {inner}: raise I")
             joined = "".join(f"{v}, " for v in items)
-            self.emit(f"{value} = ({joined})" if tag == 0x1A else f"{value} = [{joined}]")
+            self.emit(f"{value} = ({joined})")
         elif tag == 0x22:
             self.dict(start, field_end, inner, value)
         elif tag == 0x0A:
@@ -276,6 +279,14 @@ def compile_plan(sample: bytes, walk: Walk) -> Callable[[bytes], Any]:
     body = "\n".join(src.lines)
     code = f"def plan(b):\n{body}\n    return {top}\n"
     names = dict(src.names)
-    names.update(I=walk.irregular, V=walk.varint, LEAF=walk.leaf, FB=np.frombuffer, U=1 << 64, H=1 << 63)
+    names.update(
+        I=walk.irregular,
+        V=walk.varint,
+        LEAF=walk.leaf,
+        ITEMS=walk.items,
+        FB=np.frombuffer,
+        U=1 << 64,
+        H=1 << 63,
+    )
     exec(compile(code, "<fast_decode plan>", "exec"), names)  # noqa: S102 - names and literals we wrote
     return names["plan"]

@@ -42,7 +42,7 @@ class _LongVarints(Exception):
 
 # What bytes that are not a plan's layout (or are damaged) raise in a plan or the walk.
 _MISSES = (_Irregular, IndexError, ValueError, TypeError, struct.error, OverflowError)
-_MAX_PLANS = 8
+_MAX_PLANS = 4  # an episode's first, middle and last records, and one more
 # The plans of the layouts seen last, most recent first; compiling waits after a plan that never served
 # (records whose layout changes every time, e.g. shapes that vary, must not pay a compile each).
 _plans: list[Callable[[bytes], Any]] = []
@@ -353,6 +353,7 @@ _WALK = decode_plans.Walk(
     varint=_varint,
     shape=_shape,
     leaf=_datum,
+    items=_items,
     scalar_dim=_SCALAR_DIM,
     numeric=_NUMERIC,
     packed=_PACKED,

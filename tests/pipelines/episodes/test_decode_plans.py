@@ -63,7 +63,7 @@ LAYOUT_CHANGES = {
     "a list for the tuple": ([STEP[1], STEP[1]], STEP[1], STEP[2]),
     "no action": (STEP[0], None, STEP[2]),
     "a str action": (STEP[0], "left", STEP[2]),
-    "keys as a 1-key list": (STEP[0], STEP[1], {**STEP[2], "keys": ["a"]}),
+    "no keys (an empty list is written as no value)": (STEP[0], STEP[1], {**STEP[2], "keys": []}),
 }
 PAYLOAD_CHANGES = {
     "other pixels": ((STEP[0][:3] + ({"image": np.full((2, 4, 3), 9, np.uint8)},)), STEP[1], STEP[2]),
@@ -73,6 +73,7 @@ PAYLOAD_CHANGES = {
     "a long info text": (STEP[0], STEP[1], {**STEP[2], "info": "x" * 300}),
     "a 20 KB frame": (STEP[0], STEP[1], {**STEP[2], "image": bytes(20_000)}),
     "other key strings": (STEP[0], STEP[1], {**STEP[2], "keys": ["é", ""]}),
+    "more keys": (STEP[0], STEP[1], {**STEP[2], "keys": ["a", "b", "ArrowLeft"]}),
     "the last step type": ((dm_env.StepType.LAST,) + STEP[0][1:], STEP[1], STEP[2]),
 }
 
