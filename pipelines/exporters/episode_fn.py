@@ -4,7 +4,9 @@ driver (`pipelines/export.py`) counts for progress and reads at the end."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import gc
 import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -121,11 +123,12 @@ class ExportEpisodeFn(beam.DoFn):
         dataset, index, split, blob = element
         job = self.jobs[dataset]
         episode = study_pb2.Episode.FromString(blob)
-        prepared = self._prepare(dataset, index, split, episode, job)
-        if isinstance(prepared, ExportEpisode):
-            outcome = self._written(dataset, index, split, episode, prepared, job)
-        else:
-            outcome = prepared
+        with _no_cycle_collection():
+            prepared = self._prepare(dataset, index, split, episode, job)
+            if isinstance(prepared, ExportEpisode):
+                outcome = self._written(dataset, index, split, episode, prepared, job)
+            else:
+                outcome = prepared
         _record_outcome(job.progress_dir, dataset, index, outcome)
         yield outcome
 
@@ -178,7 +181,13 @@ class ExportEpisodeFn(beam.DoFn):
         return envlogger_writer.write_episode_shard(exported, job.staging_dir).num_bytes
 
     def _written(
-        self, dataset: str, index: int, split: str, episode: study_pb2.Episode, exported: ExportEpisode, job: DatasetJob
+        self,
+        dataset: str,
+        index: int,
+        split: str,
+        episode: study_pb2.Episode,
+        exported: ExportEpisode,
+        job: DatasetJob,
     ) -> tuple[str, str, str]:
         """Writes the episode; its result, or a `write_failed` dead letter."""
         try:
@@ -203,6 +212,22 @@ class ExportEpisodeFn(beam.DoFn):
         return self.RESULT, dataset, json.dumps(result)
 
 
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Python's cycle collector off while one episode is read, transformed and written.
+
+    An episode allocates a few dicts, tuples and arrays per step, almost none in cycles (reference counting
+    frees them); the collector still ran every 700 allocations and walked the live ones: ~5-7 us a step
+    (10% of an envlogger export). Off for one episode at a time, it runs again between episodes."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def open_for_export(episode: study_pb2.Episode, job: DatasetJob):
     """The episode's reader; a UI episode's record with the dataset's grounding annotations applied (always:
     even `none` marks each target's source), so the sample and every worker read the same thing."""
@@ -211,13 +236,18 @@ def open_for_export(episode: study_pb2.Episode, job: DatasetJob):
         from pipelines.exporters import grounding
 
         record = grounding.apply_annotations(
-            reader.record, list(job.grounding.get(episode.id, ())), job.annotations, job.annotations_user or None
+            reader.record,
+            list(job.grounding.get(episode.id, ())),
+            job.annotations,
+            job.annotations_user or None,
         )
         reader = UiEpisodeReader(record, source=reader.source)
     return reader
 
 
-def read_and_transform(index: int, episode: study_pb2.Episode, job: DatasetJob, split: str = "") -> ExportEpisode:
+def read_and_transform(
+    index: int, episode: study_pb2.Episode, job: DatasetJob, split: str = ""
+) -> ExportEpisode:
     reader = open_for_export(episode, job)
     try:
         steps = list(reader)
@@ -251,5 +281,3 @@ class ExportDatasets(beam.PTransform):
 
     def expand(self, episodes):
         return episodes | "Spread" >> beam.Reshuffle() | "Export" >> beam.ParDo(ExportEpisodeFn(self.jobs))
-
-

@@ -192,3 +192,26 @@ def test_output_appearing_during_the_export_is_never_replaced(
     else:
         assert out.is_dir() and not any(out.iterdir())
     assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary folder left either
+
+
+def test_the_cycle_collector_is_off_only_inside_one_episode():
+    """The export turns Python's cycle collector off while it handles one episode, and gives it back as it
+    was: on after the episode, on after a failing one, still off when the caller had turned it off."""
+    import gc
+
+    from pipelines.exporters.episode_fn import _no_cycle_collection
+
+    assert gc.isenabled()
+    with _no_cycle_collection():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ValueError), _no_cycle_collection():
+        raise ValueError("a bad episode")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with _no_cycle_collection():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
