@@ -22,6 +22,7 @@ from protos.rlds_creator import client_pb2, study_pb2
 from tests.pipelines.episodes.helpers import (
     CREATOR,
     USER,
+    family_spec,
     jpeg_size,
     make_study,
     new_store,
@@ -566,29 +567,11 @@ def test_sigkill_before_registration_is_recovered_as_abandoned(store, writer):
 
 
 # ----- every environment family records and reads back ---------------------------------------------------
-def family_spec(family: str) -> study_pb2.EnvironmentSpec:
-    spec = study_pb2.EnvironmentSpec(id=f"fam-{family}", name=family, sync=True, max_episode_steps=3)
-    if family == "procgen":
-        spec.procgen.id = "coinrun"
-    elif family == "atari":
-        spec.atari.id = "Pong"
-    elif family == "nethack":
-        spec.net_hack.id = "NetHackScore-v0"
-    elif family == "robosuite":
-        spec.robosuite.id = "Lift"
-        spec.robosuite.cameras.extend(["agentview", "frontview"])
-        spec.robosuite.use_camera_obs = True
-    elif family == "robodesk":
-        spec.robodesk.task = "open_slide"
-        spec.robodesk.image_size = 32
-    return spec
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["procgen", "atari", "nethack", "robosuite", "robodesk"])
 def test_each_family_records_a_short_episode_and_reads_it_back(store, family):
     repo, data = store
-    spec = family_spec(family)
+    spec = family_spec(family, max_steps=3, env_id=f"fam-{family}", atari="Pong")
     study = make_study(repo, spec)
     with Recorder(repo, data, study.id, spec.id, USER, seed=0) as rec:
         rec.start()

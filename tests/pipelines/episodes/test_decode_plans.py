@@ -10,7 +10,7 @@ from envlogger.converters import codec
 from envlogger.proto import storage_pb2
 
 from pipelines.episodes import decode_plans, fast_codec, fast_decode
-from tests.pipelines.episodes.test_fast_decode import RECORD, STEP, both_wires, family_records, same
+from tests.pipelines.episodes.test_fast_decode import FAMILIES, RECORD, STEP, both_wires, family_records, same
 
 
 def plan_for(raw: bytes):  # noqa: ANN201
@@ -38,11 +38,7 @@ def fresh_plans():
     fast_decode._compile.update(saved_state)
 
 
-@pytest.mark.parametrize(
-    "family",
-    ["procgen", "atari", "nethack"]
-    + [pytest.param(f, marks=pytest.mark.slow) for f in ("robosuite", "robodesk")],
-)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_a_plan_reads_the_other_records_of_a_real_episode_like_the_codec(family):
     records, _ = family_records(family)
     mid = [tuple(r) for r in records[1:]]  # the first record has no action: another layout

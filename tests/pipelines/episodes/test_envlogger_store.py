@@ -17,7 +17,7 @@ from pipelines.episodes.base import decode_info
 from pipelines.episodes.envlogger_store import EnvloggerEpisodeReader
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import study_pb2
-from tests.pipelines.episodes.helpers import jpeg_size, procgen_spec
+from tests.pipelines.episodes.helpers import assert_same_step, jpeg_size, procgen_spec
 
 KEYS = [["ArrowRight"], [], ["ArrowUp", "ArrowRight"], ["d"]]
 META = EpisodeMetadata(agent_id="a@x", episode_id="ep1", env_id="maze", study_id="s1", session_id="se1")
@@ -120,10 +120,8 @@ def test_reader_gives_rlds_aligned_steps(recorded):
     np.testing.assert_array_equal(final.observation["image"], written["obs"][-1])
 
 
-def test_step_is_random_access_and_decodes_only_what_it_needs(tmp_path, monkeypatch):
-    folder = tmp_path / "long"
-    written = record_episode(folder, n=400, seed=1)
-    n = len(written["actions"])
+def count_loads(monkeypatch) -> list[int]:  # noqa: ANN001
+    """The record indexes the envlogger reader decodes from now on, in order."""
     loaded: list[int] = []
     original = EnvloggerEpisodeReader._load_record
 
@@ -132,6 +130,14 @@ def test_step_is_random_access_and_decodes_only_what_it_needs(tmp_path, monkeypa
         return original(self, k)
 
     monkeypatch.setattr(EnvloggerEpisodeReader, "_load_record", counting)
+    return loaded
+
+
+def test_step_is_random_access_and_decodes_only_what_it_needs(tmp_path, monkeypatch):
+    folder = tmp_path / "long"
+    written = record_episode(folder, n=400, seed=1)
+    n = len(written["actions"])
+    loaded = count_loads(monkeypatch)
     with EnvloggerEpisodeReader(folder) as reader:
         k = n // 2
         step = reader.step(k)
@@ -218,31 +224,15 @@ def test_cut_step_index_is_refused_instead_of_reading_as_empty(tmp_path):
 
 def test_iteration_gives_the_steps_random_access_gives_decoding_each_record_once(recorded, monkeypatch):
     folder, _ = recorded
-    loaded: list[int] = []
-    original = EnvloggerEpisodeReader._load_record
-
-    def counting(self, k):
-        loaded.append(k)
-        return original(self, k)
-
-    monkeypatch.setattr(EnvloggerEpisodeReader, "_load_record", counting)
+    loaded = count_loads(monkeypatch)
     with EnvloggerEpisodeReader(folder) as reader:
         iterated = list(reader)
         assert loaded == list(range(len(reader)))
         indexed = [reader.step(i) for i in range(len(reader))]
     assert len(iterated) == len(indexed)
     for a, b in zip(iterated, indexed, strict=True):
-        np.testing.assert_array_equal(a.observation["image"], b.observation["image"])
-        assert (a.index, a.reward, a.discount, a.keys, a.info, a.image) == (
-            b.index,
-            b.reward,
-            b.discount,
-            b.keys,
-            b.info,
-            b.image,
-        )
-        assert (a.is_first, a.is_last, a.is_terminal) == (b.is_first, b.is_last, b.is_terminal)
-        assert (a.action is None and b.action is None) or int(a.action) == int(b.action)
+        assert a.index == b.index
+        assert_same_step(a, b)
     # Steps own their info: editing one (as an exporter's transform may) changes no other step.
     iterated[0].info["level_seed"] = -1
     assert all(s.info.get("level_seed") != -1 for s in iterated[1:])

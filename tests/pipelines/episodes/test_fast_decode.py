@@ -21,6 +21,7 @@ from pipelines.episodes import fast_codec, fast_decode, open_episode
 from pipelines.episodes.base import custom_data, make_timestep
 from pipelines.protowire import varint
 from protos.rlds_creator import study_pb2
+from tests.pipelines.episodes.helpers import family_spec
 from tests.pipelines.episodes.test_envlogger_store import record_episode
 
 
@@ -96,29 +97,13 @@ def both_wires(value: Any) -> list[bytes]:
 
 
 # ----- 1. real records of every environment family ---------------------------------------------------------
-def family_spec(family: str) -> study_pb2.EnvironmentSpec:
-    spec = study_pb2.EnvironmentSpec(id=family, sync=True, max_episode_steps=6)
-    if family == "procgen":
-        spec.procgen.id = "coinrun"
-    elif family == "atari":
-        spec.atari.id = "Breakout"
-    elif family == "nethack":
-        spec.net_hack.id = "NetHackScore-v0"
-    elif family == "robosuite":
-        spec.robosuite.id = "Lift"
-        spec.robosuite.cameras.extend(["agentview", "frontview"])
-        spec.robosuite.use_camera_obs = True
-    else:
-        spec.robodesk.task = "open_slide"
-        spec.robodesk.image_size = 32
-    return spec
+# Every family the recorder runs here; the MuJoCo ones take seconds to start.
+FAMILIES = ["procgen", "atari", "nethack"] + [
+    pytest.param(f, marks=pytest.mark.slow) for f in ("robosuite", "robodesk")
+]
 
 
-@pytest.mark.parametrize(
-    "family",
-    ["procgen", "atari", "nethack"]
-    + [pytest.param(f, marks=pytest.mark.slow) for f in ("robosuite", "robodesk")],
-)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_real_records_decode_like_the_codec(family):
     records, first = family_records(family)
     for record in records:
@@ -129,7 +114,7 @@ def test_real_records_decode_like_the_codec(family):
 
 def family_records(family: str) -> tuple[list[step_data.StepData], Any]:
     """Up to 6 records of a real episode of `family`, as the recorder builds them, and its first timestep."""
-    env = registry.create(family_spec(family), seed=0, render_size=64)
+    env = registry.create(family_spec(family, max_steps=6), seed=0, render_size=64)
     rng = np.random.default_rng(0)
     first = env.reset()
     records = [step_data.StepData(dm_env.restart(first.observation), None, custom_data(None, [], first.info))]

@@ -20,6 +20,7 @@ from pipelines.episodes.envlogger_store import EnvloggerEpisodeReader
 from pipelines.episodes.pickle_store import PickleEpisodeReader, _SafeUnpickler
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import study_pb2
+from tests.pipelines.episodes.helpers import assert_same_step
 from tests.pipelines.episodes.test_envlogger_store import META, record_episode
 
 
@@ -37,16 +38,7 @@ def test_pickle_round_trip_matches_envlogger_for_the_same_play(tmp_path):
         assert p.metadata["agent_id"] == META.agent_id and p.metadata["format"] == "pickle"
         assert p.specs["observation_spec"]["image"].shape == (64, 64, 3)
         for a, b in zip(p, e, strict=True):
-            np.testing.assert_array_equal(a.observation["image"], b.observation["image"])
-            assert (a.action is None and b.action is None) or int(a.action) == int(b.action)
-            assert (a.reward, a.discount, a.keys, a.info, a.image) == (
-                b.reward,
-                b.discount,
-                b.keys,
-                b.info,
-                b.image,
-            )
-            assert (a.is_first, a.is_last, a.is_terminal) == (b.is_first, b.is_last, b.is_terminal)
+            assert_same_step(a, b)
 
 
 class _CreatorStepData(NamedTuple):

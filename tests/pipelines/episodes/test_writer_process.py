@@ -16,24 +16,14 @@ from annotator.envs.render import encode_jpeg
 from pipelines.episodes import EnvSpecs, EpisodeMetadata, WriterProcess, create_writer, open_episode
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import study_pb2
+from tests.pipelines.episodes.helpers import family_spec
 
 META = EpisodeMetadata(agent_id="a@x", episode_id="ep", env_id="e", study_id="s1", session_id="se1")
 
 
-def family_spec(family: str) -> study_pb2.EnvironmentSpec:
-    spec = study_pb2.EnvironmentSpec(id=family, sync=True, max_episode_steps=12)
-    if family == "procgen":
-        spec.procgen.id = "coinrun"
-    elif family == "atari":
-        spec.atari.id = "Breakout"
-    else:
-        spec.net_hack.id = "NetHackScore-v0"  # dict observation of many dtypes: the codec's slow paths
-    return spec
-
-
 def play(family: str, writers: list) -> None:  # noqa: ANN001
     """One real episode, each step written identically through every writer."""
-    env = registry.create(family_spec(family), seed=0)
+    env = registry.create(family_spec(family, max_steps=12), seed=0)
     rng = np.random.default_rng(0)
     first = env.reset()
     image = encode_jpeg(env.render())
@@ -63,7 +53,7 @@ def raw(folder: Path) -> tuple[list[bytes], bytes, list]:
 
 @pytest.mark.parametrize("family", ["procgen", "atari", "nethack"])
 def test_child_writes_the_same_files_as_the_in_process_writer(tmp_path, family):
-    env = registry.create(family_spec(family), seed=0)
+    env = registry.create(family_spec(family, max_steps=12), seed=0)
     specs = EnvSpecs(env.observation_spec(), env.action_spec())
     env.close()
     process = WriterProcess()
@@ -88,7 +78,7 @@ def test_child_writes_the_same_files_as_the_in_process_writer(tmp_path, family):
 
 
 def test_one_process_writes_episode_after_episode(tmp_path):
-    env = registry.create(family_spec("procgen"), seed=0)
+    env = registry.create(family_spec("procgen", max_steps=12), seed=0)
     specs = EnvSpecs(env.observation_spec(), env.action_spec())
     env.close()
     process = WriterProcess()
@@ -104,7 +94,7 @@ def test_one_process_writes_episode_after_episode(tmp_path):
 
 
 def test_a_dead_writer_process_is_an_error_not_a_silent_loss(tmp_path):
-    env = registry.create(family_spec("procgen"), seed=0)
+    env = registry.create(family_spec("procgen", max_steps=12), seed=0)
     specs = EnvSpecs(env.observation_spec(), env.action_spec())
     env.close()
     process = WriterProcess()
@@ -119,7 +109,7 @@ def test_a_dead_writer_process_is_an_error_not_a_silent_loss(tmp_path):
 
 
 def test_a_refused_open_is_reported_on_close_with_the_folder(tmp_path):
-    env = registry.create(family_spec("procgen"), seed=0)
+    env = registry.create(family_spec("procgen", max_steps=12), seed=0)
     specs = EnvSpecs(env.observation_spec(), env.action_spec())
     env.close()
     process = WriterProcess()
