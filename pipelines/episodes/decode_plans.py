@@ -178,12 +178,9 @@ class _Source:
     def datum(self, pos: int, end: int, stop: str, value: str) -> None:
         """A leaf: the shape must be the sample's, byte for byte; the common leaves are built inline, the rest
         by the walk's own leaf function."""
-        walk, buf = self.walk, self.buf
-        shape: list[int] = []
+        buf = self.buf
         begin = pos
-        if pos < end and buf[pos] == 0x0A:
-            _, start, pos = walk.field(buf, pos, end)
-            shape = walk.shape(buf, start, pos)
+        shape, pos = self.leaf_shape(pos, end)
         inline = self.inline_leaf(pos, end, shape)
         if inline is None:
             self.emit(f"{value} = LEAF(b, p, {stop})", f"p = {stop}")
@@ -198,15 +195,19 @@ class _Source:
         payload_end = self.header(tag, values_end)
         self.emit(f"if {payload_end} != {values_end}: raise I", build.format(v=value, e=payload_end))
 
+    def leaf_shape(self, pos: int, end: int) -> tuple[list[int], int]:
+        """The shape of the Datum at [pos, end) of the sample ([] without one) and where its values start."""
+        if pos < end and self.buf[pos] == 0x0A:
+            _, start, after = self.walk.field(self.buf, pos, end)
+            return self.walk.shape(self.buf, start, after), after
+        return [], pos
+
     def fixed_leaf(self, pos: int, end: int) -> tuple[int, str] | None:
         """For a Datum at [pos, end) of fixed-width numbers of a fixed shape (rewards, discounts, image
         arrays), whose every length is then the same in each record: (where its payload starts, the expression
         building it from `{at}`); None for any other leaf."""
         walk, buf = self.walk, self.buf
-        shape: list[int] = []
-        if pos < end and buf[pos] == 0x0A:
-            _, start, pos = walk.field(buf, pos, end)
-            shape = walk.shape(buf, start, pos)
+        shape, pos = self.leaf_shape(pos, end)
         if pos == end:
             return None
         _, start, stop = walk.field(buf, pos, end)
@@ -234,40 +235,26 @@ class _Source:
     def inline_leaf(self, pos: int, end: int, shape: list[int]) -> tuple[int | None, str] | None:
         """(the one value field's tag, the statements building the leaf from its payload: `{v}` the value's
         name, `{e}` the payload's end, `p` its start); (None, "") for a leaf without values; None for a leaf
-        the walk builds."""
+        the walk builds. Fixed-width numbers never get here: `fixed_leaf` takes every one a plan can build."""
         walk, buf = self.walk, self.buf
         if pos == end:
             return None, ""
-        _, start, stop = walk.field(buf, pos, end)
-        if stop != end or start == stop:
-            return None
-        tag, _, payload_end = walk.field(buf, start, stop) if buf[start] & 7 == 2 else (buf[start], 0, -1)
-        if payload_end != stop:
-            return None  # more than one value field, or one that is not length-delimited
         scalar = len(shape) == 1 and shape[0] == walk.scalar_dim
-        if not scalar and (any(d < 0 for d in shape) or not shape):
+        _, start, stop = walk.field(buf, pos, end)
+        if not scalar or stop != end or start == stop or buf[start] & 7 != 2:
             return None
-        count = math.prod(shape) if not scalar else 1
-        numeric, packed = walk.numeric.get(tag), walk.packed.get(tag)
-        if numeric is not None and numeric[1] is not None:
-            kind, dtype = self.const(numeric[0]), numeric[1]
-        elif packed is not None:
-            kind, dtype = self.const(packed[0]), packed[1]
-        elif numeric is not None and scalar and numeric[0] not in _RANGE_CHECKED:
+        tag, _, payload_end = walk.field(buf, start, stop)
+        if payload_end != stop:
+            return None  # more than one value field
+        numeric = walk.numeric.get(tag)
+        if numeric is not None and numeric[1] is None and numeric[0] not in _RANGE_CHECKED:  # a varint
             kind = self.const(numeric[0])
             signed = "n - U if n >= H else n" if numeric[2] else "n"
             return tag, f"n, q = V(b, p)\nif q != {{e}}: raise I\n{{v}} = {kind}({signed})\np = {{e}}"
-        elif scalar and tag in walk.text_tags:
+        if tag in walk.text_tags:
             build = dict(zip(walk.text_tags, _TEXT_BUILDS, strict=True))[tag]
             return tag, "{v} = " + build + "\np = {e}"
-        else:
-            return None
-        size = np.dtype(dtype).itemsize * count
-        read = f"FB(b, {dtype!r}, {count}, p)"
-        build = (
-            f"{kind}({read}[0])" if scalar else f"{read}.astype({kind}).reshape({self.const(tuple(shape))})"
-        )
-        return tag, f"if {{e}} - p != {size}: raise I\n{{v}} = {build}\np = {{e}}"
+        return None
 
 
 def compile_plan(sample: bytes, walk: Walk) -> Callable[[bytes], Any]:

@@ -141,7 +141,10 @@ class EnvloggerEpisodeReader(RecordEpisodeReader):
                 raise IndexError(f"out of range for an episode of {len(self._steps)} records")
             data = fast_decode.decode(self._records.serialized_step(self._start + k))
             ts = data[0]
-            timestep = dm_env.TimeStep(_STEP_TYPES.get(ts[0]) or dm_env.StepType(ts[0]), ts[1], ts[2], ts[3])
+            step_type = _STEP_TYPES.get(ts[0])  # FIRST is 0, falsy: compared with None
+            if step_type is None:
+                step_type = dm_env.StepType(ts[0])
+            timestep = dm_env.TimeStep(step_type, ts[1], ts[2], ts[3])
             return step_data.StepData(timestep, data[1], data[2])
         except Exception as exc:  # riegeli/proto decoding of a damaged file raises several types
             raise StepmarkError(
