@@ -29,7 +29,8 @@ class Walk:
     varint: Callable[[bytes, int], tuple[int, int]]
     shape: Callable[[bytes, int, int], list[int]]
     leaf: Callable[[bytes, int, int], Any]  # a whole Datum's value: the walk's own path
-    items: Callable[[bytes, int, int], list[Any]]  # a list's values: the walk's own path
+    items: Callable[[bytes, int, int, int], list[Any]]  # a list's values at a depth: the walk's own path
+    max_depth: int  # containers the walk reads nested; deeper ones go to the codec
     scalar_dim: int
     numeric: dict[int, tuple[Any, str | None, bool]]
     packed: dict[int, tuple[Any, str, Any]]
@@ -45,6 +46,11 @@ _TEXT_BUILDS = ("b[p:{e}].decode('utf-8')", "b[p:{e}]", "int.from_bytes(b[p:{e}]
 _RANGE_CHECKED = (np.int32, np.uint32)
 
 
+# Containers nested deeper than this get no plan (the walk reads them): Python compiles at most 20 nested
+# blocks, and each dict level opens one.
+_MAX_PLAN_DEPTH = 16
+
+
 class NoPlan(Exception):
     """The sample's layout is one plans do not cover (the walk decodes it)."""
 
@@ -57,6 +63,7 @@ class _Source:
     names: dict[str, Any] = field(default_factory=dict)
     count: int = 0
     indent: str = "    "
+    depth: int = 0  # containers open around the Data being compiled
 
     def emit(self, *statements: str) -> None:
         for statement in statements:
@@ -91,6 +98,8 @@ class _Source:
         """Code for the `Data` at [pos, end) of the sample, ending at `stop` in a record: returns the name of
         its value."""
         value = self.new("v")
+        if self.depth > min(_MAX_PLAN_DEPTH, self.walk.max_depth):
+            raise NoPlan  # each dict level is a `while` block, and Python compiles at most 20 nested
         if pos == end:
             self.emit(f"if p != {stop}: raise I", f"{value} = None")
             return value
@@ -108,8 +117,9 @@ class _Source:
             return value
         inner = self.header(tag, stop)
         self.emit(f"if {inner} != {stop}: raise I")
+        self.depth += 1
         if tag == 0x12:  # a list: its length varies from record to record (keys pressed): the walk reads it
-            self.emit(f"{value} = ITEMS(b, p, {inner})", f"p = {inner}")
+            self.emit(f"{value} = ITEMS(b, p, {inner}, {self.depth})", f"p = {inner}")
         elif tag == 0x1A:  # a tuple: a fixed structure
             items = []
             while start < field_end:
@@ -127,6 +137,7 @@ class _Source:
             self.datum(start, field_end, inner, value)
         else:
             raise NoPlan
+        self.depth -= 1
         return value
 
     def dict(self, pos: int, end: int, stop: str, value: str) -> None:

@@ -30,6 +30,9 @@ _U64 = 1 << 64
 _I64_MIN = 1 << 63
 # Longer varint-packed payloads go to upb for that leaf: its C loop beats a Python one.
 _MAX_PY_VARINTS = 1024
+# Containers nested deeper go to the codec: upb refuses messages nested past 100 (a dict level is 3 of them),
+# and the walk must not read what the codec's parser refuses.
+_MAX_DEPTH = 20
 
 
 class _Irregular(Exception):
@@ -127,35 +130,37 @@ def _field(buf: bytes, pos: int, end: int) -> tuple[int, int, int]:
     return tag, start, stop
 
 
-def _data(buf: bytes, pos: int, end: int) -> Any:
+def _data(buf: bytes, pos: int, end: int, depth: int = 0) -> Any:
     if pos == end:
         return None
+    if depth > _MAX_DEPTH:
+        raise _Irregular
     tag, start, stop = _field(buf, pos, end)
     if stop != end:  # one field (several oneof members or unknown fields: upb's rules)
         raise _Irregular
     if tag == 0x0A:
         return _datum(buf, start, stop)
     if tag == 0x1A:
-        return tuple(_items(buf, start, stop))
+        return tuple(_items(buf, start, stop, depth + 1))
     if tag == 0x12:
-        return _items(buf, start, stop)
+        return _items(buf, start, stop, depth + 1)
     if tag == 0x22:
-        return _dict(buf, start, stop)
+        return _dict(buf, start, stop, depth + 1)
     raise _Irregular
 
 
-def _items(buf: bytes, pos: int, end: int) -> list[Any]:
+def _items(buf: bytes, pos: int, end: int, depth: int = 0) -> list[Any]:
     """The `values` of an Array or Tuple."""
     out = []
     while pos < end:
         tag, start, pos = _field(buf, pos, end)
         if tag != 0x0A:
             raise _Irregular
-        out.append(_data(buf, start, pos))
+        out.append(_data(buf, start, pos, depth))
     return out
 
 
-def _dict(buf: bytes, pos: int, end: int) -> dict[Any, Any]:
+def _dict(buf: bytes, pos: int, end: int, depth: int) -> dict[Any, Any]:
     """`values` (the str keys) then `kvs` (other keys, in their order), as the codec merges them.
 
     The str keys come in sorted order. The codec gives upb's map order, which is its hash table's, neither
@@ -165,13 +170,13 @@ def _dict(buf: bytes, pos: int, end: int) -> dict[Any, Any]:
     while pos < end:
         tag, start, pos = _field(buf, pos, end)
         if tag == 0x0A and pairs is None:
-            key, value = _entry(buf, start, pos)
+            key, value = _entry(buf, start, pos, depth)
             if key in out:  # a repeated map key: upb keeps the last
                 raise _Irregular
             out[key] = value
         elif tag == 0x12 and pairs is None:
             pairs = {}
-            for pair in _items(buf, start, pos):
+            for pair in _items(buf, start, pos, depth):
                 if type(pair) is not tuple or len(pair) != 2:
                     raise _Irregular
                 pairs[pair[0]] = pair[1]
@@ -184,7 +189,7 @@ def _dict(buf: bytes, pos: int, end: int) -> dict[Any, Any]:
     return out
 
 
-def _entry(buf: bytes, pos: int, end: int) -> tuple[str, Any]:
+def _entry(buf: bytes, pos: int, end: int, depth: int) -> tuple[str, Any]:
     key, value = "", None
     if pos < end and buf[pos] == 0x0A:
         _, start, pos = _field(buf, pos, end)
@@ -193,7 +198,7 @@ def _entry(buf: bytes, pos: int, end: int) -> tuple[str, Any]:
         tag, start, pos = _field(buf, pos, end)
         if tag != 0x12 or pos != end:
             raise _Irregular
-        value = _data(buf, start, pos)
+        value = _data(buf, start, pos, depth)
     return key, value
 
 
@@ -354,6 +359,7 @@ _WALK = decode_plans.Walk(
     shape=_shape,
     leaf=_datum,
     items=_items,
+    max_depth=_MAX_DEPTH,
     scalar_dim=_SCALAR_DIM,
     numeric=_NUMERIC,
     packed=_PACKED,

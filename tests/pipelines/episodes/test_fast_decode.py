@@ -17,7 +17,7 @@ from envlogger.proto import storage_pb2
 
 from annotator.envs import registry
 from annotator.envs.render import encode_jpeg
-from pipelines.episodes import fast_codec, fast_decode, open_episode
+from pipelines.episodes import decode_plans, fast_codec, fast_decode, open_episode
 from pipelines.episodes.base import custom_data, make_timestep
 from pipelines.protowire import varint
 from protos.rlds_creator import study_pb2
@@ -334,3 +334,17 @@ def test_reader_records_equal_envloggers_own(tmp_path):
             raw = reader._records.serialized_step(reader._start + k)
             fast_decode._data(raw, 0, len(raw))  # the files' bytes take the short path
             same(reader._load_record(k), steps[k])
+
+
+@pytest.mark.parametrize("levels", [25, 40, 400])
+def test_deeply_nested_records_give_the_codecs_value_or_error(levels):
+    """Nested dicts: a plan is refused past its depth bound (Python compiles at most 20 nested blocks), the
+    walk reads what the codec reads, and past Python's stack the codec's own parser error comes back."""
+    value: Any = np.float64(1.0)
+    for i in range(levels):
+        value = {"k": value, "x": np.int64(i)}
+    raw = fast_codec.serialize(value)
+    with pytest.raises(decode_plans.NoPlan):
+        decode_plans.compile_plan(raw, fast_decode._WALK)
+    for _ in range(3):  # the walk, then again after a compile was tried
+        same_outcome(raw)
