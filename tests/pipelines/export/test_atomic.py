@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,30 +15,47 @@ from pipelines.store import open_store
 from tests.conftest import REPO_ROOT
 from tests.pipelines.export.export_data import ExportData, copy_data, register_copies
 
+# `stepmark ...` with each episode's outcome marker wrapped: the fourth episode's worker waits forever once
+# it has written its files, so the export stalls with 3 (or, with parallel bundles, a few more) of 80 done.
+_BLOCK_AFTER_THREE = """
+import sys, threading
+from pipelines.exporters import episode_fn
+from stepmark.cli import main
+
+_record, _done, _lock = episode_fn._record_outcome, [0], threading.Lock()
+
+def record_then_stall(*args, **kwargs):
+    _record(*args, **kwargs)
+    with _lock:
+        _done[0] += 1
+        stall = _done[0] > 3
+    if stall:
+        threading.Event().wait()
+
+episode_fn._record_outcome = record_then_stall
+sys.argv[0] = "stepmark"
+sys.exit(main())
+"""
+
 
 def test_sigkill_midway_leaves_no_output(export_data: ExportData, tmp_path: Path) -> None:
     data_dir = copy_data(export_data, tmp_path / "data")
     study = register_copies(data_dir, export_data.nethack[0], 80)
     out = tmp_path / "killed"
+    # The export process blocks for good once a few episodes are written, so "some written, not all" is a
+    # state it reaches and stays in whatever the machine's speed (an export of 80 episodes can take less than
+    # one progress poll).
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "stepmark",
-            "export",
-            "--data",
-            str(data_dir),
-            "--study",
-            study,
-            "--out",
-            str(out),
-        ],
+        [sys.executable, "-c", _BLOCK_AFTER_THREE, *["export", "--data", str(data_dir), "--study", study]]
+        + ["--out", str(out)],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
     )
+    watchdog = threading.Timer(300, os.killpg, (proc.pid, signal.SIGTERM))  # never hang the suite
+    watchdog.start()
     seen = []
     try:
         assert proc.stdout is not None
@@ -49,10 +67,11 @@ def test_sigkill_midway_leaves_no_output(export_data: ExportData, tmp_path: Path
                     os.killpg(proc.pid, signal.SIGKILL)
                     break
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL, f"export finished before it could be killed (progress {seen})"
+    assert proc.returncode == -signal.SIGKILL, f"export ended before it was killed (progress {seen})"
     time.sleep(0.5)
     assert not out.exists()
     # Whatever is left is a temporary folder with no summary: nothing looks like a finished dataset.
