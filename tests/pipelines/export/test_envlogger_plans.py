@@ -103,6 +103,30 @@ def test_plan_memos_keep_equal_looking_values_apart() -> None:
                 assert np.signbit(leaf) == np.signbit(want)
 
 
+def test_long_strings_through_a_plan_read_back_as_themselves() -> None:
+    """Long str leaves (a step's info JSON, new on every step) are written from a head kept by UTF-8 length:
+    lengths around 64 characters and around the varint steps (127/128, 16383/16384 bytes), multi-byte text
+    whose character and byte counts differ, and two texts of one byte length in a row."""
+    texts = ["a" * n for n in (64, 65, 126, 127, 128, 129, 16383, 16384, 16385)]
+    texts += [
+        "é" * 70,
+        "a" * 70,
+        "é" * 40,
+        "a" * 80,
+        "€" * 43,
+        "😀" * 40,
+        '{"k": "' + "ü" * 70 + '"}',
+        "b" * 129,
+    ]
+    values = [({"info": {"json": t, "episode": {"r": 1.0}}, "keys": ["x"]}, 0.5) for t in texts]
+    assert len(texts[9]) == len(texts[10]) and len(texts[11].encode()) == len(texts[12].encode())
+    for _ in range(3):
+        assert_same_bytes(values)
+        for value, text in zip(values, texts, strict=True):
+            assert codec.decode(envlogger_data.encode(value))[0]["info"]["json"] == text
+    assert envlogger_data._plans  # the second round onwards went through a plan
+
+
 def test_a_plan_refuses_what_it_does_not_cover(export_data: ExportData) -> None:
     """A plan reads only its structure: anything else is None (the caller's fallback), never other bytes."""
     recs = records(export_data, export_data.procgen[0])
