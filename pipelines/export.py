@@ -33,7 +33,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from google.protobuf import json_format
 
-from pipelines.beam_options import check_runner, pipeline_options
+from pipelines.beam_options import check_runner, pipeline_options, spread_over_dask
 from pipelines.errors import StepmarkError
 from pipelines.exporters import archive, envlogger_writer, spaces
 from pipelines.exporters.episode_fn import (
@@ -197,7 +197,7 @@ def _run_with_progress(
 
     def target() -> None:
         try:
-            pipeline = beam.Pipeline(options=pipeline_options(beam_args))
+            pipeline = beam.Pipeline(options=pipeline_options(spread_over_dask(beam_args, total)))
             build(pipeline)
             result = pipeline.run()
             try:

@@ -14,7 +14,7 @@ from tests.pipelines.export.export_data import NETHACK_ENV, PROCGEN_ENV, ExportD
 
 @pytest.mark.slow
 def test_export_on_a_dask_cluster_equals_the_local_run(export_data: ExportData, tmp_path: Path) -> None:
-    from distributed import Client, LocalCluster
+    from distributed import Client, LocalCluster, get_task_stream
 
     # Two datasets (Procgen and NetHack) in one export: both must come out of the one pipeline.
     refs = [export_data.ref(e) for e in [*export_data.procgen, *export_data.nethack]]
@@ -24,7 +24,7 @@ def test_export_on_a_dask_cluster_equals_the_local_run(export_data: ExportData, 
         )
     )
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        with Client(cluster) as client:
+        with Client(cluster) as client, get_task_stream(client) as tasks:
             summary = export.export_episodes(
                 export.ExportRequest(
                     data_dir=str(export_data.data_dir),
@@ -39,6 +39,11 @@ def test_export_on_a_dask_cluster_equals_the_local_run(export_data: ExportData, 
             )
             workers = client.run(lambda: True)
     assert len(workers) == 2
+    # Both workers exported episodes: the episodes are spread over partitions for the cluster's threads (Beam's
+    # DaskRunner puts up to 128 elements in one partition, which one worker then exports alone).
+    # (The episodes' partitions run as fused tasks keyed ("from_sequence-apply_dofn_to_bundle-<hash>", i).)
+    exporting = [t for t in tasks.data if str(t["key"]).startswith("('from_sequence-")]
+    assert {t["worker"] for t in exporting} == set(workers), sorted(str(t["key"]) for t in tasks.data)
     assert (summary.episodes, summary.steps) == (local.episodes, local.steps) and summary.episodes == 4
     for name in (PROCGEN_ENV, NETHACK_ENV):
         a, b = (
