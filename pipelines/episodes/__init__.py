@@ -6,12 +6,6 @@ the writer for a new environment episode. Layout and on-disk details: `schemas/e
 
 from __future__ import annotations
 
-import os
-
-# glog (inside envlogger's C++ writer) logs an INFO line on every writer close; keep warnings and errors.
-# Read when the extension loads, so it is set before any module below imports envlogger.
-os.environ.setdefault("GLOG_minloglevel", "1")
-
 from pathlib import Path, PurePosixPath
 from typing import Any
 

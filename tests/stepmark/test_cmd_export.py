@@ -169,3 +169,25 @@ def test_parquet_with_splits_from_the_command_line(data: ExportData, tmp_path: P
     assert set(table["split"].to_pylist()) <= {"train", "test"}
     info = json.loads(table.schema.metadata[b"stepmark_export"])
     assert info["splits"]["seed"] == 1 and info["splits"]["fractions"] == {"train": 0.5, "test": 0.5}
+
+
+def test_an_envlogger_export_prints_no_glog_lines(data: ExportData, tmp_path: Path) -> None:
+    """envlogger's C++ writer logs INFO lines through glog ("Empty steps, nothing to do" on each writer close,
+    after "Logging before InitGoogleLogging()"); a normal `stepmark export` keeps them out of stderr, whatever
+    module first imports envlogger."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GLOG_")}
+    argv = ["export", "--data", str(data.data_dir), "--study", data.study_id, "--split-by-spec"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "stepmark", *argv, "--out", str(tmp_path / "o")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "exported" in proc.stdout
+    glog = [line for line in proc.stderr.splitlines() if "InitGoogleLogging" in line or line.startswith("I2")]
+    assert not glog, proc.stderr
