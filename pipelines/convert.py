@@ -11,7 +11,8 @@ Shape of the pipeline:
 
 Episode bytes never travel between transforms, so memory stays flat however many episodes there are, and the
 shard count is exact without grouping the records themselves. (Discovery holds the *names* of INPUT's files in
-one worker; `--shards` is also the number of conversion tasks that can run in parallel.) Every transform works on the DaskRunner of
+one worker; `--shards` is also the number of conversion tasks that can run in parallel, on Dask too: see
+ConvertUiTraces.) Every transform works on the DaskRunner of
 Beam 2.77 too, which hands every tagged output to every consumer (hence the `OnlyType` filters), drops
 outputs emitted from `finish_bundle` (none are) and computes only the last transform (CommitOutput depends on
 everything).
@@ -41,7 +42,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 from pipelines import tfrecord
-from pipelines.beam_options import check_runner, pipeline_options, runner_name
+from pipelines.beam_options import check_runner, pipeline_options, runner_name, spread_over_dask
 from pipelines.convert_guarded import EPISODE_TIMEOUT, GuardedConverter
 from pipelines.convert_records import ReadRecordInputs, distinct_ids
 from pipelines.errors import StepmarkError
@@ -60,6 +61,8 @@ PROGRESS_SECONDS = 5.0
 COPY_CHUNK = 1 << 20
 #: Most shards a conversion writes (`--shards`): each is a file and a conversion task.
 MAX_SHARDS = 10_000
+#: Empty elements per shard in ConvertUiTraces' "ShardSlots" (partitions for GroupByShard on Dask).
+SLOTS_PER_SHARD = 4
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -367,7 +370,21 @@ class CommitOutput(beam.DoFn):
 
 
 class ConvertUiTraces(beam.PTransform):
-    """PBegin -> {"shards": ShardWritten, "dead_letters": DeadLetter, "reports": DiscoveryReport}."""
+    """PBegin -> {"shards": ShardWritten, "dead_letters": DeadLetter, "reports": DiscoveryReport}.
+
+    "ShardSlots" is an empty PCollection (a Create of SLOTS_PER_SHARD * `num_shards` numbers, all filtered
+    out) flattened into the episodes before GroupByShard, for Beam's DaskRunner only: there a ParDo keeps its
+    input's dask partitions, a Flatten adds them up and a GroupByKey hashes its keys onto as many partitions
+    as its input has. INPUT's Create is one element, so one partition, and GroupByShard had 3 (1 + the 2 of
+    the TFRecord branch): never more than 3 conversion tasks (4 shards: one task two shards long), and 2
+    workers converted no faster than 1. The slots' Create is cut into several partitions (`run` adds
+    `--dask_npartitions` through `spread_over_dask`: 4 per worker thread, at most one per slot), which
+    GroupByShard's shuffle gets too, so the shards land in separate tasks (as far as Dask's hash of the keys
+    lets them: more partitions than shards, fewer collisions) that the workers run side by side. Discovery
+    and the TFRecord branch stay one partition: nothing before the shuffle gets more tasks. Other runners see
+    a few numbers dropped at once, and the shards' contents never depend on partitions (`shard_of`,
+    `distinct_ids`).
+    """
 
     def __init__(self, input_path: str, temp_dir: str, num_shards: int, drop_invisible: bool = False,
                  progress: bool = True, exclude: tuple[str, ...] = (), follow_links: bool = False,
@@ -393,10 +410,16 @@ class ConvertUiTraces(beam.PTransform):
             | "OnlyRecordFiles" >> beam.Filter(lambda s: s.layout == RECORD_FILE)
             | "ReadRecordInputs" >> ReadRecordInputs(NAMESPACE)
         )
+        slots = (
+            pbegin
+            | "ShardSlots" >> beam.Create(range(SLOTS_PER_SHARD * num_shards))
+            | "NoSlotIsAnEpisode" >> beam.Filter(lambda _: False)
+        )
         converted = (
             (
                 sources | "OnlyFileEpisodes" >> beam.Filter(lambda s: s.layout != RECORD_FILE),
                 records["episodes"],
+                slots,
             )
             | "AllEpisodes" >> beam.Flatten()
             | "KeyByShard" >> beam.Map(lambda s: (shard_of(s, num_shards), s))
@@ -644,6 +667,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     check_input(input_path)
     exclude = output_inside_input(input_path, output)
     num_shards = shard_count(args.shards, input_path, exclude, quiet=args.quiet)
+    # On Dask: ConvertUiTraces' shard slots in several partitions, for its GroupByShard (see its docstring).
+    options = pipeline_options(spread_over_dask(beam_args, SLOTS_PER_SHARD * num_shards))
     prepare_output(output, args.overwrite)
     temp_dir = files.join(output, f"{TMP_PREFIX}{uuid.uuid4().hex}")
     make_folder(temp_dir)

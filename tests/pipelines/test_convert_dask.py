@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,36 @@ from pipelines.convert import run
 from tests.pipelines.test_traces import FAASOS, build_droidbot, build_rico_trace, build_step_folder, link
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+
+
+def _count_conversions() -> None:
+    """Run on each Dask worker: ConvertShard notes, per task, the episodes it converted (`_conversions`)."""
+    from pipelines import convert
+
+    if hasattr(convert, "_conversions"):
+        return
+    convert._conversions = []
+    process = convert.ConvertShard.process
+
+    def counted(self, element):
+        from distributed.worker import thread_state
+
+        key = getattr(thread_state, "key", None)  # the Dask task running this bundle
+        # These shards convert in a blink: long enough a task that the scheduler's work stealing hands the
+        # other worker its share whichever worker the shuffle placed the tasks on first.
+        time.sleep(0.5)
+        for out in process(self, element):
+            if isinstance(out, convert.ShardWritten):
+                convert._conversions.append((str(key), out.episodes))
+            yield out
+
+    convert.ConvertShard.process = counted
+
+
+def _conversions() -> list:
+    from pipelines import convert
+
+    return list(convert._conversions)
 
 
 @pytest.mark.slow
@@ -29,20 +60,37 @@ def test_dask_cluster_gives_the_same_episodes(tmp_path: Path, fixtures_dir: Path
     link(fixtures_dir / "uiautomator" / "banjen_ui_hierarchy.xml", inp / "screens" / "banjen.xml")
     (inp / "screens" / "empty.xml").write_bytes(b"")
 
-    assert run([str(inp), str(tmp_path / "fnapi"), "--shards", "3", "--quiet", "--follow-links"]) == 0
+    assert run([str(inp), str(tmp_path / "fnapi"), "--shards", "5", "--quiet", "--follow-links"]) == 0
     logging.getLogger("distributed").setLevel(logging.ERROR)
-    with distributed.LocalCluster(
-        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
-    ) as cluster:
-        argv = [str(inp), str(tmp_path / "dask"), "--shards", "3", "--quiet", "--follow-links"]
+    with (
+        distributed.LocalCluster(
+            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        client.run(_count_conversions)
+        argv = [str(inp), str(tmp_path / "dask"), "--shards", "5", "--quiet", "--follow-links"]
         argv += [f"--runner={DASK_RUNNER}", f"--dask_client_address={cluster.scheduler_address}"]
-        assert run(argv) == 0
+        with distributed.get_task_stream(client) as tasks:
+            assert run(argv) == 0
+        conversions = client.run(_conversions)
+    # Every shard was converted in a task of its own, and both workers converted episodes. GroupByShard used
+    # to shuffle into the 3 partitions of its input (INPUT's one-element Create + the TFRecord branch): the 4
+    # shards that get episodes here made 3 tasks. Now the shard slots add 8 (4 per worker thread; the shards'
+    # keys, hashed by Dask, land in 4 different partitions of the 11). The task stream confirms where each
+    # task ran.
+    ran_on = {str(t["key"]): t["worker"] for t in tasks.data}
+    notes = [(w, key, n) for w, noted in conversions.items() for key, n in noted]
+    assert sorted(n for _, _, n in notes) == [1, 1, 1, 3], notes  # 4 shards written, 6 episodes
+    assert len({key for _, key, _ in notes}) == 4, notes  # one task per shard
+    assert all(ran_on[key] == w for w, key, _ in notes)
+    assert {w for w, _, n in notes if n} == set(conversions), notes  # both workers converted episodes
 
     def shards(out: Path) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in sorted(out.glob("episodes-*.tfrecord"))}
 
     fn, dk = shards(tmp_path / "fnapi"), shards(tmp_path / "dask")
-    assert list(fn) == [f"episodes-0000{i}-of-00003.tfrecord" for i in range(3)]
+    assert list(fn) == [f"episodes-0000{i}-of-00005.tfrecord" for i in range(5)]
     assert fn == dk  # byte for byte: same episodes, same shards, same order
     ids = {e.episode_id for e in ui_records.iter_episodes(str(tmp_path / "dask"))}
     assert ids == {"faasos", "steps", "run", "screens/336", "screens/33638", "screens/banjen"}
