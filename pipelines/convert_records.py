@@ -134,7 +134,11 @@ class ReadRecordInputs(beam.PTransform):
             )
             | "AllIds" >> beam.Flatten()
             | "DistinctIds" >> beam.Distinct()
-            | "CountIds" >> beam.combiners.Count.Globally()
+            # Without defaults: no count (so no report) when there are no record episodes, which CommitOutput
+            # sums as 0 all the same. Count.Globally's default is injected through a side input, and Beam's
+            # DaskRunner computes a side input's whole upstream again inside the task that reads it: with it,
+            # INPUT could be discovered (and its TFRecord files read) a second time on Dask.
+            | "CountIds" >> beam.CombineGlobally(beam.combiners.CountCombineFn()).without_defaults()
             | "RecordReport" >> beam.Map(lambda n: DiscoveryReport(n, 0, ())).with_output_types(DiscoveryReport)
         )
         dead = (

@@ -110,3 +110,24 @@ def test_dask_cluster_gives_the_same_episodes(tmp_path: Path, fixtures_dir: Path
     for key in ("episodes", "steps", "objects", "dead_letters_by_reason", "episodes_by_layout", "shards"):
         assert s_fn[key] == s_dk[key], key
     assert not list((tmp_path / "dask").glob(".stepmark-tmp-*"))
+
+
+def test_the_pipeline_reads_no_side_input(tmp_path: Path) -> None:
+    """Beam's DaskRunner computes a side input's whole upstream again inside the task that reads it
+    (`DaskBagWindowedIterator`): through Count.Globally's default, INPUT was discovered a second time."""
+    import apache_beam as beam
+
+    from pipelines.convert import ConvertUiTraces, Summary, WriteOutput
+
+    pipeline = beam.Pipeline(runner="FnApiRunner")
+    results = pipeline | ConvertUiTraces(str(tmp_path), str(tmp_path / "tmp"), 4, progress=False)
+    results | WriteOutput(str(tmp_path / "out"), str(tmp_path / "tmp"), 4, Summary("in", "out", "r", False))
+    with_side_inputs: list[str] = []
+
+    class Visitor(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, node) -> None:
+            if node.side_inputs:
+                with_side_inputs.append(node.full_label)
+
+    pipeline.visit(Visitor())
+    assert not with_side_inputs
