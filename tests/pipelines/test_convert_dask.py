@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 
 import pytest
@@ -30,9 +29,6 @@ def _count_conversions() -> None:
         from distributed.worker import thread_state
 
         key = getattr(thread_state, "key", None)  # the Dask task running this bundle
-        # These shards convert in a blink: long enough a task that the scheduler's work stealing hands the
-        # other worker its share whichever worker the shuffle placed the tasks on first.
-        time.sleep(0.5)
         for out in process(self, element):
             if isinstance(out, convert.ShardWritten):
                 convert._conversions.append((str(key), out.episodes))
@@ -74,17 +70,16 @@ def test_dask_cluster_gives_the_same_episodes(tmp_path: Path, fixtures_dir: Path
         with distributed.get_task_stream(client) as tasks:
             assert run(argv) == 0
         conversions = client.run(_conversions)
-    # Every shard was converted in a task of its own, and both workers converted episodes. GroupByShard used
-    # to shuffle into the 3 partitions of its input (INPUT's one-element Create + the TFRecord branch): the 4
-    # shards that get episodes here made 3 tasks. Now the shard slots add 8 (4 per worker thread; the shards'
-    # keys, hashed by Dask, land in 4 different partitions of the 11). The task stream confirms where each
-    # task ran.
+    # Every shard was converted in a task of its own, which any worker can run. GroupByShard used to shuffle
+    # into the 3 partitions of its input (INPUT's one-element Create + the TFRecord branch): the 4 shards that
+    # get episodes here made 3 tasks. Now the shard slots add 8 (4 per worker thread; the shards' keys, hashed
+    # by Dask, land in 4 different partitions of the 11). The task stream confirms where each task ran.
+    # (Which worker runs which task is the scheduler's choice: not asserted, so the test cannot flake.)
     ran_on = {str(t["key"]): t["worker"] for t in tasks.data}
     notes = [(w, key, n) for w, noted in conversions.items() for key, n in noted]
     assert sorted(n for _, _, n in notes) == [1, 1, 1, 3], notes  # 4 shards written, 6 episodes
     assert len({key for _, key, _ in notes}) == 4, notes  # one task per shard
     assert all(ran_on[key] == w for w, key, _ in notes)
-    assert {w for w, _, n in notes if n} == set(conversions), notes  # both workers converted episodes
 
     def shards(out: Path) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in sorted(out.glob("episodes-*.tfrecord"))}

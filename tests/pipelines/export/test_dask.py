@@ -39,11 +39,13 @@ def test_export_on_a_dask_cluster_equals_the_local_run(export_data: ExportData, 
             )
             workers = client.run(lambda: True)
     assert len(workers) == 2
-    # Both workers exported episodes: the episodes are spread over partitions for the cluster's threads (Beam's
-    # DaskRunner puts up to 128 elements in one partition, which one worker then exports alone).
-    # (The episodes' partitions run as fused tasks keyed ("from_sequence-apply_dofn_to_bundle-<hash>", i).)
-    exporting = [t for t in tasks.data if str(t["key"]).startswith("('from_sequence-")]
-    assert {t["worker"] for t in exporting} == set(workers), sorted(str(t["key"]) for t in tasks.data)
+    # The 4 episodes were exported in 4 tasks, which any worker can run: they are spread over partitions for
+    # the cluster's threads (Beam's DaskRunner put up to 128 elements in one partition, so one task exported
+    # them all). The partitions run as fused tasks keyed ("from_sequence-apply_dofn_to_bundle-<hash>", i);
+    # which worker runs which is the scheduler's choice, not asserted.
+    exporting = {t["key"] for t in tasks.data if str(t["key"]).startswith("('from_sequence-")}
+    assert len(exporting) == 4, sorted(str(t["key"]) for t in tasks.data)
+    assert {t["worker"] for t in tasks.data} <= set(workers)
     assert (summary.episodes, summary.steps) == (local.episodes, local.steps) and summary.episodes == 4
     for name in (PROCGEN_ENV, NETHACK_ENV):
         a, b = (
