@@ -7,6 +7,7 @@ without it. Every other flag (`--runner=...DaskRunner --dask_client_address=...`
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -75,8 +76,6 @@ def spread_over_dask(beam_args: Sequence[str], elements: int) -> list[str]:
 def _dask_threads(options: PipelineOptions) -> int:
     """Worker threads of the Dask cluster the runner will use: asked of its scheduler when an address or a
     scheduler file is given, else this machine's CPUs (the runner then starts a local cluster)."""
-    import os
-
     from apache_beam.runners.dask.dask_runner import DaskOptions
 
     given = options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)

@@ -662,8 +662,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             f"--episode-timeout must be a positive number of seconds (got {args.episode_timeout})"
         )
     input_path, output = files.strip_slash(args.input), files.strip_slash(args.output)
-    options = pipeline_options(beam_args)
-    check_runner(options)
+    check_runner(pipeline_options(beam_args))
     check_input(input_path)
     exclude = output_inside_input(input_path, output)
     num_shards = shard_count(args.shards, input_path, exclude, quiet=args.quiet)

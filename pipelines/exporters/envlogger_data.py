@@ -231,23 +231,19 @@ _POSITION_MEMO = 256  # entries per memo of one plan position (scalar values, he
 def _scalar_memo(key_item: bytes | None, memo: dict[Any, bytes], floats: bool) -> Any:
     """The miss path of a plan's scalar position (one leaf type, checked): the entry as the generic path writes
     it, kept by value (floats by their bytes, so -0.0 and 0.0 stay apart). A long str (a step's info JSON,
-    new on every step) is not kept: its entry is the head for its UTF-8 length, kept by length, then its
-    bytes (the generic path's ten calls cost ~5 us a step)."""
+    new on every step), which `_scalar_entry` does not keep, is the head for its UTF-8 length, kept by length,
+    then its bytes (the generic path's ten calls cost ~5 us a step)."""
     heads: dict[int, bytes] = {}
+    long_str = _length_head_memo(key_item, heads)
 
     def miss(value: Any) -> bytes:
-        if type(value) is str and len(value) > 64:
+        entry = _scalar_entry(key_item, value)
+        if entry is None:  # a long str
             data = value.encode("utf-8")
             head = heads.get(len(data))
             if head is None:
-                entry = _leaf_entry(key_item, value)
-                head = entry[: len(entry) - len(data)]
-                if len(heads) < _POSITION_MEMO:
-                    heads[len(data)] = head
-            return head + data
-        entry = _scalar_entry(key_item, value)
-        if entry is None:  # not a scalar _scalar_entry keeps
-            return _leaf_entry(key_item, value)
+                head = long_str(value, data)
+            return head + data if head is not None else _leaf_entry(key_item, value)
         if len(memo) < _POSITION_MEMO:
             memo[_DOUBLE.pack(value) if floats else value] = entry
         return entry
@@ -275,17 +271,18 @@ def _head_memo(key_item: bytes | None, tag: bytes | None, root: bool, memo: dict
     return miss
 
 
-def _bytes_head_memo(key_item: bytes | None, memo: dict[int, bytes]) -> Any:
-    """The miss path of a plan's bytes leaf: its entry up to the bytes themselves (None if the entry does not
-    end with them), kept by length."""
+def _length_head_memo(key_item: bytes | None, memo: dict[int, bytes]) -> Any:
+    """The miss path of a leaf written as a head, then its payload's bytes as they are (a bytes leaf: the bytes;
+    a str leaf: their UTF-8): its entry up to the payload (None if the entry does not end with it), kept by the
+    payload's length."""
 
-    def miss(value: bytes) -> bytes | None:
+    def miss(value: Any, payload: bytes) -> bytes | None:
         entry = _leaf_entry(key_item, value)
-        if not entry.endswith(value):
+        if not entry.endswith(payload):
             return None
-        head = entry[: len(entry) - len(value)]
+        head = entry[: len(entry) - len(payload)]
         if len(memo) < _POSITION_MEMO:
-            memo[len(value)] = head
+            memo[len(payload)] = head
         return head
 
     return miss
@@ -379,10 +376,10 @@ class _PlanSource:
             if array is not None:
                 return array
             if type(value) is bytes:  # a frame's JPEG: its head by length, its bytes as they are (no copy)
-                memo = self._memo(lambda m, k=key_item: _bytes_head_memo(k, m))
+                memo = self._memo(lambda m, k=key_item: _length_head_memo(k, m))
                 head = self._new("h")
                 add(f"{head} = M{memo}.get(len({var}))")
-                add(f"if {head} is None: {head} = F{memo}({var})")
+                add(f"if {head} is None: {head} = F{memo}({var}, {var})")
                 add(f"if {head} is None: return None")
                 add(f"{size} = len({head}) + len({var})")
                 return [head, var], size
