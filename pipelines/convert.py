@@ -36,12 +36,10 @@ from datetime import UTC, datetime
 
 import apache_beam as beam
 from apache_beam import pvalue
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipelines import tfrecord
+from pipelines import storage, tfrecord
 from pipelines.beam_options import check_runner, pipeline_options, runner_name, spread_over_dask
 from pipelines.convert_guarded import EPISODE_TIMEOUT, GuardedConverter
 from pipelines.convert_records import ReadRecordInputs, distinct_ids
@@ -58,7 +56,6 @@ REPORT = "report"
 SHARD_NAME = "episodes-{shard:05d}-of-{count:05d}.tfrecord"
 TMP_PREFIX = ".stepmark-tmp-"
 PROGRESS_SECONDS = 5.0
-COPY_CHUNK = 1 << 20
 #: Most shards a conversion writes (`--shards`): each is a file and a conversion task.
 MAX_SHARDS = 10_000
 #: Empty elements per shard in ConvertUiTraces' "ShardSlots" (partitions for GroupByShard on Dask).
@@ -128,17 +125,10 @@ class Summary:
 # Transforms
 
 
-@contextlib.contextmanager
-def writing(path: str) -> Iterator:
-    """`FileSystems.create(path)`, with any OSError (a full or read-only disk) re-raised naming `path`: the
-    error crosses the runner as text, and the command line prints it as one line (`stepmark.cli`)."""
-    try:
-        with FileSystems.create(path) as out:
-            yield out
-    except OSError as exc:
-        if exc.errno is None or exc.filename:
-            raise
-        raise OSError(exc.errno, exc.strerror or str(exc), files.display(path)) from exc
+def writing(path: str):
+    """A new file at `path` (`storage.create`: an OSError of a full or read-only disk names `path`, and the
+    command line prints it as one line, `stepmark.cli`)."""
+    return storage.create(path)
 
 
 class OnlyType(beam.PTransform):
@@ -153,7 +143,7 @@ class OnlyType(beam.PTransform):
         return pcoll | beam.Filter(lambda x: isinstance(x, cls)).with_output_types(cls)
 
 
-class DiscoverEpisodes(beam.DoFn):
+class DiscoverEpisodes(storage.FileSystemsDoFn, beam.DoFn):
     """INPUT folder -> EpisodeSource per episode; orphan screenshots as dead letters; one DiscoveryReport.
     Files under `exclude` (the output folder, when it lies inside INPUT) are not looked at."""
 
@@ -208,7 +198,7 @@ class _Progress:
             )
 
 
-class ConvertShard(beam.DoFn):
+class ConvertShard(storage.FileSystemsDoFn, beam.DoFn):
     """(shard, [EpisodeSource]) -> one temporary TFRecord file of serialized UiEpisodes + dead letters.
 
     Each episode's bytes are read inside this DoFn, converted, serialized at once and appended, so only one
@@ -264,7 +254,7 @@ class ConvertShard(beam.DoFn):
         )
 
 
-class WriteDeadLetters(beam.DoFn):
+class WriteDeadLetters(storage.FileSystemsDoFn, beam.DoFn):
     """(key, [DeadLetter]) -> one temporary JSONL file."""
 
     def __init__(self, temp_dir: str) -> None:
@@ -281,15 +271,7 @@ class WriteDeadLetters(beam.DoFn):
 
 
 def delete_tree(path: str) -> None:
-    """Delete every file under `path`, then the folder itself where the filesystem has folders (object stores
-    have only the files)."""
-    below = [m.path for m in FileSystems.match([files.join(path, "**")])[0].metadata_list]
-    if below:
-        FileSystems.delete(below)
-    try:
-        FileSystems.delete([path])
-    except Exception:  # nothing left to delete (no folders on this filesystem)
-        pass
+    storage.delete_tree(path)
 
 
 def _write_text(path: str, text: str) -> None:
@@ -297,7 +279,7 @@ def _write_text(path: str, text: str) -> None:
         out.write(text.encode("utf-8"))
 
 
-class CommitOutput(beam.DoFn):
+class CommitOutput(storage.FileSystemsDoFn, beam.DoFn):
     """Everything written -> final names. Shards first, then dead_letters.jsonl, then summary.json (its
     presence means the conversion is complete), each by renaming a finished temporary file."""
 
@@ -339,23 +321,20 @@ class CommitOutput(beam.DoFn):
                 {"path": files.split(final)[1], "episodes": written.episodes, "bytes": written.size_bytes}
             )
         summary.episodes_by_layout = dict(sorted(layouts.items()))
-        FileSystems.rename(sources, targets)
+        storage.rename(sources, targets)
 
         dead_final = files.join(self.output, DEAD_LETTERS)
         reasons: Counter[str] = Counter()
         dead_files = [dead_parts[key] for key in sorted(dead_parts)]
         if len(dead_files) == 1:
-            FileSystems.rename([dead_files[0].temp_path], [dead_final])
+            storage.rename([dead_files[0].temp_path], [dead_final])
         else:  # none (write an empty file) or several parts: concatenate them in part order
             merged = files.join(self.temp_dir, "dead-letters-merged.jsonl")
             with writing(merged) as out:
                 for d in dead_files:
-                    with FileSystems.open(
-                        d.temp_path, compression_type=CompressionTypes.UNCOMPRESSED
-                    ) as part:
-                        while chunk := part.read(COPY_CHUNK):  # streamed: a part may be large
-                            out.write(chunk)
-            FileSystems.rename([merged], [dead_final])
+                    with storage.open_read(d.temp_path) as part:
+                        storage.copy_stream(part, out)  # streamed: a part may be large
+            storage.rename([merged], [dead_final])
         for d in dead_files:
             reasons.update(dict(d.reasons))
         summary.dead_letters = sum(reasons.values())
@@ -364,7 +343,7 @@ class CommitOutput(beam.DoFn):
         summary.finished = datetime.now(UTC).isoformat(timespec="seconds")
         temp_summary = files.join(self.temp_dir, SUMMARY)
         _write_text(temp_summary, json.dumps(asdict(summary), indent=2, sort_keys=True) + "\n")
-        FileSystems.rename([temp_summary], [files.join(self.output, SUMMARY)])
+        storage.rename([temp_summary], [files.join(self.output, SUMMARY)])  # last: the output is complete
         delete_tree(self.temp_dir)
         yield summary
 
@@ -533,44 +512,51 @@ def check_misspelled(beam_args: Sequence[str]) -> None:
 
 def _matches(pattern: str) -> list[str]:
     try:
-        return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
-    except Exception:
+        return [m.path for m in storage.match(pattern)]
+    except Exception:  # noqa: BLE001 - nothing there to refuse or remove
         return []
 
 
-def prepare_output(output: str, overwrite: bool) -> None:
-    """Refuse to mix two conversions in one folder; with overwrite, remove the earlier one's files."""
-    previous = (
-        _matches(files.join(output, SHARD_GLOB))
-        + _matches(files.join(output, DEAD_LETTERS))
-        + _matches(files.join(output, SUMMARY))
-    )
-    stale = sorted({files.split(p)[0] for p in _matches(files.join(output, TMP_PREFIX + "*", "*"))})
-    if (previous or stale) and not overwrite:
+def prepare_output(output: str, overwrite: bool, quiet: bool = False) -> None:
+    """Refuse to mix two conversions in one folder; with overwrite, remove the earlier one's files.
+
+    What a killed conversion left (its temporary folder, whose owner process is gone, and final names without
+    summary.json: killed while committing) is not a conversion: it is removed without --overwrite. A temporary
+    folder of a run that may still be going (alive, or on another host) is refused as before."""
+    previous = _matches(files.join(output, SHARD_GLOB)) + _matches(files.join(output, DEAD_LETTERS))
+    complete = bool(_matches(files.join(output, SUMMARY)))
+    temps = sorted({files.split(p)[0] for p in _matches(files.join(output, TMP_PREFIX + "*", "*"))})
+    live = [t for t in temps if (owner := storage.read_owner(t)) is None or owner.alive()]
+    dead = [t for t in temps if t not in live]
+    if (complete or live) and not overwrite:
+        found = len(previous) + complete
         raise StepmarkError(
-            f"{output} already holds a conversion ({len(previous)} output files); "
-            "pass --overwrite to replace it or choose another folder"
+            f"{output} already holds a conversion ({found} output files"
+            + (f", {len(live)} run(s) in progress or of another host" if live else "")
+            + "); pass --overwrite to replace it or choose another folder"
         )
-    if previous:
-        FileSystems.delete(previous)
-    for folder in stale:
+    if (dead or (previous and not complete)) and not quiet:
+        print(
+            f"stepmark convert-ui: {output}: removing what a killed conversion left "
+            f"({len(dead)} temporary folder(s), {0 if complete else len(previous)} unfinished file(s))",
+            file=sys.stderr,
+            flush=True,
+        )
+    storage.delete(previous + _matches(files.join(output, SUMMARY)))
+    for folder in dead + (live if overwrite else []):
         delete_tree(folder)
-    if not FileSystems.exists(output):
-        make_folder(output)
+    make_folder(output)
 
 
 def make_folder(path: str) -> None:
     """mkdirs with the reason as a one-line StepmarkError (a file in the way, no permission, ...)."""
-    try:
-        FileSystems.mkdirs(path)
-    except Exception as exc:  # BeamIOError / OSError
-        cause = getattr(exc, "exception_details", None) or exc
-        raise StepmarkError(f"{path}: cannot create the output folder ({cause})") from exc
+    storage.mkdirs(path, "output folder")
 
 
 def check_input(input_path: str) -> None:
     root = files.strip_slash(input_path)
-    if not (FileSystems.exists(root) or _matches(files.join(root, "**"))):
+    storage.check_location(root)
+    if not (storage.exists(root) or _matches(files.join(root, "**"))):
         raise StepmarkError(f"{input_path}: no such file or folder")
 
 
@@ -629,7 +615,7 @@ class _Heartbeat:
 
 def output_inside_input(input_path: str, output: str) -> tuple[str, ...]:
     """OUTPUT as a path under INPUT's spelling when it lies inside INPUT (so discovery can skip it), else ()."""
-    if FileSystems.get_scheme(input_path) is None and FileSystems.get_scheme(output) is None:
+    if not storage.is_remote(input_path) and not storage.is_remote(output):
         rel = os.path.relpath(os.path.abspath(output), os.path.abspath(input_path))  # local paths only
         if rel != "." and not rel.startswith(".."):
             return (files.join(input_path, rel),)
@@ -662,15 +648,18 @@ def run(argv: Sequence[str] | None = None) -> int:
             f"--episode-timeout must be a positive number of seconds (got {args.episode_timeout})"
         )
     input_path, output = files.strip_slash(args.input), files.strip_slash(args.output)
+    storage.configure(beam_args)  # the driver's checks below and every DoFn use the same filesystem flags
     check_runner(pipeline_options(beam_args))
     check_input(input_path)
+    storage.check_location(output, write=True)
     exclude = output_inside_input(input_path, output)
     num_shards = shard_count(args.shards, input_path, exclude, quiet=args.quiet)
     # On Dask: ConvertUiTraces' shard slots in several partitions, for its GroupByShard (see its docstring).
     options = pipeline_options(spread_over_dask(beam_args, SLOTS_PER_SHARD * num_shards))
-    prepare_output(output, args.overwrite)
+    prepare_output(output, args.overwrite, args.quiet)
     temp_dir = files.join(output, f"{TMP_PREFIX}{uuid.uuid4().hex}")
     make_folder(temp_dir)
+    storage.write_owner(temp_dir)  # a killed run's folder is then known as such by the next run
     summary = Summary(
         input=input_path, output=output, runner=runner_name(options), drop_invisible=args.drop_invisible
     )

@@ -23,6 +23,7 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
+from pipelines import storage
 from pipelines.traces.model import DeadLetter, EpisodeSource, RecordEpisode
 from pipelines.traces.records import AitwStep, group_records, read_file_records
 
@@ -31,7 +32,7 @@ AITW = "aitw_steps"
 COLLAPSED = "collapsed_records"
 
 
-class ReadRecordFiles(beam.DoFn):
+class ReadRecordFiles(storage.FileSystemsDoFn, beam.DoFn):
     """A tfrecord_file source -> RecordEpisodes (main), AitwSteps and DeadLetters (tagged)."""
 
     def __init__(self, namespace: str) -> None:
@@ -50,7 +51,7 @@ class ReadRecordFiles(beam.DoFn):
                 yield item
 
 
-class GroupRecords(beam.DoFn):
+class GroupRecords(storage.FileSystemsDoFn, beam.DoFn):
     """(episode id, [RecordEpisode | AitwStep]) -> one RecordEpisode (main) or `duplicate_episode` dead
     letters (tagged), by `group_records`; the number of copies read once as a `DiscoveryReport` (tagged, for
     summary.json)."""

@@ -9,10 +9,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
-from pipelines import tfrecord
+from pipelines import storage, tfrecord
 from pipelines.errors import StepmarkError
 from pipelines.traces import DeadLetter, files
 from protos.stepmark import ui_episode_pb2
@@ -36,16 +33,14 @@ class RecordRef:
 
 def _open(path: str):
     try:
-        return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        return storage.open_read(path)
     except Exception as exc:
         raise StepmarkError(f"{path}: cannot open ({exc})") from exc
 
 
 def is_output_folder(path: str) -> bool:
     path = files.strip_slash(path)
-    return bool(FileSystems.match([files.join(path, SHARD_GLOB)])[0].metadata_list) or FileSystems.exists(
-        files.join(path, SUMMARY)
-    )
+    return bool(storage.match(files.join(path, SHARD_GLOB))) or storage.exists(files.join(path, SUMMARY))
 
 
 def shard_paths(path: str) -> list[str]:
@@ -54,14 +49,16 @@ def shard_paths(path: str) -> list[str]:
     A folder without summary.json is refused: its conversion is unfinished (or failed) and may miss shards.
     """
     path = files.strip_slash(path)
-    shards = sorted(m.path for m in FileSystems.match([files.join(path, SHARD_GLOB)])[0].metadata_list)
-    if shards or FileSystems.exists(files.join(path, SUMMARY)):
-        if not FileSystems.exists(files.join(path, SUMMARY)):
+    storage.check_location(path)
+    shards = sorted(m.path for m in storage.match(files.join(path, SHARD_GLOB)))
+    # summary.json is written last (schemas/storage.md): without it the conversion is unfinished or failed.
+    if shards or storage.exists(files.join(path, SUMMARY)):
+        if not storage.exists(files.join(path, SUMMARY)):
             raise StepmarkError(f"{path}: no {SUMMARY}; the conversion is unfinished or failed")
         return shards
-    if not FileSystems.exists(path):
+    if not storage.exists(path):
         raise StepmarkError(f"{path}: no such file or folder")
-    if FileSystems.match([files.join(path, "*")])[0].metadata_list:
+    if storage.match(files.join(path, "*")):
         raise StepmarkError(f"{path}: not a convert-ui output folder (no {SHARD_GLOB}, no {SUMMARY})")
     return [path]
 

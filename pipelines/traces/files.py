@@ -21,12 +21,13 @@ IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
 
 
 class _LazyFileSystems:
-    """Beam's `FileSystems`, imported on first use: reading a local study spec must not pay ~1 s for Beam."""
+    """Beam's `FileSystems` as `pipelines.storage` configures it, imported on first use: reading a local study
+    spec must not pay ~1 s for Beam."""
 
     def __getattr__(self, name: str):
-        from apache_beam.io.filesystems import FileSystems as fs
+        from pipelines import storage
 
-        return getattr(fs, name)
+        return getattr(storage._filesystems(), name)
 
 
 FileSystems = _LazyFileSystems()

@@ -1,0 +1,579 @@
+"""The one seam between stepmark and the bytes it keeps outside the store's database.
+
+Every data path a command takes may be a local path or a URL of any Beam filesystem (`s3://`, `gs://`, ...):
+this module is where Beam's `FileSystems` is configured and called from. The clients' own environment variables
+work with no flag (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ..., `STORAGE_EMULATOR_HOST`,
+`GOOGLE_APPLICATION_CREDENTIALS`); Beam's `--s3_*` and Google Cloud flags override them. `configure(beam_args)`
+is called once by each command, and the same flags travel with the pipeline's DoFns (`settings()` on the
+driver, `apply()` in the DoFn's `setup`), because workers of a real cluster are other processes that never saw
+the command line: Beam's DaskRunner does not hand the pipeline options to `FileSystems` on its workers.
+
+Publishing (schemas/storage.md): object stores have no rename, so an output is complete when its summary file
+exists, and that file is written last (`summary.json` of convert-ui, `stepmark_export.json` of an export).
+On a local disk an export still appears with one folder rename; on an object store `publish_folder` moves
+every other object first and the summary last. Readers of stepmark's outputs honour the summary.
+
+Beam is imported on first use: reading a local study spec must not pay ~1 s for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import socket
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from pipelines.errors import StepmarkError
+
+COPY_CHUNK = 1 << 20
+#: Beam flags that change how a filesystem client is made (S3Options, GoogleCloudOptions, the Azure and
+#: HDFS options): the ones that travel to workers. Everything else stays with the runner.
+_FS_FLAG_PREFIXES = (
+    "--s3_", "--project", "--impersonate_service_account", "--gcs_", "--enable_gcsio", "--enable_bucket",
+    "--azure_", "--blob_service_endpoint", "--hdfs_",
+)  # fmt: skip
+
+_configured: tuple[str, ...] | None = None
+
+
+# --- configuration ----------------------------------------------------------------------------------------------
+
+
+def _filesystems() -> Any:
+    """Beam's `FileSystems`, configured (from the environment alone when no command configured it)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    if _configured is None:
+        configure(())
+    return FileSystems
+
+
+def configure(beam_args: Sequence[str] = ()) -> None:
+    """Build filesystem access from the command's Beam flags (and the clients' environment variables)."""
+    global _configured
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    flags = tuple(a for a in beam_args if a.startswith(_FS_FLAG_PREFIXES))
+    FileSystems.set_options(PipelineOptions(list(flags)))
+    _configured = flags
+    _reuse_s3_clients()
+
+
+#: Transient object-store errors seen by this process's clients (each retried by the client's own policy).
+transient_errors = 0
+
+
+def _reuse_s3_clients() -> None:
+    """Beam's S3 filesystem makes a new boto3 session and client for every call (exists, match, open, ...):
+    ~70 ms each, most of a small file's read. One client per process and settings is reused instead (boto3
+    clients are thread-safe; a forked child makes its own). Each client also counts the transient errors
+    (throttling, 5xx, dropped connections) that its retry policy handles: the Beam counter
+    `stepmark/object_store_transient_errors` where a DoFn runs, `transient_errors` here."""
+    try:
+        from apache_beam.io.aws.clients.s3 import boto3_client
+    except ImportError:  # no boto3: s3:// paths fail with Beam's own message
+        return
+    real = getattr(boto3_client, "boto3", None)
+    if real is None or isinstance(real, _CachedBoto3):
+        return
+    boto3_client.boto3 = _CachedBoto3(real)
+
+
+class _CachedBoto3:
+    """Stands in for the `boto3` module inside Beam's S3 client module: `session.Session().client(**kw)`."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self._clients: dict[tuple, Any] = {}
+        self.session = self
+
+    def Session(self) -> _CachedBoto3:  # noqa: N802 - boto3's name
+        return self
+
+    def client(self, **kwargs: Any) -> Any:
+        key = (os.getpid(), tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+        found = self._clients.get(key)
+        if found is None:
+            found = self._real.session.Session().client(**kwargs)
+            found.meta.events.register("needs-retry", _count_transient)
+            self._clients[key] = found
+        return found
+
+
+def _count_transient(response: Any = None, caught_exception: Any = None, **_: Any) -> None:
+    """A botocore `needs-retry` hook: counts the attempts that failed in a way the retry policy retries."""
+    global transient_errors
+    status = None
+    if response is not None:
+        status = (response[0].status_code if hasattr(response[0], "status_code") else None)
+    if caught_exception is not None or (status is not None and (status >= 500 or status == 429)):
+        transient_errors += 1
+        from apache_beam.metrics import Metrics
+
+        Metrics.counter("stepmark", "object_store_transient_errors").inc()
+
+
+def settings() -> tuple[str, ...]:
+    """The filesystem flags in force here: a DoFn keeps them and `apply`s them on its worker."""
+    return _configured or ()
+
+
+def apply(flags: Sequence[str]) -> None:
+    """A worker's side of `settings()` (a DoFn's `setup`): the driver's filesystem flags, once per process."""
+    if _configured != tuple(flags):
+        configure(flags)
+
+
+class FileSystemsDoFn:
+    """Mixin for DoFns that touch files: the driver's filesystem flags travel inside the pickled DoFn and are
+    applied where it is unpickled (a worker process of any runner), before any of its methods run."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_storage_flags"] = settings()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        flags = state.pop("_storage_flags", ())
+        self.__dict__.update(state)
+        apply(flags)
+
+
+# --- paths ------------------------------------------------------------------------------------------------------
+
+
+def scheme(path: str) -> str | None:
+    """The URL scheme (`s3`, `gs`, ...), or None for a local path."""
+    if "://" not in path:
+        return None
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.get_scheme(path)
+
+
+def is_remote(path: str) -> bool:
+    return scheme(path) not in (None, "file")
+
+
+def join(base: str, *parts: str) -> str:
+    return _filesystems().join(base, *parts)
+
+
+def split(path: str) -> tuple[str, str]:
+    return _filesystems().split(path)
+
+
+def strip_slash(path: str) -> str:
+    stripped = path.rstrip("/\\")
+    return stripped or path
+
+
+def absolute(path: str) -> str:
+    """A URL as it is; a local path made absolute (workers may run elsewhere)."""
+    return path if is_remote(path) else os.path.abspath(path)
+
+
+# --- reading and writing ----------------------------------------------------------------------------------------
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The error behind Beam's BeamIOError (it keeps the real one per path in `exception_details`)."""
+    details = getattr(exc, "exception_details", None)
+    if isinstance(details, dict) and details:
+        inner = next(iter(details.values()))
+        if isinstance(inner, BaseException):
+            return inner
+    return exc
+
+
+def exists(path: str) -> bool:
+    return bool(_filesystems().exists(path))
+
+
+def match(pattern: str) -> list[Any]:
+    """File metadata (`.path`, `.size_in_bytes`) of every file matching `pattern`; [] when none does."""
+    try:
+        return list(_filesystems().match([pattern])[0].metadata_list)
+    except Exception as exc:  # noqa: BLE001 - Beam raises BeamIOError for "nothing matched" on some stores
+        cause = _cause(exc)
+        if isinstance(cause, FileNotFoundError) or "No files found" in str(exc) or "NotFound" in str(cause):
+            return []
+        raise
+
+
+def files_below(folder: str) -> list[Any]:
+    """Every file under `folder`, recursively (metadata, sorted by path)."""
+    return sorted(match(join(strip_slash(folder), "**")), key=lambda m: m.path)
+
+
+def open_read(path: str) -> BinaryIO:
+    """A binary stream of the file's bytes as stored (no decompression guessed from the name)."""
+    return _filesystems().open(path, compression_type="uncompressed")
+
+
+@contextlib.contextmanager
+def create(path: str) -> Iterator[BinaryIO]:
+    """A new file at `path` (the folder is made as needed). An OSError without a file name (a full or read-only
+    disk, as a writer reports it) is re-raised naming `path`, so the command line prints one line."""
+    fs = _filesystems()
+    if not is_remote(path):
+        os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+    try:
+        with fs.create(path, compression_type="uncompressed") as out:
+            yield out
+    except OSError as exc:
+        if exc.errno is None or exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
+
+
+def read_all(path: str, limit: int) -> bytes:
+    """The whole file, refused past `limit` bytes (before reading when the size is known)."""
+    found = match(path)
+    if found and found[0].size_in_bytes > limit:
+        raise StepmarkError(f"{path}: {found[0].size_in_bytes} bytes; at most {limit} are read from it")
+    with open_read(path) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise StepmarkError(f"{path}: more than {limit} bytes; at most {limit} are read from it")
+    return data
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    with create(path) as out:
+        out.write(data)
+
+
+def copy_stream(src: BinaryIO, dst: BinaryIO) -> int:
+    size = 0
+    while chunk := src.read(COPY_CHUNK):
+        dst.write(chunk)
+        size += len(chunk)
+    return size
+
+
+def upload(local: str, dest: str) -> int:
+    """Copies a local file to `dest` on any filesystem; returns its size."""
+    with open(local, "rb") as src, create(dest) as out:
+        return copy_stream(src, out)
+
+
+def download(path: str, local: str) -> int:
+    """Copies `path` (any filesystem) to the local file `local`; returns its size."""
+    with open_read(path) as src, open(local, "wb") as out:
+        return copy_stream(src, out)
+
+
+def rename(sources: Sequence[str], destinations: Sequence[str]) -> None:
+    """Moves files (a rename on local disks; a copy, then a delete of the source, on object stores)."""
+    if sources:
+        _filesystems().rename(list(sources), list(destinations))
+
+
+def delete(paths: Sequence[str]) -> None:
+    if paths:
+        _filesystems().delete(list(paths))
+
+
+def delete_tree(folder: str) -> None:
+    """Every file under `folder`, then the folder itself where the filesystem has folders."""
+    if not is_remote(folder):
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    below = [m.path for m in files_below(folder)]
+    if below:
+        delete(below)
+
+
+def mkdirs(path: str, what: str = "folder") -> None:
+    """The folder and its parents (object stores have none: nothing to do). A one-line StepmarkError naming
+    `what` when it cannot be made (a file in the way, no permission)."""
+    if is_remote(path):
+        return
+    try:
+        if os.path.lexists(path) and not os.path.isdir(path):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise StepmarkError(f"{path}: cannot create the {what} ({exc.strerror or exc})") from exc
+
+
+def total_size(folder: str, skip: Sequence[str] = ()) -> int:
+    """Bytes of the files under `folder`, leaving out those with a path part named in `skip`."""
+    root = strip_slash(folder)
+    total = 0
+    for m in files_below(root):
+        rel = m.path[len(root) :].replace("\\", "/").strip("/").split("/")
+        if not set(skip).intersection(rel):
+            total += m.size_in_bytes
+    return total
+
+
+@contextlib.contextmanager
+def local_folder(dest: str, prefix: str = "stepmark-spool-") -> Iterator[str]:
+    """A local folder whose files end up under `dest`: `dest` itself on a local disk; for an object store a
+    temporary folder whose files are uploaded (same relative paths) when the block ends without an error, and
+    which is removed either way. Lets libraries that only write local files (h5py, pyarrow's writer used
+    with paths, TensorFlow's) write one episode or shard at a time: local space stays bounded by it."""
+    if not is_remote(dest):
+        os.makedirs(dest, exist_ok=True)
+        yield dest
+        return
+    local = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield local
+        for dirpath, _, names in os.walk(local):
+            for name in sorted(names):
+                full = os.path.join(dirpath, name)
+                rel = os.path.relpath(full, local).replace(os.sep, "/")
+                upload(full, join(dest, *rel.split("/")))
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+# --- checks before any work ---------------------------------------------------------------------------------------
+
+
+def bucket_of(url: str) -> tuple[str, str]:
+    """(bucket, key prefix) of an object-store URL."""
+    rest = url.split("://", 1)[1]
+    bucket, _, key = rest.partition("/")
+    return bucket, key
+
+
+def check_location(url: str, *, write: bool = False) -> None:
+    """One line naming `url` and the cause when its bucket cannot be reached: missing bucket, missing
+    credentials, a refused connection, access denied (403). With `write`, a small object is written and
+    removed under the URL's prefix too (credentials that may read but not write fail here, not midway)."""
+    kind = scheme(url)
+    if kind not in ("s3", "gs"):
+        return
+    bucket, key = bucket_of(url)
+    if not bucket:
+        raise StepmarkError(f"{url}: no bucket name in the URL")
+    probe = f"{key.rstrip('/')}/.stepmark-probe-{uuid.uuid4().hex}".lstrip("/")
+    try:
+        if kind == "s3":
+            _check_s3(bucket, probe if write else "")
+        else:
+            _check_gcs(bucket, probe if write else "")
+    except StepmarkError as exc:
+        raise StepmarkError(f"{url}: {exc}") from None
+
+
+def _s3_client() -> Any:
+    """A boto3 client made like Beam's (its --s3_* flags, else the AWS_* environment), with few retries: a
+    check should answer in seconds."""
+    import boto3
+    from apache_beam.options.pipeline_options import PipelineOptions, S3Options
+    from botocore.config import Config
+
+    o = PipelineOptions(list(settings())).view_as(S3Options)
+    return boto3.client(
+        "s3",
+        aws_access_key_id=o.s3_access_key_id,
+        aws_secret_access_key=o.s3_secret_access_key,
+        aws_session_token=o.s3_session_token,
+        endpoint_url=o.s3_endpoint_url,
+        region_name=o.s3_region_name,
+        use_ssl=not o.s3_disable_ssl,
+        verify=o.s3_verify,
+        config=Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=15),
+    )
+
+
+def _check_s3(bucket: str, probe: str) -> None:
+    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+
+    try:
+        client = _s3_client()
+        client.head_bucket(Bucket=bucket)
+        if probe:
+            client.put_object(Bucket=bucket, Key=probe, Body=b"")
+            client.delete_object(Bucket=bucket, Key=probe)
+    except NoCredentialsError:
+        raise StepmarkError(
+            "no AWS credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile, or "
+            "--s3_access_key_id/--s3_secret_access_key)"
+        ) from None
+    except EndpointConnectionError as exc:
+        raise StepmarkError(f"cannot connect to the S3 endpoint ({exc.kwargs.get('endpoint_url', exc)})") from None
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in ("404", "NoSuchBucket"):
+            raise StepmarkError(f"bucket {bucket!r} does not exist") from None
+        if code in ("403", "AccessDenied", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+            raise StepmarkError(f"access denied (HTTP 403, {code}): check the credentials and the bucket's policy") from None
+        raise StepmarkError(f"S3 refused the request (HTTP {status}, {code})") from None
+    except BotoCoreError as exc:
+        raise StepmarkError(f"S3: {exc}") from None
+
+
+def _check_gcs(bucket: str, probe: str) -> None:
+    try:
+        from apache_beam.io.gcp import gcsio
+        from apache_beam.options.pipeline_options import PipelineOptions
+        from google.api_core import exceptions as gexc
+        from google.auth import exceptions as auth_exc
+    except ImportError as exc:
+        raise StepmarkError(f"the Google Cloud Storage client is not installed ({exc})") from None
+    try:
+        client = gcsio.create_storage_client(PipelineOptions(list(settings())))
+        found = client.lookup_bucket(bucket, timeout=15)
+        if found is None:
+            raise StepmarkError(f"bucket {bucket!r} does not exist")
+        if probe:
+            blob = found.blob(probe)
+            blob.upload_from_string(b"", timeout=15)
+            blob.delete(timeout=15)
+    except StepmarkError:
+        raise
+    except auth_exc.DefaultCredentialsError as exc:
+        raise StepmarkError(f"no Google Cloud credentials ({exc})") from None
+    except gexc.Forbidden as exc:
+        raise StepmarkError(f"access denied (HTTP 403): {exc.message}") from None
+    except gexc.GoogleAPICallError as exc:
+        raise StepmarkError(f"Cloud Storage refused the request (HTTP {exc.code}): {exc.message}") from None
+    except Exception as exc:  # noqa: BLE001 - requests' ConnectionError and the like: one line, not a trace
+        raise StepmarkError(f"cannot reach Cloud Storage ({type(exc).__name__}: {exc})") from None
+
+
+# --- temporary folders and publishing -------------------------------------------------------------------------------
+
+OWNER_FILE = "stepmark_owner.json"
+
+
+def process_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22); "" when unknown.
+    With the pid it identifies a process for good: a pid reused after a crash has another start time."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            stat = f.read()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who made a temporary folder: a folder whose owner is gone is left from a killed run."""
+
+    host: str
+    pid: int
+    start: str
+
+    @classmethod
+    def me(cls) -> Owner:
+        pid = os.getpid()
+        return cls(socket.gethostname(), pid, process_start(pid))
+
+    def to_json(self) -> str:
+        return json.dumps({"host": self.host, "pid": self.pid, "start": self.start}) + "\n"
+
+    def alive(self) -> bool:
+        """Whether the run may still be going (when unsure: yes). Another host's run cannot be checked."""
+        if self.host != socket.gethostname():
+            return True
+        if not pid_alive(self.pid):
+            return False
+        start = process_start(self.pid)
+        return not (start and self.start and start != self.start)
+
+
+def write_owner(folder: str) -> None:
+    write_bytes(join(folder, OWNER_FILE), Owner.me().to_json().encode("utf-8"))
+
+
+def read_owner(folder: str) -> Owner | None:
+    """The owner recorded in `folder`, or None when it has none (or an unreadable one)."""
+    path = join(folder, OWNER_FILE)
+    try:
+        data = json.loads(read_all(path, 4096))
+        return Owner(str(data["host"]), int(data["pid"]), str(data.get("start", "")))
+    except Exception:  # noqa: BLE001 - missing or damaged: the caller decides
+        return None
+
+
+def publish_folder(staging: str, out: str, summary_name: str) -> None:
+    """Makes the finished output at `staging` appear at `out`, its summary file last.
+
+    Local disk: one rename of the folder (a rename never replaces a non-empty folder; an `out` that appeared
+    meanwhile is refused). Object store: every object is moved (copy, delete) to the same key under `out`,
+    the summary file last: until it exists, readers take `out` for unfinished."""
+    if not is_remote(out):
+        if os.path.lexists(out):
+            raise _appeared(out)
+        try:
+            os.rename(staging, out)
+        except OSError as exc:
+            if os.path.exists(out):
+                raise _appeared(out) from exc
+            raise
+        return
+    if files_below(out):
+        raise _appeared(out)
+    root = strip_slash(staging)
+    sources, targets, last = [], [], None
+    for m in files_below(root):
+        rel = m.path[len(root) :].lstrip("/")
+        if rel == OWNER_FILE:
+            continue
+        if rel == summary_name:
+            last = m.path
+            continue
+        sources.append(m.path)
+        targets.append(join(strip_slash(out), *rel.split("/")))
+    rename(sources, targets)
+    if last is None:
+        raise StepmarkError(f"{staging}: no {summary_name}; nothing was published")
+    rename([last], [join(strip_slash(out), summary_name)])
+    delete_tree(root)
+
+
+def publish_file(local: str, out: str) -> None:
+    """A finished local file at `out`: a hard link (never replaces a file that appeared meanwhile) on local
+    disks; one upload on object stores, where an object appears whole or not at all."""
+    if is_remote(out):
+        if exists(out):
+            raise _appeared(out)
+        upload(local, out)
+        os.unlink(local)
+        return
+    try:
+        os.link(local, out)
+    except FileExistsError:
+        raise _appeared(out) from None
+    except OSError:  # a filesystem without hard links: check, then rename (a small window remains)
+        if os.path.lexists(out):
+            raise _appeared(out) from None
+        os.rename(local, out)
+        return
+    os.unlink(local)
+
+
+def _appeared(out: str) -> StepmarkError:
+    return StepmarkError(f"{out}: appeared while writing (another run to the same output?); not overwritten")
+
+
+def is_published(folder: str, summary_name: str) -> bool:
+    """Whether `folder` holds a complete output (its summary file exists)."""
+    return exists(join(strip_slash(folder), summary_name))
