@@ -16,23 +16,23 @@ Runs on FnApiRunner by default and on any Beam runner by flags (workers must see
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
 import os
-import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from google.protobuf import json_format
 
+from pipelines import storage
 from pipelines.beam_options import check_runner, pipeline_options, spread_over_dask
 from pipelines.errors import StepmarkError
 from pipelines.exporters import archive, envlogger_writer, spaces
@@ -55,6 +55,7 @@ from pipelines.exporters.selection import (
 from pipelines.exporters.splits import parse_splits
 from pipelines.exporters.staging import (
     OWNER_FILE,
+    SUMMARY_FILE,
     check_out,
     new_staging,
     publish_file,
@@ -74,7 +75,6 @@ from pipelines.exporters.ui_objects import parse_ui_objects
 from pipelines.store import open_store
 
 FORMATS = ("envlogger", "tfds", "parquet", "minari")
-SUMMARY_FILE = "stepmark_export.json"
 DEAD_LETTERS_FILE = "dead_letters.jsonl"
 WORK_DIR = "_work"
 Progress = Callable[[float], None]
@@ -148,7 +148,7 @@ def _sample(group: SpecGroup, job: DatasetJob) -> tuple[ExportEpisode | None, di
 def _outcome_files(progress_dir: str) -> list[Any]:
     """The outcome files `_record_outcome` has written so far (Beam file metadata)."""
     try:
-        return FileSystems.match([FileSystems.join(progress_dir, "*")])[0].metadata_list
+        return storage.match(storage.join(progress_dir, "*"))
     except Exception:  # noqa: BLE001 - none yet: the first outcome makes the folder
         return []
 
@@ -157,21 +157,16 @@ def _read_outcomes(progress_dir: str) -> list[dict[str, Any]]:
     """Every episode's outcome that `_record_outcome` wrote, in (dataset, index) order."""
     keyed = []
     for meta in _outcome_files(progress_dir):
-        dataset, _, index = FileSystems.split(meta.path)[1].rpartition("-")
-        with FileSystems.open(meta.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        dataset, _, index = storage.split(meta.path)[1].rpartition("-")
+        with storage.open_read(meta.path) as f:
             keyed.append(((dataset, int(index)), json.loads(f.read().decode("utf-8"))))
     return [outcome for _, outcome in sorted(keyed, key=lambda k: k[0])]
 
 
-def _folder_size(path: Path) -> int:
+def _folder_size(path: str) -> int:
     """Bytes of the dataset files under `path` (the export's own work files, progress markers and owner file
     left out: they vary from run to run and are removed before publishing)."""
-    transient = {WORK_DIR, "progress", OWNER_FILE}
-    return sum(
-        p.stat().st_size
-        for p in path.rglob("*")
-        if p.is_file() and not transient.intersection(p.relative_to(path).parts)
-    )
+    return storage.total_size(path, skip=(WORK_DIR, "progress", OWNER_FILE))
 
 
 def _count_done(progress_dir: str) -> int:
@@ -271,8 +266,9 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
     """Runs one export; `progress(percent)` gets 0-100. Raises StepmarkError for bad requests or mixed specs."""
     if request.format not in FORMATS:
         raise StepmarkError(f"unknown format {request.format!r} (choose from {', '.join(FORMATS)})")
-    out = check_out(request.out)
+    storage.configure(request.beam_args)  # the driver's checks and every worker use the same filesystem flags
     check_beam_args(request.beam_args)
+    out = check_out(request.out)
     split_spec = parse_splits(request.splits, request.split_seed) if request.splits else None
     parse_ui_objects(request.ui_objects)  # a bad value is an error before any work
     check_annotations(request.annotations, request.user)
@@ -313,10 +309,10 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
     )
     remove_stale_staging(out)
     staging = new_staging(out)
-    root = staging / "dataset" if request.archive else staging
-    progress_dir = str(staging / "progress")
+    root = storage.join(staging, "dataset") if request.archive else staging
+    progress_dir = storage.join(staging, "progress")
     summary = ExportSummary(
-        out=str(out),
+        out=out,
         format=request.format,
         archive=request.archive,
         skipped=[{"episode": s.episode, "reason": s.reason} for s in selection.skipped],
@@ -324,14 +320,14 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
     try:
         plans: list[_Plan] = []
         for group in groups:
-            dataset_dir = root / group.name if len(groups) > 1 else root
+            dataset_dir = storage.join(root, group.name) if len(groups) > 1 else root
             if request.format == "minari" and len(groups) > 1:
-                dataset_dir = root / minari_ids[group.name]["folder"]
+                dataset_dir = storage.join(root, minari_ids[group.name]["folder"])
             job = DatasetJob(
                 name=group.name,
                 format=request.format,
                 data_dir=str(Path(request.data_dir).absolute()),
-                staging_dir=str(dataset_dir),
+                staging_dir=dataset_dir,
                 progress_dir=progress_dir,
                 options=options,
                 expected_signature="",
@@ -351,7 +347,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                     sample, options, lossless_images=request.lossless_images
                 )
                 features_json = tfds_writer.features_to_json(features)
-            work_dir = str(staging / WORK_DIR / "tfds" / group.name) if tfds_writer is not None else ""
+            work_dir = storage.join(staging, WORK_DIR, "tfds", group.name) if tfds_writer is not None else ""
             job = dataclasses.replace(
                 job, expected_signature=signature, features_json=features_json, work_dir=work_dir
             )
@@ -380,7 +376,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                     job,
                     minari_layout=layout.to_json(),
                     minari_id=minari_ids[group.name]["id"],
-                    work_dir=str(staging / WORK_DIR / "minari" / group.name),
+                    work_dir=storage.join(staging, WORK_DIR, "minari", group.name),
                 )
             plans.append(
                 _Plan(
@@ -395,9 +391,9 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         runnable = [p for p in plans if not p.sample_error]
         jobs = {p.group.name: p.job for p in runnable}
         for job in jobs.values():  # TensorFlow's file writers do not create folders
-            Path(job.staging_dir).mkdir(parents=True, exist_ok=True)
+            storage.mkdirs(job.staging_dir)
             if job.work_dir:
-                Path(job.work_dir).mkdir(parents=True, exist_ok=True)
+                storage.mkdirs(job.work_dir)
 
         def build(pipeline: beam.Pipeline) -> None:
             items = [
@@ -420,7 +416,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         for plan in plans:
             mine = [o for o in outcomes if o["dataset"] == plan.group.name]
             summary.datasets.append(_finish_dataset(plan, mine, summary, len(groups)))
-        shutil.rmtree(staging / WORK_DIR, ignore_errors=True)
+        storage.delete_tree(storage.join(staging, WORK_DIR))
         summary.episodes = sum(d.episodes for d in summary.datasets)
         summary.steps = sum(d.steps for d in summary.datasets)
         if summary.episodes == 0:
@@ -428,35 +424,41 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                 "no episode could be exported: "
                 + "; ".join(f"{d.episode}: {d.reason}: {d.error}" for d in summary.dead_letters[:5])
             )
-        root.mkdir(parents=True, exist_ok=True)
+        storage.mkdirs(root)
         if summary.dead_letters:
-            with open(root / DEAD_LETTERS_FILE, "w", encoding="utf-8") as f:
-                for letter in summary.dead_letters:
-                    f.write(json.dumps(asdict(letter)) + "\n")
-        shutil.rmtree(progress_dir, ignore_errors=True)
-        if not request.archive:  # the folder becomes the dataset (the pid in its name still guards it)
-            (staging / OWNER_FILE).unlink()
+            lines = "".join(json.dumps(asdict(letter)) + "\n" for letter in summary.dead_letters)
+            storage.write_bytes(storage.join(root, DEAD_LETTERS_FILE), lines.encode("utf-8"))
+        storage.delete_tree(progress_dir)
         summary.bytes = _folder_size(root)
         # Without `out` and the runner's counters (runners differ in reporting them): the same selection and
         # options give byte-identical files wherever and on whichever runner they are written.
         written = {k: v for k, v in summary.to_dict().items() if k not in ("out", "counters")}
-        (root / SUMMARY_FILE).write_text(json.dumps(written, indent=2) + "\n", encoding="utf-8")
+        # Written last: on an object store its presence is what marks the dataset complete (schemas/storage.md).
+        storage.write_bytes(storage.join(root, SUMMARY_FILE), (json.dumps(written, indent=2) + "\n").encode("utf-8"))
         if request.archive:
-            zip_tmp = staging / "dataset.zip"
-            summary.bytes = archive.write_zip(root, zip_tmp)
-            publish_file(zip_tmp, out)
-            shutil.rmtree(staging, ignore_errors=True)
+            with tempfile.TemporaryDirectory(prefix="stepmark-archive-", dir=_local_dir(staging)) as local:
+                zip_tmp = os.path.join(local, "dataset.zip")
+                summary.bytes = archive.write_zip(root, zip_tmp)
+                publish_file(zip_tmp, out)
+            storage.delete_tree(staging)
         else:
             publish_folder(staging, out)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(Exception):
+            storage.delete_tree(staging)
         raise
     if progress:
         progress(100.0)
     return summary
 
 
-def _minari_ids(request: ExportRequest, out: Path, groups: Sequence[SpecGroup]) -> dict[str, dict[str, str]]:
+def _local_dir(staging: str) -> str | None:
+    """Where a local file of the export goes: the staging folder on a local disk (the ZIP is then linked into
+    place on the same filesystem), the system's temporary folder when the staging folder is in a bucket."""
+    return None if storage.is_remote(staging) else staging
+
+
+def _minari_ids(request: ExportRequest, out: str, groups: Sequence[SpecGroup]) -> dict[str, dict[str, str]]:
     """`--format minari`: each dataset's Minari id and folder; refuses ragged UI datasets and bad names."""
     if request.format != "minari":
         return {}
@@ -465,7 +467,7 @@ def _minari_ids(request: ExportRequest, out: Path, groups: Sequence[SpecGroup]) 
     padded = parse_ui_objects(request.ui_objects)
     for group in groups:
         minari_writer.check_group(group.kind, padded, group.name)
-    ids = minari_writer.dataset_ids(out, request.archive, [g.name for g in groups])
+    ids = minari_writer.dataset_ids(PurePosixPath(out), request.archive, [g.name for g in groups])
     return {g: {"id": i, "folder": i.rpartition("/")[2]} for g, i in ids.items()}
 
 
@@ -500,7 +502,7 @@ def _finish_dataset(
     group, job = plan.group, plan.job
     dataset = DatasetSummary(
         name=group.name,
-        path=Path(job.staging_dir).name if num_groups > 1 else ".",
+        path=storage.split(job.staging_dir)[1] if num_groups > 1 else ".",
         kind=group.kind,
         environment_id=group.environment_id,
     )
@@ -536,7 +538,7 @@ def _finish_dataset(
     dataset.episodes = len(results)
     dataset.steps = sum(int(r["steps"]) for r in results)
     if not results:  # every episode of this dataset is a dead letter: no empty dataset folder
-        shutil.rmtree(job.staging_dir, ignore_errors=True)
+        storage.delete_tree(job.staging_dir)
         return dataset
     description = (
         f"stepmark export of {dataset.episodes} episode(s) ({group.environment_id or group.kind}); "
@@ -568,7 +570,7 @@ def _finish_dataset(
     elif job.format == "envlogger":
         envlogger_writer.write_dataset_metadata(job.staging_dir, plan.env_specs, {"stepmark_export": export_info})
     # Parquet: the workers' files are the dataset; the metadata is in their schema.
-    dataset.bytes = _folder_size(Path(job.staging_dir))
+    dataset.bytes = _folder_size(job.staging_dir)
     return dataset
 
 

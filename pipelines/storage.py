@@ -513,7 +513,7 @@ def read_owner(folder: str) -> Owner | None:
         return None
 
 
-def publish_folder(staging: str, out: str, summary_name: str) -> None:
+def publish_folder(staging: str, out: str, summary_name: str, skip: Sequence[str] = (OWNER_FILE,)) -> None:
     """Makes the finished output at `staging` appear at `out`, its summary file last.
 
     Local disk: one rename of the folder (a rename never replaces a non-empty folder; an `out` that appeared
@@ -535,7 +535,7 @@ def publish_folder(staging: str, out: str, summary_name: str) -> None:
     sources, targets, last = [], [], None
     for m in files_below(root):
         rel = m.path[len(root) :].lstrip("/")
-        if rel == OWNER_FILE:
+        if rel in skip:
             continue
         if rel == summary_name:
             last = m.path
@@ -571,7 +571,7 @@ def publish_file(local: str, out: str) -> None:
 
 
 def _appeared(out: str) -> StepmarkError:
-    return StepmarkError(f"{out}: appeared while writing (another run to the same output?); not overwritten")
+    return StepmarkError(f"{out}: appeared while exporting (another export to the same --out?); not overwritten")
 
 
 def is_published(folder: str, summary_name: str) -> bool:

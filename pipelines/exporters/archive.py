@@ -72,6 +72,10 @@ def write_zip(folder: str | os.PathLike[str], zip_path: str | os.PathLike[str]) 
     so an archive never carries data from outside the dataset. Members are stored uncompressed: the Riegeli
     and TFRecord shards inside are already compressed or binary, and stored members can be read in place.
     """
+    from pipelines import storage
+
+    if storage.is_remote(str(folder)):
+        return _write_zip_of_objects(str(folder), zip_path)
     root = Path(folder)
     if not root.is_dir():
         raise StepmarkError(f"{root}: not a folder, cannot archive it")
@@ -86,6 +90,24 @@ def write_zip(folder: str | os.PathLike[str], zip_path: str | os.PathLike[str]) 
                 arcname = full.relative_to(root).as_posix()
                 check_member_name(arcname, archive=zip_path)
                 zf.write(full, arcname)
+    return Path(zip_path).stat().st_size
+
+
+def _write_zip_of_objects(folder: str, zip_path: str | os.PathLike[str]) -> int:
+    """`write_zip` of a folder in an object store: each object streamed into the archive in path order (an
+    object store has no symlinks); local space is the archive's."""
+    import time
+
+    from pipelines import storage
+
+    root = storage.strip_slash(folder)
+    with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for meta in storage.files_below(root):
+            arcname = meta.path[len(root) :].lstrip("/")
+            check_member_name(arcname, archive=zip_path)
+            info = zipfile.ZipInfo(arcname, date_time=time.localtime()[:6])
+            with storage.open_read(meta.path) as src, zf.open(info, "w", force_zip64=True) as dst:
+                storage.copy_stream(src, dst)
     return Path(zip_path).stat().st_size
 
 

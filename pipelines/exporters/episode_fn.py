@@ -13,10 +13,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from pipelines import storage
 from pipelines.episodes import open_episode
 from pipelines.episodes.ui import UiEpisodeReader
 from pipelines.errors import StepmarkError
@@ -77,7 +76,7 @@ def _destination_error(exc: BaseException) -> OSError | None:
     return None
 
 
-class ExportEpisodeFn(beam.DoFn):
+class ExportEpisodeFn(storage.FileSystemsDoFn, beam.DoFn):
     """(dataset, index, split, serialized Episode) -> (outcome, dataset, payload): a written shard or
     serialized example, or a dead letter with its reason; each outcome also goes into its own file
     (`_record_outcome`), which is what the driver reads. A full or read-only destination fails the export.
@@ -165,19 +164,24 @@ class ExportEpisodeFn(beam.DoFn):
         return exported
 
     def _write(self, dataset: str, job: DatasetJob, exported: ExportEpisode) -> int:
-        """Writes one episode in its dataset's format; returns the bytes written."""
+        """Writes one episode in its dataset's format; returns the bytes written. Formats whose libraries
+        write only local files write the episode into a local folder that is uploaded when the destination is
+        in a bucket (`storage.local_folder`: one episode's files on local disk at a time)."""
         if job.format == "tfds":
             from pipelines.exporters import tfds_writer
 
-            return tfds_writer.write_episode(self._serializers[dataset], exported, job.work_dir)
+            with storage.local_folder(job.work_dir) as work_dir:
+                return tfds_writer.write_episode(self._serializers[dataset], exported, work_dir)
         if job.format == "parquet":
             from pipelines.exporters import parquet_writer
 
-            return parquet_writer.write_episode(exported, self._serializers[dataset], job.staging_dir)
+            with storage.local_folder(job.staging_dir) as staging_dir:
+                return parquet_writer.write_episode(exported, self._serializers[dataset], staging_dir)
         if job.format == "minari":
             from pipelines.exporters import minari_writer
 
-            return minari_writer.write_episode(self._serializers[dataset], exported, job.work_dir)
+            with storage.local_folder(job.work_dir) as work_dir:
+                return minari_writer.write_episode(self._serializers[dataset], exported, work_dir)
         return envlogger_writer.write_episode_shard(exported, job.staging_dir).num_bytes
 
     def _written(
@@ -265,9 +269,7 @@ def _record_outcome(progress_dir: str, dataset: str, index: int, outcome: tuple[
     0.1-0.2 s of every export, more than a small export's episodes take.)"""
     kind, name, payload = outcome
     line = json.dumps({"outcome": kind, "dataset": name, **json.loads(payload)})
-    path = FileSystems.join(progress_dir, f"{dataset}-{index}")
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(line.encode("utf-8"))
+    storage.write_bytes(storage.join(progress_dir, f"{dataset}-{index}"), line.encode("utf-8"))
 
 
 class ExportDatasets(beam.PTransform):

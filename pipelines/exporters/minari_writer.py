@@ -30,9 +30,12 @@ Episode-level fields (`episode_id`, `split`, `tags`, ...) are the episode group'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -402,7 +405,24 @@ def episode_columns(writer: EpisodeWriter, episode: ExportEpisode) -> dict[str, 
 
 
 def work_file(work_dir: str, index: int) -> str:
-    return os.path.join(work_dir, f"{index:08d}.hdf5")
+    return f"{work_dir.rstrip('/')}/{index:08d}.hdf5"  # a local folder or a bucket's prefix
+
+
+@contextlib.contextmanager
+def _local_copy(path: str) -> Iterator[str]:
+    """`path` itself when local; else a downloaded copy in a temporary file, removed afterwards."""
+    from pipelines import storage
+
+    if not storage.is_remote(path):
+        yield path
+        return
+    fd, local = tempfile.mkstemp(prefix="stepmark-minari-episode-", suffix=".hdf5")
+    os.close(fd)
+    try:
+        storage.download(path, local)
+        yield local
+    finally:
+        os.unlink(local)
 
 
 def write_episode(writer: EpisodeWriter, episode: ExportEpisode, work_dir: str) -> int:
@@ -435,19 +455,41 @@ def finish_dataset(
     `episode_0..M-1`, then writes `metadata.json`; returns the number of episodes written."""
     from minari.serialization import serialize_space
 
-    data = Path(staging_dir) / DATA_DIR
+    from pipelines import storage
+
+    with storage.local_folder(staging_dir, prefix="stepmark-minari-") as local_dir:
+        return _finish_local(
+            Path(local_dir), work_dir, dataset_id, episodes, layout_json, export_info, description, serialize_space
+        )
+
+
+def _finish_local(
+    staging: Path,
+    work_dir: str,
+    dataset_id: str,
+    episodes: list[tuple[int, str, int]],
+    layout_json: str,
+    export_info: dict[str, Any],
+    description: str,
+    serialize_space: Any,
+) -> int:
+    """`finish_dataset` into a local folder (uploaded by the caller when the dataset goes to a bucket). Minari's
+    one `main_data.hdf5` is built here: local space is the dataset's, plus one episode's file from a bucket."""
+    from pipelines import storage
+
+    data = staging / DATA_DIR
     data.mkdir(parents=True, exist_ok=True)
     ordered = sorted(episodes)
     split_indices: dict[str, list[int]] = {}
     with _create_file(str(data / MAIN_FILE)) as main:
         for k, (index, split, _) in enumerate(ordered):
-            with h5py.File(work_file(work_dir, index), "r") as src:
-                src.copy(src[EPISODE_GROUP], main, name=f"episode_{k}")
+            with _local_copy(work_file(work_dir, index)) as local:
+                with h5py.File(local, "r") as src:
+                    src.copy(src[EPISODE_GROUP], main, name=f"episode_{k}")
             main[f"episode_{k}"].attrs["id"] = np.int64(k)
             if split:
                 split_indices.setdefault(split, []).append(k)
-    for index, _, _ in ordered:
-        os.remove(work_file(work_dir, index))
+    storage.delete([work_file(work_dir, index) for index, _, _ in ordered])
     size = (data / MAIN_FILE).stat().st_size
     writer = EpisodeWriter(layout_json)
     metadata: dict[str, Any] = {  # Minari's own keys first, in the order Minari writes them

@@ -1,8 +1,12 @@
-"""Where an export is written: a new temporary folder beside `--out`, renamed into place when complete.
+"""Where an export is written: a new temporary folder beside `--out`, published when complete.
 
-An export never overwrites anything and never leaves a half-written dataset at `--out`: it writes into
-`<out>.tmp-<pid>-<random>` (with an owner file naming the process), and publishes with one rename (folder)
-or hard link (ZIP). The next export into the same folder removes temporary folders whose process is gone.
+An export never overwrites anything and never leaves something at `--out` that a reader would take for a
+complete dataset. It writes into `<out>.tmp-<pid>-<random>` (with an owner file naming the process) and
+publishes it (`pipelines.storage`, schemas/storage.md): on a local disk with one rename (folder) or hard link
+(ZIP); on an object store (no rename) by moving every object under `--out` with `stepmark_export.json` last,
+or one upload (ZIP: an object appears whole or not at all). The next export to the same place removes
+temporary folders whose process is gone, and on an object store the objects an interrupted publish left
+under `--out` without `stepmark_export.json`.
 """
 
 from __future__ import annotations
@@ -10,123 +14,134 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import socket
+import sys
 import uuid
-from pathlib import Path
 
-from pipelines.episodes.publish import pid_alive
+from pipelines import storage
 from pipelines.errors import StepmarkError
+from pipelines.storage import Owner, process_start
+
+__all__ = ["OWNER_FILE", "SUMMARY_FILE", "check_out", "new_staging", "process_start", "publish_file",
+           "publish_folder", "remove_stale_staging"]  # fmt: skip
+
+OWNER_FILE = "stepmark_export_owner.json"
+#: The export's summary, written last: its presence means the dataset is complete (the publish marker).
+SUMMARY_FILE = "stepmark_export.json"
+_STAGING_NAME = re.compile(r"^(?P<name>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]{12}$")
 
 
-def check_out(out: str) -> Path:
+def check_out(out: str) -> str:
+    """`--out` as the export will use it (absolute when local); refuses one that exists or cannot be made."""
     if not out.strip():
         raise StepmarkError("--out is empty: give the dataset folder (or ZIP file with --archive) to create")
-    path = Path(out).absolute()
-    if path.exists() or path.is_symlink():
+    if storage.is_remote(out):
+        return _check_remote_out(storage.strip_slash(out))
+    path = os.path.abspath(out)
+    parent = os.path.dirname(path)
+    if os.path.lexists(path):
         raise StepmarkError(f"{path}: already exists; choose another --out (exports never overwrite)")
-    if path.parent.exists() and not path.parent.is_dir():
-        raise StepmarkError(f"{path.parent}: not a folder, so --out cannot be created inside it")
-    if not path.parent.is_dir():
-        raise StepmarkError(f"{path.parent}: the folder for --out does not exist")
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        raise StepmarkError(f"{parent}: not a folder, so --out cannot be created inside it")
+    if not os.path.isdir(parent):
+        raise StepmarkError(f"{parent}: the folder for --out does not exist")
     return path
 
 
-OWNER_FILE = "stepmark_export_owner.json"
+def _check_remote_out(out: str) -> str:
+    storage.check_location(out, write=True)
+    if storage.exists(out) or storage.is_published(out, SUMMARY_FILE):
+        raise StepmarkError(f"{out}: already exists; choose another --out (exports never overwrite)")
+    left = storage.files_below(out)
+    if left:  # an interrupted publish: never complete, and nobody else may be publishing there
+        if any(_staging_owner_alive(folder, pid) for folder, pid in _stagings_of(out)):
+            raise StepmarkError(f"{out}: another export is publishing there; choose another --out")
+        print(
+            f"stepmark export: {out}: removing {len(left)} object(s) an interrupted export left "
+            f"(no {SUMMARY_FILE})",
+            file=sys.stderr,
+            flush=True,
+        )
+        storage.delete([m.path for m in left])
+    return out
 
 
-def process_start(pid: int) -> str:
-    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22); "" when unknown.
-
-    With the pid it identifies a process for good: a pid reused after a crash has another start time.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
-def new_staging(out: Path) -> Path:
+def new_staging(out: str) -> str:
     """`<out>.tmp-<pid>-<random>`, created with an owner file naming this process (host, pid, start time)."""
     pid = os.getpid()
-    staging = out.with_name(f"{out.name}.tmp-{pid}-{uuid.uuid4().hex[:12]}")
-    staging.mkdir()
-    owner = {"host": socket.gethostname(), "pid": pid, "start": process_start(pid)}
-    (staging / OWNER_FILE).write_text(json.dumps(owner) + "\n", encoding="utf-8")
+    folder, name = storage.split(out)
+    staging = storage.join(folder, f"{name}.tmp-{pid}-{uuid.uuid4().hex[:12]}")
+    if not storage.is_remote(staging):
+        os.mkdir(staging)
+    storage.write_bytes(storage.join(staging, OWNER_FILE), Owner.me().to_json().encode("utf-8"))
     return staging
 
 
-def _staging_owner_alive(folder: Path, pid: int) -> bool:
+def _staging_owner_alive(folder: str, pid: int) -> bool:
     """Whether the export that made `folder` may still be running (when unsure: yes, keep the folder)."""
-    try:
-        owner = json.loads((folder / OWNER_FILE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    path = storage.join(folder, OWNER_FILE)
+    if not storage.exists(path):
         # Between mkdir and the owner file, or a folder older than owner files: the pid in the name decides.
-        return pid_alive(pid)
-    except (OSError, ValueError):
+        return storage.pid_alive(pid)
+    try:
+        owner = json.loads(storage.read_all(path, 4096))
+        return Owner(str(owner["host"]), int(owner["pid"]), str(owner.get("start") or "")).alive()
+    except Exception:  # noqa: BLE001 - unreadable or damaged: keep the folder
         return True
-    if owner.get("host") != socket.gethostname():  # another machine's export on a shared filesystem
-        return True
-    if not pid_alive(pid):
-        return False
-    start = process_start(pid)
-    return not (start and owner.get("start") and start != owner["start"])  # a reused pid is not the owner
 
 
-def remove_stale_staging(out: Path) -> list[Path]:
+def _stagings_of(out: str, every_output: bool = False) -> list[tuple[str, int]]:
+    """(folder, pid) of the temporary folders beside `out`: its own, and with `every_output` those of other
+    outputs there that carry an export owner file."""
+    parent, name = storage.split(out)
+    found: list[tuple[str, int]] = []
+    if storage.is_remote(out):
+        folders = {
+            m.path[: len(parent) + 1 + m.path[len(parent) + 1 :].find("/")]
+            for m in storage.match(storage.join(parent, f"{name if not every_output else ''}*.tmp-*"))
+            if "/" in m.path[len(parent) + 1 :]
+        }
+    else:
+        try:
+            folders = {os.path.join(parent, n) for n in os.listdir(parent)}
+        except OSError:
+            return found
+    for folder in sorted(folders):
+        base = storage.split(folder)[1]
+        match = _STAGING_NAME.match(base)
+        if match is None:
+            continue
+        if not storage.is_remote(folder) and (os.path.islink(folder) or not os.path.isdir(folder)):
+            continue
+        if match.group("name") != name:
+            if not every_output or not storage.exists(storage.join(folder, OWNER_FILE)):
+                continue  # not provably an export's folder
+        found.append((folder, int(match.group("pid"))))
+    return found
+
+
+def remove_stale_staging(out: str) -> list[str]:
     """Removes the temporary folders of exports whose process is gone (SIGKILL, power loss, OOM kill: nothing
     ran their cleanup) from `out`'s folder: `<out>.tmp-<pid>-*` folders, and those of other outputs there
     that carry an export owner file (the annotator gives every export a new name, so a killed one would
     otherwise never be retried and cleaned). Folders of live exports and of other hosts are left alone."""
-    pattern = re.compile(r"^(?P<name>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]{12}$")
     removed = []
-    try:
-        siblings = list(out.parent.iterdir())
-    except OSError:
-        return removed
-    for folder in siblings:
-        match = pattern.match(folder.name)
-        if match is None or folder.is_symlink() or not folder.is_dir():
+    for folder, pid in _stagings_of(out, every_output=True):
+        if _staging_owner_alive(folder, pid):
             continue
-        if match.group("name") != out.name and not (folder / OWNER_FILE).is_file():
-            continue  # not provably an export's folder
-        if _staging_owner_alive(folder, int(match.group("pid"))):
-            continue
-        shutil.rmtree(folder, ignore_errors=True)
+        storage.delete_tree(folder)
         removed.append(folder)
     return removed
 
 
-def _appeared(out: Path) -> StepmarkError:
-    return StepmarkError(
-        f"{out}: appeared while exporting (another export to the same --out?); not overwritten"
-    )
+def publish_file(tmp: str, out: str) -> None:
+    """The finished local ZIP at `out` in one step, never replacing a file that appeared meanwhile."""
+    storage.publish_file(tmp, out)
 
 
-def publish_file(tmp: Path, out: Path) -> None:
-    """Moves the finished ZIP to `out` in one step without ever replacing a file that appeared meanwhile
-    (a hard link fails on an existing name, where a rename would silently overwrite it)."""
-    try:
-        os.link(tmp, out)
-    except FileExistsError:
-        raise _appeared(out) from None
-    except OSError:  # a filesystem without hard links: check, then rename (a small window remains)
-        if out.exists() or out.is_symlink():
-            raise _appeared(out) from None
-        os.rename(tmp, out)
-        return
-    os.unlink(tmp)
-
-
-def publish_folder(staging: Path, out: Path) -> None:
-    """Renames the finished folder to `out`; a rename never replaces a non-empty folder, and an `out` that
-    appeared meanwhile (even empty) is refused rather than replaced."""
-    if out.exists() or out.is_symlink():
-        raise _appeared(out)
-    try:
-        os.rename(staging, out)
-    except OSError as exc:
-        if out.exists():
-            raise _appeared(out) from exc
-        raise
+def publish_folder(staging: str, out: str) -> None:
+    """The finished folder at `out`, its summary last (`storage.publish_folder`); the owner file stays out."""
+    if not storage.is_remote(out):
+        owner = storage.join(staging, OWNER_FILE)
+        if os.path.exists(owner):
+            os.unlink(owner)
+    storage.publish_folder(staging, out, SUMMARY_FILE, skip=(OWNER_FILE,))

@@ -432,7 +432,7 @@ class EpisodeSerializer:
 
 def work_file(work_dir: str, index: int) -> str:
     """Where a worker puts episode `index`'s one-record TFRecord until the last step names the shards."""
-    return os.path.join(work_dir, f"{index:08d}.tfrecord")
+    return f"{work_dir.rstrip('/')}/{index:08d}.tfrecord"  # a local folder or a bucket's prefix
 
 
 def write_episode(serializer: EpisodeSerializer, episode: ExportEpisode, work_dir: str) -> int:
@@ -464,34 +464,50 @@ def finish_dataset(
 ) -> tuple[int, int]:
     """The last step: each split's episode files (in episode order) become its shards, then
     `dataset_info.json`, `features.json` and `metadata.json` (spaces, specs, splits); returns (episodes, bytes).
-    """
+
+    The shards are moved where they are (a rename; in a bucket a server-side copy); the metadata files are
+    written by TFDS into a local folder and uploaded when `staging_dir` is in a bucket (TensorFlow's file
+    layer has no s3://)."""
+    from pipelines import storage
+
     require_tfds()
     infos = []
+    placeholders: list[str] = []
     total_episodes = total_bytes = 0
-    for split, indices in splits.items():
-        if not indices:
-            continue
-        template = filename_template(staging_dir, split)
-        sizes = []
-        for shard, index in enumerate(indices):
-            dest = template.sharded_filepath(shard_index=shard, num_shards=len(indices))
-            os.replace(work_file(work_dir, index), os.fspath(dest))
-            sizes.append(os.path.getsize(os.fspath(dest)))
-        infos.append(
-            split_lib.SplitInfo(
-                name=split, shard_lengths=[1] * len(indices), num_bytes=sum(sizes), filename_template=template
+    with storage.local_folder(staging_dir, prefix="stepmark-tfds-metadata-") as local_dir:
+        for split, indices in splits.items():
+            if not indices:
+                continue
+            template = filename_template(local_dir, split)
+            sizes = []
+            for shard, index in enumerate(indices):
+                dest = os.fspath(template.sharded_filepath(shard_index=shard, num_shards=len(indices)))
+                if local_dir == staging_dir:
+                    os.replace(work_file(work_dir, index), dest)
+                    sizes.append(os.path.getsize(dest))
+                else:
+                    remote = storage.join(staging_dir, os.path.basename(dest))
+                    storage.rename([work_file(work_dir, index)], [remote])
+                    sizes.append(storage.match(remote)[0].size_in_bytes)
+                    placeholders.append(dest)
+                    open(dest, "wb").close()  # TFDS lists the shards' names before writing the metadata
+            infos.append(
+                split_lib.SplitInfo(
+                    name=split, shard_lengths=[1] * len(indices), num_bytes=sum(sizes), filename_template=template
+                )
             )
+            total_episodes += len(indices)
+            total_bytes += sum(sizes)
+        tfds.folder_dataset.write_metadata(
+            data_dir=local_dir,
+            features=features_from_json(features_json),
+            split_infos=infos,
+            filename_template=filename_template(local_dir, SPLIT),
+            version="1.0.0",
+            check_data=False,
+            description=description,
+            metadata=tfds.core.MetadataDict(metadata),
         )
-        total_episodes += len(indices)
-        total_bytes += sum(sizes)
-    tfds.folder_dataset.write_metadata(
-        data_dir=staging_dir,
-        features=features_from_json(features_json),
-        split_infos=infos,
-        filename_template=filename_template(staging_dir, SPLIT),
-        version="1.0.0",
-        check_data=False,
-        description=description,
-        metadata=tfds.core.MetadataDict(metadata),
-    )
+        for placeholder in placeholders:  # not uploaded over the moved shards
+            os.unlink(placeholder)
     return total_episodes, total_bytes
