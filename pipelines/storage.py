@@ -65,6 +65,22 @@ def configure(beam_args: Sequence[str] = ()) -> None:
     FileSystems.set_options(PipelineOptions(list(flags)))
     _configured = flags
     _reuse_s3_clients()
+    _anonymous_for_gcs_emulator()
+
+
+def _anonymous_for_gcs_emulator() -> None:
+    """With `STORAGE_EMULATOR_HOST` set (a local GCS emulator), Beam's GCS client connects anonymously at
+    once. Otherwise Beam first looks for Google credentials, retrying with backoff for ~30 s per process
+    when there are none, which an emulator never needs."""
+    if not os.environ.get("STORAGE_EMULATOR_HOST"):
+        return
+    try:
+        from apache_beam.internal.gcp import auth
+    except ImportError:
+        return
+    with auth._Credentials._credentials_lock:
+        auth._Credentials._credentials_init = True
+        auth._Credentials._credentials = None
 
 
 #: Transient object-store errors seen by this process's clients (each retried by the client's own policy).
@@ -99,7 +115,8 @@ class _CachedBoto3:
         return self
 
     def client(self, **kwargs: Any) -> Any:
-        key = (os.getpid(), tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+        aws_env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+        key = (os.getpid(), aws_env, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
         found = self._clients.get(key)
         if found is None:
             found = self._real.session.Session().client(**kwargs)
@@ -377,7 +394,7 @@ def _s3_client() -> Any:
     from botocore.config import Config
 
     o = PipelineOptions(list(settings())).view_as(S3Options)
-    return boto3.client(
+    return boto3.session.Session().client(  # a new session: the default one keeps the credentials it found
         "s3",
         aws_access_key_id=o.s3_access_key_id,
         aws_secret_access_key=o.s3_secret_access_key,

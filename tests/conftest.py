@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 # The throwaway PostgreSQL server fixtures (postgres_server, pg_url), one per test process.
-pytest_plugins = ["tests.pg_fixture"]
+pytest_plugins = ["tests.pg_fixture", "tests.object_store"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Real data lives beside the repository (../shared/fixtures), in CI as on a developer's machine.

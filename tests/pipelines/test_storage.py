@@ -1,0 +1,164 @@
+"""pipelines.storage against real servers: moto's S3 server and the GCS emulator, each its own process on
+127.0.0.1 (tests/object_store.py). Configuration from the clients' environment variables and from Beam's flags,
+the checks before any work, the flags a DoFn carries to its worker, publishing with the summary last."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines import storage
+from pipelines.errors import StepmarkError
+from stepmark.cli import main
+from tests.object_store import Bucket, episodes_by_id, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "samples" / "ui"
+
+
+def test_environment_variables_alone_reach_the_bucket(s3: Bucket) -> None:
+    storage.configure(())
+    url = s3.url("a/b.bin")
+    storage.write_bytes(url, b"\x00payload")
+    assert s3.get("a/b.bin") == b"\x00payload"
+    assert storage.exists(url) and not storage.exists(s3.url("a/missing"))
+    assert [m.path for m in storage.files_below(s3.url("a"))] == [url]
+    assert storage.read_all(url, 100) == b"\x00payload"
+    with pytest.raises(StepmarkError, match="at most 3"):
+        storage.read_all(url, 3)
+
+
+def test_beam_flags_override_the_environment(s3: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "wrong")
+    flags = [f"--s3_endpoint_url={s3.server.endpoint}", "--s3_access_key_id=testing", "--s3_secret_access_key=testing"]
+    storage.configure([*flags, "--runner=X"])
+    assert storage.settings() == tuple(flags)  # the filesystem's flags only: the runner's stay with the runner
+    storage.write_bytes(s3.url("flag.txt"), b"via flags")
+    assert s3.get("flag.txt") == b"via flags"
+    storage.check_location(s3.url("out"), write=True)  # the check uses the same flags
+
+
+class _Probe(storage.FileSystemsDoFn):
+    def __init__(self) -> None:
+        self.payload = 1
+
+
+def test_a_dofn_carries_the_drivers_flags_to_its_worker(s3: Bucket) -> None:
+    """A worker process never saw the command line: the flags travel inside the pickled DoFn."""
+    flags = [f"--s3_endpoint_url={s3.server.endpoint}"]
+    storage.configure(flags)
+    blob = pickle.dumps(_Probe())
+    code = (
+        "import pickle, sys; from pipelines import storage; "
+        "fn = pickle.loads(sys.stdin.buffer.read()); "
+        f"storage.write_bytes({s3.url('from-worker')!r}, repr(storage.settings()).encode())"
+    )
+    env = {k: v for k, v in s3.server.env.items() if k != "AWS_ENDPOINT_URL"}
+    import os
+
+    env = {**{k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}, **env, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", code], input=blob, env=env, check=True, cwd="/", timeout=120)
+    assert s3.get("from-worker") == repr(tuple(flags)).encode()
+
+
+@pytest.mark.parametrize(
+    "problem",
+    ["missing bucket", "refused connection", "no credentials"],
+)
+def test_bucket_problems_are_one_line_before_any_work(
+    s3: Bucket, problem: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    source, expected = s3.url("traces"), ""
+    if problem == "missing bucket":
+        source, expected = "s3://no-such-bucket-here/traces", "bucket 'no-such-bucket-here' does not exist"
+    elif problem == "refused connection":
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+        expected = "cannot connect to the S3 endpoint"
+    else:
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            monkeypatch.delenv(key)
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        expected = "no AWS credentials"
+    storage._configured = None
+    out = tmp_path / "out"
+    assert main(["convert-ui", source, str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and source in err and expected in err, err
+    assert not out.exists()  # nothing started
+    # The output side is checked the same way, before any work (an export to a bucket too).
+    assert main(["convert-ui", str(SAMPLES), "s3://no-such-bucket-here/out", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "s3://no-such-bucket-here/out" in err
+
+
+def test_publish_moves_the_summary_last_and_readers_honour_it(s3: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage.configure(())
+    staging = s3.url("ds.tmp-1-abc")
+
+    def stage() -> None:
+        for name in ("data/a.parquet", "data/b.parquet", "stepmark_export.json", storage.OWNER_FILE):
+            storage.write_bytes(f"{staging}/{name}", name.encode())
+
+    stage()
+    moved: list[list[str]] = []
+    real = storage.rename
+
+    def interrupted(sources, targets):  # noqa: ANN001
+        moved.append(list(targets))
+        if any(t.endswith("stepmark_export.json") for t in targets):
+            raise KeyboardInterrupt  # killed right before the marker
+        real(sources, targets)
+
+    monkeypatch.setattr(storage, "rename", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        storage.publish_folder(staging, s3.url("ds"), "stepmark_export.json")
+    assert moved[-1] == [s3.url("ds/stepmark_export.json")]  # the last move, alone
+    assert s3.keys("ds/") == ["ds/data/a.parquet", "ds/data/b.parquet"]  # data, no marker
+    assert not storage.is_published(s3.url("ds"), "stepmark_export.json")
+    monkeypatch.setattr(storage, "rename", real)
+    storage.delete_tree(staging)
+    stage()
+    storage.publish_folder(staging, s3.url("ds2"), "stepmark_export.json")
+    assert s3.keys("ds2/") == ["ds2/data/a.parquet", "ds2/data/b.parquet", "ds2/stepmark_export.json"]
+    assert not s3.keys("ds.tmp-1-abc/")  # staging gone, owner file never published
+
+
+def test_local_folder_uploads_what_a_local_only_writer_wrote(s3: Bucket, tmp_path: Path) -> None:
+    storage.configure(())
+    with storage.local_folder(s3.url("spool")) as local:
+        Path(local, "sub").mkdir()
+        Path(local, "sub", "x.bin").write_bytes(b"x")
+        Path(local, "y.bin").write_bytes(b"yy")
+    assert not Path(local).exists()
+    assert s3.keys("spool/") == ["spool/sub/x.bin", "spool/y.bin"]
+    with pytest.raises(RuntimeError), storage.local_folder(s3.url("failed")) as local:
+        Path(local, "z.bin").write_bytes(b"z")
+        raise RuntimeError
+    assert not s3.keys("failed/")  # a failed block uploads nothing
+    with storage.local_folder(str(tmp_path / "plain")) as local:
+        assert local == str(tmp_path / "plain")  # a local destination is used as it is
+
+
+def test_convert_ui_from_and_to_gcs(gcs: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Beam's GCS filesystem against the emulator (google-cloud-storage honours STORAGE_EMULATOR_HOST)."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage as gcs_client
+
+    bucket = gcs_client.Client(project="test", credentials=AnonymousCredentials()).bucket(gcs)
+    for path in sorted(SAMPLES.rglob("*")):
+        if path.is_file():
+            bucket.blob(f"traces/{path.relative_to(SAMPLES).as_posix()}").upload_from_filename(str(path))
+    assert main(["convert-ui", f"gs://{gcs}/traces", f"gs://{gcs}/episodes", "--quiet"]) == 0
+    assert "converted 7 of 7 episodes" in capsys.readouterr().out
+    assert main(["convert-ui", str(SAMPLES), str(tmp_path / "local"), "--quiet"]) == 0
+    remote = episodes_by_id(f"gs://{gcs}/episodes", f"gs://{gcs}/traces")
+    assert len(remote) == 7 and remote == episodes_by_id(str(tmp_path / "local"), str(SAMPLES))
+    assert main(["convert-ui", str(SAMPLES), "gs://no-such-bucket-x/out", "--quiet"]) == 2
+    assert "bucket 'no-such-bucket-x' does not exist" in capsys.readouterr().err
