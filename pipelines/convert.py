@@ -48,13 +48,12 @@ from pipelines.traces import DeadLetter, EpisodeSource, IgnoredFile, discover, f
 from pipelines.traces.discover import RECORD_FILE
 from pipelines.traces.files import ReadPolicy
 from pipelines.traces.model import RecordEpisode
-from pipelines.ui_records import DEAD_LETTERS, SHARD_GLOB, SUMMARY, read_summary
+from pipelines.ui_records import DEAD_LETTERS, SHARD_GLOB, SUMMARY, TMP_PREFIX, read_summary
 
 NAMESPACE = "stepmark"
 DEAD = "dead_letters"
 REPORT = "report"
 SHARD_NAME = "episodes-{shard:05d}-of-{count:05d}.tfrecord"
-TMP_PREFIX = ".stepmark-tmp-"
 PROGRESS_SECONDS = 5.0
 #: Most shards a conversion writes (`--shards`): each is a file and a conversion task.
 MAX_SHARDS = 10_000

@@ -17,6 +17,8 @@ from protos.stepmark import ui_episode_pb2
 SHARD_GLOB = "episodes-*-of-*.tfrecord"
 DEAD_LETTERS = "dead_letters.jsonl"
 SUMMARY = "summary.json"
+#: The temporary folder a conversion writes into, inside OUTPUT, until it commits (summary.json last).
+TMP_PREFIX = ".stepmark-tmp-"
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,12 @@ def shard_paths(path: str) -> list[str]:
         if not storage.exists(files.join(path, SUMMARY)):
             raise StepmarkError(f"{path}: no {SUMMARY}; the conversion is unfinished or failed")
         return shards
-    if not storage.exists(path):
+    below = storage.files_below(path) if storage.is_remote(path) else storage.match(files.join(path, "*"))
+    if any(TMP_PREFIX in m.path for m in below):
+        raise StepmarkError(f"{path}: holds only an unfinished conversion (no {SUMMARY}): not a convert-ui output yet")
+    if not storage.exists(path) and not below:
         raise StepmarkError(f"{path}: no such file or folder")
-    if storage.match(files.join(path, "*")):
+    if below:
         raise StepmarkError(f"{path}: not a convert-ui output folder (no {SHARD_GLOB}, no {SUMMARY})")
     return [path]
 

@@ -94,12 +94,8 @@ def _stagings_of(out: str, every_output: bool = False) -> list[tuple[str, int]]:
     outputs there that carry an export owner file."""
     parent, name = storage.split(out)
     found: list[tuple[str, int]] = []
-    if storage.is_remote(out):
-        folders = {
-            m.path[: len(parent) + 1 + m.path[len(parent) + 1 :].find("/")]
-            for m in storage.match(storage.join(parent, f"{name if not every_output else ''}*.tmp-*"))
-            if "/" in m.path[len(parent) + 1 :]
-        }
+    if storage.is_remote(out):  # its own temporary folders only (listing a bucket's top level may be huge)
+        folders = {storage.split(m.path)[0] for m in storage.match(f"{out}.tmp-*/{OWNER_FILE}")}
     else:
         try:
             folders = {os.path.join(parent, n) for n in os.listdir(parent)}
