@@ -74,6 +74,7 @@ def stop(proc: subprocess.Popen) -> None:
 class S3Server:
     endpoint: str
     proc: subprocess.Popen
+    log: Path  # the server's request log: one line per request ("GET /bucket/key ...")
 
     @property
     def env(self) -> dict[str, str]:
@@ -94,7 +95,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     proc = start([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], folder)
     try:
         wait_for_port(port, proc, folder / "log")
-        yield S3Server(f"http://127.0.0.1:{port}", proc)
+        yield S3Server(f"http://127.0.0.1:{port}", proc, folder / "log")
     finally:
         stop(proc)
 
