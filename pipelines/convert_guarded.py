@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from pipelines import storage
 from pipelines.deadline import ChildFailed, DeadlineExceeded, DeadlineWorker
 from pipelines.traces import DeadLetter, EpisodeSource, files, read_episode
 from pipelines.traces.files import ReadPolicy
@@ -48,6 +49,8 @@ def episode_bytes(source: EpisodeSource | RecordEpisode, policy: ReadPolicy) -> 
         return sum(len(data) for _, _, data in source.records)
     total = 0
     for path in source.files:
+        if storage.is_remote(path):  # bounded while read instead (`files.ReadAhead`'s budget): no extra round trip
+            continue
         try:
             total += files.check_file(path, files.limit_for(path), policy)
         except Exception:
@@ -76,7 +79,8 @@ def convert_source(
         if isinstance(source, RecordEpisode):
             result = convert_record_episode(source, drop_invisible=drop_invisible)
         else:
-            result = convert_episode(read_episode(source, read), read, drop_invisible=drop_invisible)
+            with files.ReadAhead(source.files, read, budget=MAX_EPISODE_BYTES) as ahead:
+                result = convert_episode(read_episode(source, ahead), ahead, drop_invisible=drop_invisible)
     except MemoryError:
         return _dead(source, "too_large", f"{where}: converting the episode ran out of memory")
     except Exception as exc:  # a reader bug or an unreadable layout file: dead-letter the episode

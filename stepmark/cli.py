@@ -54,6 +54,7 @@ COMMAND_MODULES = {
     "agreement": "stepmark.cmd_team",
     "adjudicate": "stepmark.cmd_team",
     "report": "stepmark.cmd_report",
+    "copy": "stepmark.cmd_storage",
 }
 
 

@@ -24,14 +24,17 @@ def report_command(args: argparse.Namespace) -> int:
             store = store_stats(repo, args.study)
             if folder is None:  # a UI study: the output its episodes were imported from
                 folder = next(iter(import_folders(repo, args.study, args.data)), None)
+    from pipelines import storage
+
     ui = ui_stats(folder) if folder else None
-    out = Path(args.out)
+    out = args.out if storage.is_remote(args.out) else str(Path(args.out))
+    storage.check_location(out, write=True)
+    page = render(ui, store).encode("utf-8")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(render(ui, store), encoding="utf-8")
+        storage.write_bytes(out, page)
     except OSError as exc:
         raise StepmarkError(f"--out {out}: cannot write ({exc.strerror})") from exc
-    print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
+    print(f"wrote {out} ({len(page) // 1024} KiB)")
     return 0
 
 

@@ -116,7 +116,8 @@ def _kind(mode: int) -> str:
 
 
 def _read_capped(f, path: str, limit: int, expected: int) -> bytes:
-    """At most `limit` bytes from `f`; FileRefused as soon as there are more (a file growing while read)."""
+    """At most `limit` bytes from `f`; FileRefused as soon as there are more (a file growing while read, or
+    one in a bucket whose size was not asked first)."""
     first = f.read(min(expected, limit) + 1)
     if len(first) <= min(expected, limit):
         return first  # the usual case: the whole file in one read
@@ -136,10 +137,19 @@ def read_limited(path: str, limit: int, policy: ReadPolicy = ANYWHERE) -> bytes:
     """The file's bytes, refused before reading (`check_file`) and stopped at `limit` while reading. Local
     files are opened non-blocking and checked again once open, so a file swapped for a FIFO in between cannot
     make the read wait."""
-    size = check_file(path, limit, policy)
     if not _is_local(path):
-        with FileSystems.open(path, compression_type="uncompressed") as f:  # CompressionTypes.UNCOMPRESSED
-            return _read_capped(f, path, limit, size)
+        # One GET (after the client's own HEAD), capped while reading: a size check first would be one more
+        # round trip to the bucket per file (`check_file`), which dominates reading small files remotely.
+        try:
+            with FileSystems.open(path, compression_type="uncompressed") as f:  # CompressionTypes.UNCOMPRESSED
+                return _read_capped(f, path, limit, limit)
+        except FileRefused:
+            raise
+        except Exception as exc:  # noqa: BLE001 - Beam wraps the client's error: name the file and the cause
+            if "404" in str(exc) or "Not Found" in str(exc) or isinstance(exc, FileNotFoundError):
+                raise FileNotFoundError(f"{display(path)}: no such file") from exc
+            raise OSError(f"{display(path)}: cannot read ({type(exc).__name__}: {exc})") from exc
+    size = check_file(path, limit, policy)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(fd, "rb") as f:
         mode = os.fstat(fd).st_mode
@@ -221,3 +231,52 @@ def display(path: str) -> str:
         return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a surrogate that is not an escaped byte
         return path.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class ReadAhead:
+    """Reads an episode's files from a bucket `window` at a time in threads, in the order the episode lists
+    them, while the layout reader works through them one by one: a bucket answers each request after a round
+    trip (tens of milliseconds), so one file after another leaves a worker waiting most of the time. Local
+    files are read when asked, as before. At most `window` files are held ahead of the reader (each bounded
+    by its own limit), and `budget` bounds all the bytes fetched (MAX_EPISODE_BYTES: `too_large`). Use as a
+    context manager; a file asked for that is not ahead is read then."""
+
+    def __init__(self, paths: tuple[str, ...] | list[str], read, window: int = 8, budget: int | None = None) -> None:  # noqa: ANN001
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.read, self.window, self.budget, self.fetched = read, window, budget, 0
+        self.todo = [p for p in paths if not _is_local(p)]
+        self.ahead: dict[str, object] = {}
+        self.pool = ThreadPoolExecutor(max_workers=window) if self.todo else None
+        self._fill()
+
+    def _fill(self) -> None:
+        while self.pool is not None and self.todo and len(self.ahead) < self.window:
+            path = self.todo.pop(0)
+            if path not in self.ahead:
+                self.ahead[path] = self.pool.submit(self.read, path)
+
+    def __call__(self, path: str) -> bytes:
+        future = self.ahead.pop(path, None)
+        if future is None:
+            if path in self.todo:
+                self.todo.remove(path)
+            data = self.read(path)
+        else:
+            data = future.result()  # re-raises the read's own error (FileRefused, FileNotFoundError, ...)
+        self.fetched += len(data)
+        if self.budget is not None and self.fetched > self.budget:
+            raise FileRefused(
+                "too_large", f"{display(path)}: the episode's files hold more than {self.budget} bytes"
+            )
+        self._fill()
+        return data
+
+    def __enter__(self) -> ReadAhead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            for future in self.ahead.values():
+                future.cancel()
+            self.pool.shutdown(wait=True)
