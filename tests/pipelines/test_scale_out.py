@@ -174,3 +174,23 @@ def test_kill_9_mid_conversion_to_the_bucket(s3: Bucket, capsys: pytest.CaptureF
     assert "holds only an unfinished conversion (no summary.json)" in capsys.readouterr().err
     assert main(["convert-ui", s3.url("traces"), out, "--quiet"]) == 0
     assert not [k for k in s3.keys("episodes/") if ".stepmark-tmp-" in k]
+
+
+@pytest.mark.tfds
+def test_tfds_export_to_the_bucket_equals_the_local_one(s3: Bucket, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """TFDS writes its metadata only to local files (TensorFlow's file layer has no s3://): the shards are moved
+    in the bucket and the metadata uploaded, and the dataset is the local export's, byte for byte."""
+    pytest.importorskip("tensorflow_datasets")
+    s3.upload_tree(SAMPLES, "traces")
+    assert main(["convert-ui", s3.url("traces"), s3.url("episodes"), "--quiet"]) == 0
+    data = tmp_path / "data"
+    assert main(["import-ui", s3.url("episodes"), "--study", "bucket", "--data", str(data)]) == 0
+    study = capsys.readouterr().out.strip().splitlines()[-1]
+    common = ["export", "--data", str(data), "--study", study, "--format", "tfds"]
+    assert main([*common, "--out", str(tmp_path / "tfds")]) == 0
+    assert main([*common, "--out", s3.url("exports/tfds")]) == 0
+    remote = _objects(s3, "exports/tfds")
+    local = {p.relative_to(tmp_path / "tfds").as_posix(): p.read_bytes() for p in (tmp_path / "tfds").rglob("*") if p.is_file()}
+    assert sorted(remote) == sorted(local) and "dataset_info.json" in remote
+    assert all(remote[k] == local[k] for k in local)
+    assert not [k for k in s3.keys() if ".tmp-" in k or "_work" in k]
