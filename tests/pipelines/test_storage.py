@@ -162,3 +162,71 @@ def test_convert_ui_from_and_to_gcs(gcs: str, tmp_path: Path, capsys: pytest.Cap
     assert len(remote) == 7 and remote == episodes_by_id(str(tmp_path / "local"), str(SAMPLES))
     assert main(["convert-ui", str(SAMPLES), "gs://no-such-bucket-x/out", "--quiet"]) == 2
     assert "bucket 'no-such-bucket-x' does not exist" in capsys.readouterr().err
+
+
+class _FlakyProxy:
+    """An HTTP proxy on 127.0.0.1 in front of the S3 server that answers the first `failures` requests with
+    503 Slow Down (as S3 does under load) and forwards everything else: a real transient error."""
+
+    def __init__(self, target: str, failures: int) -> None:
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        proxy = self
+        self.failures, self.failed, self.forwarded = failures, 0, 0
+        host = urlsplit(target).netloc
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _any(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy.failed < proxy.failures:
+                    proxy.failed += 1
+                    payload = b"<Error><Code>SlowDown</Code><Message>Reduce your request rate.</Message></Error>"
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                proxy.forwarded += 1
+                conn = http.client.HTTPConnection(host, timeout=30)
+                conn.request(self.command, self.path, body=body, headers=dict(self.headers))
+                answer = conn.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                for key, value in answer.getheaders():
+                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(key, value)
+                # A HEAD answer's length is the object's, not its (empty) body's.
+                self.send_header("Content-Length", answer.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _any  # noqa: N815
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def test_transient_errors_are_retried_by_the_client_and_counted(s3: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    proxy = _FlakyProxy(s3.server.endpoint, failures=2)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        before = storage.transient_errors
+        storage.configure(())
+        storage.write_bytes(s3.url("flaky.bin"), b"still whole")
+        assert s3.get("flaky.bin") == b"still whole"
+        assert storage.read_all(s3.url("flaky.bin"), 100) == b"still whole"
+        assert proxy.failed == 2 and proxy.forwarded >= 2
+        assert storage.transient_errors - before == 2
+    finally:
+        proxy.close()
