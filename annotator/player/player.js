@@ -372,7 +372,7 @@ class Player {
       // As tall as the window allows (never above its own size): the grid gives the screenshot's column this
       // width, so the object table and the side panel take the rest of the row.
       const ratio = img.naturalWidth / Math.max(1, img.naturalHeight);
-      this.frameWidth(`calc(min(${img.naturalHeight}px, 100vh - 200px) * ${ratio.toFixed(5)})`);
+      this.frameWidth(`calc(min(${img.naturalHeight}px, 100vh - 300px) * ${ratio.toFixed(5)})`);
     }
     this.markFrame(step, "", true);
     this.drawOverlay();
@@ -633,8 +633,18 @@ class Player {
     for (const tr of el(this.root, ".sm-table tbody").children) {
       const on = Number(tr.dataset.i) === active;
       tr.classList.toggle("sm-sel", on);
-      if (on && scroll) tr.scrollIntoView({ block: "nearest" });
+      if (on && scroll) this.scrollRow(tr);
     }
+  }
+
+  // The row comes into view inside the table's own box; the page itself never moves (scrollIntoView scrolled
+  // the whole page to a table below the screenshot, away from the object just clicked).
+  scrollRow(tr) {
+    const wrap = el(this.root, ".sm-table-wrap");
+    const head = el(this.root, ".sm-table thead").offsetHeight;
+    const top = tr.offsetTop;
+    if (top - head < wrap.scrollTop) wrap.scrollTop = top - head;
+    else if (top + tr.offsetHeight > wrap.scrollTop + wrap.clientHeight) wrap.scrollTop = top + tr.offsetHeight - wrap.clientHeight;
   }
 
   objectAt(event) {

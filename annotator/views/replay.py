@@ -166,14 +166,19 @@ def _last_notes_author(ops) -> str:
     return "Someone"
 
 
+def length_text(episode, shown: int) -> str:
+    """An episode's length as every page says it: its transitions (num_steps, as in the Episodes table, the CLI
+    and the dataset spec), and the final observation named as such when the player shows one more step."""
+    if shown - episode.num_steps == 1:
+        return f"{episode.num_steps} steps + final observation"
+    return f"{shown} steps"
+
+
 def header(ops, key: str, opened: client_pb2.ReplayEpisodeResponse, num_steps: int) -> None:
     meta = opened.episode
     episode = ops.replay.episode  # as stored now (state may have changed since the episode was opened)
     kind = episode_kind(meta.episode)
-    # The Episodes table counts transitions (num_steps); an environment episode also has the final observation
-    # as a last RLDS step. Say so rather than show "11 steps" here for the "10 steps" of the table.
-    extra = num_steps - meta.episode.num_steps
-    length = f"{meta.episode.num_steps} steps + final observation" if extra == 1 else f"{num_steps} steps"
+    length = length_text(meta.episode, num_steps)
     status = STATE_LABELS.get(episode.state, "Unspecified")
     st.caption(
         f"{md_escape(key)} · {md_escape(meta.study.name)} · {md_escape(meta.episode.environment_id or kind)} · "
