@@ -74,6 +74,8 @@ class Player {
     if (this.disposed) return;
     this.n = meta.num_steps;
     this.kind = meta.kind;
+    // An environment episode shows its final observation as one step more than its transitions.
+    this.finalObservation = meta.kind !== "ui" && meta.transitions === meta.num_steps - 1;
     this.rewards = meta.rewards || [];
     this.palette = meta.palette || [];
     if (this.labels) {
@@ -409,7 +411,8 @@ class Player {
   }
 
   renderHeader() {
-    el(this.root, ".sm-stepno").textContent = this.n ? `step ${this.cur} of ${this.n - 1}` : "no steps";
+    const final = this.finalObservation && this.cur === this.n - 1 ? " · the final observation" : "";
+    el(this.root, ".sm-stepno").textContent = this.n ? `step ${this.cur} of ${this.n - 1}${final}` : "no steps";
     el(this.root, ".sm-cur").textContent = String(this.cur);
     const play = el(this.root, ".sm-play");
     play.textContent = this.playing ? "❚❚ Pause" : "▶ Play";

@@ -116,7 +116,7 @@ def test_a_digit_pressed_while_the_next_frame_loads_never_tags_under_the_previou
         held.pop()[1].continue_()
     page.unroute(FRAMES)
     assert first["pixels"] != final["pixels"], "steps 0 and the last must differ for this test to mean anything"
-    assert seen["header"] == f"step {last} of {last}"
+    assert seen["header"] == f"step {last} of {last} · the final observation"
     assert seen["pixels"] != first["pixels"], "step 0's frame stood under the last step's number"
     assert seen["shown"] in ("", str(last))  # a placeholder, or the last step's own frame
     wait_store_tags = time.monotonic() + 30
