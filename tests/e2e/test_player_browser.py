@@ -280,3 +280,68 @@ def test_the_layout_uses_the_width_and_cuts_no_control(server, browser, width):
         page.wait_for_timeout(500)
         page.screenshot(path=str(Path(folder) / f"replay_ui_{width}.png"))
     page.close()
+
+
+# Every control of the page (the player's shadow root included) that a screen reader or a test could not name:
+# no aria-label, aria-labelledby, label with text or title.
+UNNAMED_INPUTS_JS = """() => {
+  const roots = [document];
+  for (const h of document.querySelectorAll('*')) if (h.shadowRoot) roots.push(h.shadowRoot);
+  const out = [];
+  for (const root of roots) for (const e of root.querySelectorAll('input, select, textarea')) {
+    if (e.type === 'hidden' || !e.getClientRects().length) continue;
+    const labelled = e.labels && [...e.labels].some(l => l.textContent.trim());
+    if (!(e.getAttribute('aria-label') || e.getAttribute('aria-labelledby') || labelled || e.title))
+      out.push(e.outerHTML.slice(0, 160));
+  }
+  return out;
+}"""
+
+
+def test_no_page_logs_an_error_and_every_input_has_a_name(server, browser):
+    """Issue 24: each page at a sub-path logged two 404s (/<page>/_stcore/health, /<page>/_stcore/host-config)
+    and the player's tag box had no name."""
+    url, data_dir, study, _ = server
+    repo = open_store(None, data_dir)
+    episode = repo.list_episodes(study_id=study.id)[0]
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(f"{m.text} {m.location.get('url', '')}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    pages = {"": "Episodes", "record": "Record", "studies": "Studies", "export": "Export", "label": "Label",
+             "quality": "Quality", f"replay?episode={ref_key(ref_of(episode))}&step=1": "Replay"}  # fmt: skip
+    for path, heading in pages.items():
+        page.goto(url + path)
+        page.get_by_role("heading", name=heading, exact=True).wait_for(timeout=60_000)
+        wait_idle(page)
+        if heading == "Replay":
+            painted(page, 1)
+            page.locator(".sm-table tbody tr").first.wait_for(timeout=30_000)
+            page.get_by_label("Tag for the step on screen").wait_for()
+        page.wait_for_timeout(500)  # late requests of the page (health checks, components)
+        assert page.evaluate(UNNAMED_INPUTS_JS) == [], heading
+    assert errors == []
+    # The pages still move between each other and talk to the server (the frontend knows where it is).
+    page.get_by_role("link", name="Episodes").click()
+    page.get_by_role("heading", name="Episodes", exact=True).wait_for(timeout=60_000)
+    assert errors == []
+    page.close()
+
+
+def test_without_user_each_annotator_gives_a_name(tmp_path, browser):
+    """Issue 24: with no --user the name defaulted to the login name, so every visitor of a shared machine was
+    "root" and the name box never appeared."""
+    build_env_data(tmp_path, episodes=1, max_steps=5)
+    with annotate_server(tmp_path) as url:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(url)
+        name = page.get_by_role("textbox", name="Your name or e-mail")
+        name.wait_for(timeout=60_000)
+        page.get_by_text(re.compile("Tell us who you are")).wait_for()
+        name.fill("carol@example.com")
+        name.press("Enter")
+        page.get_by_text("Annotating as").wait_for(timeout=30_000)
+        assert "carol@example.com" in page.locator('[data-testid="stSidebar"]').inner_text()
+        page.get_by_role("heading", name="Episodes", exact=True).wait_for(timeout=60_000)
+        page.close()
