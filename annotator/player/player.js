@@ -364,18 +364,12 @@ class Player {
     const ctx = canvas.getContext("2d");
     ctx.imageSmoothingEnabled = this.kind === "ui";
     ctx.drawImage(img, 0, 0);
-    if (this.kind !== "ui") {
-      // Small frames (Procgen 64x64) are shown large with crisp pixels.
-      const scale = Math.max(1, Math.floor(384 / Math.max(1, Math.min(img.naturalWidth, img.naturalHeight))));
-      canvas.style.width = `${img.naturalWidth * scale}px`;
-      this.frameWidth(`${img.naturalWidth * scale}px`);
-    } else {
-      canvas.style.width = "";
-      // As tall as the window allows (never above its own size): the grid gives the screenshot's column this
-      // width, so the object table and the side panel take the rest of the row.
-      const ratio = img.naturalWidth / Math.max(1, img.naturalHeight);
-      this.frameWidth(`calc(min(${img.naturalHeight}px, 100vh - 300px) * ${ratio.toFixed(5)})`);
-    }
+    // As tall as the window allows: the grid gives the frame's column this width (the canvas fills it), so the
+    // object table and the side panel take the rest of the row. A UI screenshot is never shown above its own
+    // size; an environment frame (Procgen is 64x64) is enlarged with crisp pixels, at least to 384 px.
+    const ratio = (img.naturalWidth / Math.max(1, img.naturalHeight)).toFixed(5);
+    const tall = this.kind === "ui" ? `min(${img.naturalHeight}px, 100vh - 300px)` : "max(384px, 100vh - 300px)";
+    this.frameWidth(`calc(${tall} * ${ratio})`);
     this.markFrame(step, "", true);
     this.drawOverlay();
   }
@@ -387,7 +381,8 @@ class Player {
   }
 
   zoom() {
-    el(this.root, ".sm-player").classList.toggle("sm-zoom");
+    // UI screenshots only: an environment frame is already shown as large as the window allows.
+    if (this.kind === "ui") el(this.root, ".sm-player").classList.toggle("sm-zoom");
   }
 
   blank() {
