@@ -279,6 +279,15 @@ def test_the_layout_uses_the_width_and_cuts_no_control(server, browser, width):
         Path(folder).mkdir(parents=True, exist_ok=True)
         page.wait_for_timeout(500)
         page.screenshot(path=str(Path(folder) / f"replay_ui_{width}.png"))
+    # An environment episode: its small frame as large as the window allows, the side panel whole.
+    env_episode = server[3]
+    page.goto(f"{url}replay?episode={ref_key(ref_of(env_episode))}&step=3")
+    painted(page, 3)
+    page.locator(".sm-palette button").first.wait_for(timeout=30_000)
+    wait_idle(page)
+    frame = page.locator(".sm-frame").bounding_box()
+    assert frame["height"] >= min(1000 - 320, page.locator(".sm-player").bounding_box()["width"] * 0.6), frame
+    assert page.evaluate(_cut_controls_js()) == []
     page.close()
 
 
