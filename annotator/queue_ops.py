@@ -6,13 +6,18 @@ pages (episode keys as the other pages use them, pandas tables); every store cha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from annotator.operations import ref_key, ref_of
 from pipelines.report.store_stats import StoreStats, import_folders, store_stats
 from pipelines.store import agreement
 from pipelines.store import queue as work_queue
 from pipelines.store.agreement import AgreementReport
+from pipelines.store.models import AdjudicationRow, AuditRow, EpisodeRow, QueueAssignmentRow, StudyQueueRow
 from pipelines.store.queue import Assignment, QueueConfig, QueueProgress
 from protos.rlds_creator import client_pb2
 
@@ -47,8 +52,75 @@ def my_open(ops, study_id: str) -> Assignment | None:
     return next((a for a in work_queue.assignments(ops.repo, study_id, ops.user) if a.state == "open"), None)
 
 
+def queued_studies(ops, study_ids: Sequence[str]) -> set[str]:
+    """The studies among `study_ids` whose creator set up a work queue. The store treats a study without one
+    as "overlap 1 over every episode"; the pages hand out episodes only from a queue someone asked for."""
+    if not study_ids:
+        return set()
+    with Session(ops.repo.engine) as s:
+        query = sa.select(StudyQueueRow.study_id).where(StudyQueueRow.study_id.in_(list(study_ids)))
+        return set(s.scalars(query))
+
+
+def last_study(ops, study_ids: Sequence[str], *, holding: bool = False) -> str | None:
+    """The study this annotator last worked on, from the store (not this browser's memory), among `study_ids`:
+    with `holding`, first the study where they hold an open queue slot (newest taken); then the study of their
+    newest change in the audit log (tags, labels, queue, adjudication)."""
+    wanted = set(study_ids)
+    with Session(ops.repo.engine) as s:
+        if holding:
+            held = s.scalars(
+                sa.select(QueueAssignmentRow.study_id)
+                .where(QueueAssignmentRow.user == ops.user, QueueAssignmentRow.state == work_queue.OPEN)
+                .order_by(QueueAssignmentRow.assigned_time.desc(), QueueAssignmentRow.id.desc())
+            ).all()
+            for study_id in held:
+                if study_id in wanted:
+                    return study_id
+        # The newest entries first, on the (user, id) index; a few hundred are enough to find a study.
+        recent = s.scalars(
+            sa.select(AuditRow.study_id)
+            .where(AuditRow.user == ops.user, AuditRow.study_id.is_not(None))
+            .order_by(AuditRow.id.desc())
+            .limit(500)
+        )
+        return next((study_id for study_id in recent if study_id in wanted), None)
+
+
+def default_study(ops, study_ids: Sequence[str], *, holding: bool = False) -> str | None:
+    """Where a page opens: the study last worked on, else the first study with a work queue, else the first."""
+    if not study_ids:
+        return None
+    last = last_study(ops, study_ids, holding=holding)
+    if last is not None:
+        return last
+    queued = queued_studies(ops, study_ids)
+    return next((i for i in study_ids if i in queued), study_ids[0])
+
+
+def activity(ops, study_id: str) -> tuple:
+    """A cheap fingerprint of what the Quality page and the queue numbers show: it changes when an annotator
+    takes, finishes or gives back an episode, or a step is adjudicated (the page then draws itself again)."""
+    with Session(ops.repo.engine) as s:
+        queue = s.execute(
+            sa.select(sa.func.count(), sa.func.max(QueueAssignmentRow.id), sa.func.max(QueueAssignmentRow.done_time))
+            .where(QueueAssignmentRow.study_id == study_id)
+        ).one()
+        adjudicated = s.execute(
+            sa.select(sa.func.count(), sa.func.max(AdjudicationRow.id))
+            .join(EpisodeRow, EpisodeRow.id == AdjudicationRow.episode_id)
+            .where(EpisodeRow.study_id == study_id)
+        ).one()
+        queued = s.get(StudyQueueRow, study_id)
+        setting = None if queued is None else (queued.overlap, queued.environment_id, queued.tag, str(queued.states))
+    return (tuple(queue), tuple(adjudicated), setting)
+
+
 def take_next(ops, study_id: str) -> str | None:
-    """Take (or resume) this user's next queued episode; its Replay key, or None when nothing is left."""
+    """Take (or resume) this user's next queued episode; its Replay key, or None when nothing is left (or the
+    study has no work queue: nobody asked for its episodes to be handed out)."""
+    if study_id not in queued_studies(ops, [study_id]):
+        return None
     assignment = work_queue.next_episode(ops.repo, study_id, ops.user)
     if assignment is None:
         return None
@@ -93,11 +165,11 @@ def agreement_tables(report: AgreementReport) -> dict[str, pd.DataFrame]:
         ),  # fmt: skip
         "annotators": pd.DataFrame(
             [
-                {"annotator": a.user, "steps": a.units, "with majority": a.with_majority, "agree": a.agree,
-                 "rate": a.rate}
+                {"annotator": a.user, "steps": a.units, "with majority": a.with_majority,
+                 "no majority": a.units - a.with_majority, "agree": a.agree, "rate": a.rate}
                 for a in report.per_annotator
             ],
-            columns=["annotator", "steps", "with majority", "agree", "rate"],
+            columns=["annotator", "steps", "with majority", "no majority", "agree", "rate"],
         ),  # fmt: skip
         "disagreements": pd.DataFrame(
             [

@@ -16,7 +16,7 @@ import streamlit as st
 from starlette.middleware import Middleware
 
 from annotator.live.routes import routes as live_routes
-from annotator.web import context, guard, login
+from annotator.web import context, guard, login, page_base
 from annotator.web.grounding_routes import routes as grounding_routes
 from annotator.web.replay_routes import routes as replay_routes
 
@@ -38,7 +38,10 @@ _secrets = {"auth": login.load(_settings.login_config)} if _settings.login_confi
 app = st.App(
     str(APP_SCRIPT),
     routes=[*replay_routes(_settings), *grounding_routes(_settings), *live_routes()],
-    middleware=[Middleware(guard.OriginGuard, allowed_hosts={*guard.LOOPBACK_NAMES, _settings.host})],
+    middleware=[
+        Middleware(guard.OriginGuard, allowed_hosts={*guard.LOOPBACK_NAMES, _settings.host}),
+        Middleware(page_base.PageBase),  # pages at /replay etc. name the server's root: no 404s in the console
+    ],
     lifespan=_lifespan,
     secrets=_secrets,
 )

@@ -137,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
-    if getattr(args, "user", "absent") is None:
+    if getattr(args, "user", "absent") is None and getattr(args, "user_defaults_to_login", True):
         args.user = default_user()
     try:
         code = args.func(args)

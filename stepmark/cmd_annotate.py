@@ -13,13 +13,15 @@ def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse
         "annotate",
         parents=[parents["store"]],
         help="browse, replay, tag, record and export episodes in the browser",
-        description="Start the Streamlit annotator headless on 127.0.0.1 and print its URL.",
+        description="Start the Streamlit annotator headless on 127.0.0.1 and print its URL. Who is annotating: "
+        "--login-config (OpenID Connect), else --user, else each annotator types a name in the sidebar (the "
+        "login name is not taken: on a shared machine it names whoever started the server).",
     )
     p.add_argument("--port", type=int, default=8501, help="loopback port to listen on (0: any free port)")
     p.add_argument("--login-config", metavar="FILE",
                    help="TOML file with Streamlit's [auth] table: annotators log in with OpenID Connect "
                    "(their e-mail is recorded with every change; --user is then ignored)")  # fmt: skip
-    p.set_defaults(func=annotate)
+    p.set_defaults(func=annotate, user_defaults_to_login=False)
 
 
 def annotate(args: argparse.Namespace) -> int:
@@ -42,7 +44,7 @@ def annotate(args: argparse.Namespace) -> int:
         port=args.port or launch.free_port(),
         login_config=login_config,
     )
-    who = "logged-in annotators (OpenID Connect)" if login_config else args.user
+    who = "logged-in annotators (OpenID Connect)" if login_config else args.user or "annotators who give their name"
     print(f"stepmark annotator for {who} over {args.store or data_dir / 'stepmark.db'}", flush=True)
     print(f"open {launch.url(config)} in a browser (Ctrl+C stops it)", flush=True)
     return launch.run(config)

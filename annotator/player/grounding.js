@@ -45,6 +45,12 @@ class Grounding {
     }
   }
 
+  // The effective target of `step` (everyone's annotations, newest wins), or undefined until it is read.
+  target(step) {
+    const body = this.byStep.get(step);
+    return body ? body.target || null : undefined;
+  }
+
   drawn(step) {
     return (this.byStep.get(step) || {}).drawn || [];
   }
@@ -60,17 +66,7 @@ class Grounding {
       target.textContent = "loading…";
       return;
     }
-    const t = body.target;
-    if (!t) target.textContent = "No action on this step.";
-    else if (t.index === null || t.index === undefined)
-      target.textContent = `Target: none (${t.source}${t.authors && t.authors.length ? `, by ${t.authors.join(", ")}` : ""})`;
-    else
-      target.textContent =
-        `Target: object #${t.index} (${t.source}, ${t.rule})` +
-        (t.authors && t.authors.length ? ` by ${t.authors.join(", ")}` : "") +
-        (t.converter_index !== null && t.converter_index !== undefined && t.converter_index !== t.index
-          ? `; the converter chose #${t.converter_index}`
-          : "");
+    target.textContent = this.describe(body.target);
     for (const a of body.annotations || []) {
       const row = document.createElement("div");
       const text = document.createElement("span");
@@ -93,7 +89,21 @@ class Grounding {
       row.textContent = `not placed: ${o.reason}`;
       list.appendChild(row);
     }
+    this.p.markTarget();
     this.p.drawOverlay();
+  }
+
+  // One sentence on the target every highlight shows: who chose it, and the converter's choice beside a
+  // correction.
+  describe(t) {
+    if (!t) return "No action on this step.";
+    const what = (i) => (i === null || i === undefined ? "no object" : `object #${i}`);
+    const rule = t.converter_rule ? ` (rule ${t.converter_rule})` : "";
+    if (t.source !== "annotator") return `Target: ${what(t.index)}, chosen by the converter${rule}`;
+    const by = t.authors && t.authors.length ? t.authors.join(", ") : "an annotator";
+    const set = t.index === null || t.index === undefined ? "Target: none (no valid target)" : `Target: ${what(t.index)}`;
+    const converter = t.converter_index === t.index ? "the converter chose the same" : `the converter chose ${what(t.converter_index)}${rule}`;
+    return `${set}, set by ${by}; ${converter}`;
   }
 
   selected() {
@@ -151,7 +161,7 @@ class Grounding {
 
   // Returns true when the pointer event belongs to a drawing in progress.
   pointer(type, event) {
-    if (!this.mode || !this.p.steps.get(this.p.cur)) return false;
+    if (!this.mode || !this.p.steps.get(this.p.cur) || !this.p.framePainted()) return false;
     if (type === "down") this.drag = { from: this.point(event), to: this.point(event), step: this.p.cur };
     else if (this.drag && type === "move") this.drag.to = this.point(event);
     else if (this.drag && type === "up") {

@@ -13,6 +13,14 @@ const INFO_DELAY_MS = 80; // a UI step's text, table and grounding are rebuilt o
 const HOLD_DELAY_MS = 300; // a held arrow key starts repeating after this long ...
 const HOLD_EVERY_MS = 50; // ... and then moves a step this often, whatever the system's key repeat rate is
 
+// The object table's columns, in order (a row's cell shows `objectCell(o, column)`).
+const OBJECT_COLUMNS = ["i", "type", "text", "desc", "rid", "actionable", "leaf", "visible", "grid", "box", "cls"];
+
+function objectCell(o, column) {
+  if (column === "box") return o.box ? `[${o.box[0]},${o.box[1]}][${o.box[2]},${o.box[3]}]` : "no box";
+  return String(o[column] ?? "");
+}
+
 const players = (window.__stepmarkPlayers = window.__stepmarkPlayers || new Map());
 
 function clamp(v, lo, hi) {
@@ -66,6 +74,8 @@ class Player {
     if (this.disposed) return;
     this.n = meta.num_steps;
     this.kind = meta.kind;
+    // An environment episode shows its final observation as one step more than its transitions.
+    this.finalObservation = meta.kind !== "ui" && meta.transitions === meta.num_steps - 1;
     this.rewards = meta.rewards || [];
     this.palette = meta.palette || [];
     if (this.labels) {
@@ -83,6 +93,7 @@ class Player {
       if (Number.isInteger(saved) && saved >= 0) start = saved;
     }
     this.cur = clamp(start, 0, Math.max(0, this.n - 1));
+    el(this.root, ".sm-player").classList.toggle("sm-ui", this.kind === "ui");
     el(this.root, ".sm-frame").classList.toggle("sm-pixelated", this.kind !== "ui");
     el(this.root, ".sm-ui-controls").hidden = this.kind !== "ui";
     el(this.root, ".sm-objects").hidden = this.kind !== "ui";
@@ -144,6 +155,12 @@ class Player {
     this.on(el(r, ".sm-ep-input"), "keydown", (e) => {
       if (e.key === "Enter") this.tagFromInput("episode");
     });
+    for (const th of r.querySelectorAll(".sm-table th")) {
+      this.on(th, "click", () => this.sortBy(th.dataset.sort));
+    }
+    for (const sel of [".sm-obj-type", ".sm-obj-filter"]) {
+      this.on(el(r, sel), "input", () => this.renderObjects(this.steps.get(this.cur)));
+    }
     for (const sel of [".sm-boxes", ".sm-grid", ".sm-touch"]) {
       this.on(el(r, sel), "change", () => this.drawOverlay());
     }
@@ -177,7 +194,7 @@ class Player {
       this.drawOverlay();
       this.markRows(true);
     });
-    this.on(overlay, "dblclick", () => el(r, ".sm-frame").classList.toggle("sm-zoomed"));
+    this.on(overlay, "dblclick", () => this.zoom());
     // The timeline's width is measured only when it changes: reading it in every step forced a layout of the
     // whole page per key press (45 ms with a UI episode's object table on the page).
     this.timelineWidth = Math.round(el(r, ".sm-timeline").getBoundingClientRect().width || 600);
@@ -324,10 +341,18 @@ class Player {
     });
   }
 
-  markFrame(step, note) {
+  // `data-step`: the step the player is on (its number is in the header); `data-shown`: the step whose frame is
+  // painted on the canvas, "" while a placeholder stands there. The two differ only while a frame loads, and then
+  // the canvas shows the placeholder, never another step's frame: a key acts on `cur`, the number on screen.
+  markFrame(step, note, shown) {
     const box = el(this.root, ".sm-frame");
     box.dataset.step = String(step);
+    box.dataset.shown = shown ? String(step) : "";
     el(this.root, ".sm-frame-note").textContent = note || "";
+  }
+
+  framePainted() {
+    return el(this.root, ".sm-frame").dataset.shown === String(this.cur);
   }
 
   draw(step, img) {
@@ -339,30 +364,50 @@ class Player {
     const ctx = canvas.getContext("2d");
     ctx.imageSmoothingEnabled = this.kind === "ui";
     ctx.drawImage(img, 0, 0);
-    if (this.kind !== "ui") {
-      // Small frames (Procgen 64x64) are shown large with crisp pixels.
-      const scale = Math.max(1, Math.floor(384 / Math.max(1, Math.min(img.naturalWidth, img.naturalHeight))));
-      canvas.style.width = `${img.naturalWidth * scale}px`;
-    } else {
-      canvas.style.width = "";
-    }
-    this.markFrame(step, "");
+    // As tall as the window allows: the grid gives the frame's column this width (the canvas fills it), so the
+    // object table and the side panel take the rest of the row. A UI screenshot is never shown above its own
+    // size; an environment frame (Procgen is 64x64) is enlarged with crisp pixels, at least to 384 px.
+    const ratio = (img.naturalWidth / Math.max(1, img.naturalHeight)).toFixed(5);
+    const tall = this.kind === "ui" ? `min(${img.naturalHeight}px, 100vh - 300px)` : "max(384px, 100vh - 300px)";
+    this.frameWidth(`calc(${tall} * ${ratio})`);
+    this.markFrame(step, "", true);
     this.drawOverlay();
   }
 
+  frameWidth(width) {
+    if (this.shownWidth === width) return;
+    this.shownWidth = width;
+    el(this.root, ".sm-player").style.setProperty("--frame-w", width);
+  }
+
+  zoom() {
+    // UI screenshots only: an environment frame is already shown as large as the window allows.
+    if (this.kind === "ui") el(this.root, ".sm-player").classList.toggle("sm-zoom");
+  }
+
+  blank() {
+    // The previous step's frame is wiped at once (same size, so the page does not jump): it must never stand
+    // under the new step's number, where a digit pressed now would tag the new step.
+    const canvas = el(this.root, ".sm-canvas");
+    const ctx = canvas.getContext("2d");
+    ctx.fillStyle = "#2b2b30";
+    ctx.fillRect(0, 0, canvas.width, canvas.height);
+    el(this.root, ".sm-overlay").getContext("2d").clearRect(0, 0, canvas.width, canvas.height);
+  }
+
   drawPending(step) {
-    this.markFrame(step, `step ${step}: loading…`);
+    this.blank();
+    this.markFrame(step, `step ${step}: loading…`, false);
   }
 
   drawMissing(step) {
-    const canvas = el(this.root, ".sm-canvas");
-    canvas.getContext("2d").clearRect(0, 0, canvas.width, canvas.height);
-    el(this.root, ".sm-overlay").getContext("2d").clearRect(0, 0, canvas.width, canvas.height);
-    this.markFrame(step, this.failedWhy.get(step) || `step ${step}: no frame`);  // the reason names the step
+    this.blank();
+    this.markFrame(step, this.failedWhy.get(step) || `step ${step}: no frame`, false); // the reason names the step
   }
 
   renderHeader() {
-    el(this.root, ".sm-stepno").textContent = this.n ? `step ${this.cur} of ${this.n - 1}` : "no steps";
+    const final = this.finalObservation && this.cur === this.n - 1 ? " · the final observation" : "";
+    el(this.root, ".sm-stepno").textContent = this.n ? `step ${this.cur} of ${this.n - 1}${final}` : "no steps";
     el(this.root, ".sm-cur").textContent = String(this.cur);
     const play = el(this.root, ".sm-play");
     play.textContent = this.playing ? "❚❚ Pause" : "▶ Play";
@@ -477,22 +522,24 @@ class Player {
     body.replaceChildren();
     if (!s) {
       title.textContent = "Objects (loading…)";
+      el(this.root, ".sm-obj-count").textContent = "";
       return;
     }
     const objs = s.objects || [];
     const more = s.objects_total > objs.length ? ` (first ${objs.length} of ${s.objects_total} shown)` : "";
     title.textContent = `${s.objects_total} objects${more}: hover or click the screenshot, or click a row`;
-    for (const o of objs) {
+    this.fillTypes(objs);
+    const shown = this.sortObjects(objs.filter((o) => this.objectMatches(o)));
+    el(this.root, ".sm-obj-count").textContent = shown.length === objs.length ? "" : `${shown.length} of ${objs.length} shown`;
+    for (const o of shown) {
       const tr = document.createElement("tr");
       tr.dataset.i = String(o.i);
-      const cells = [o.i, o.type, o.text, o.desc, o.rid, o.actionable, o.leaf, o.visible, o.grid,
-        o.box ? `[${o.box[0]},${o.box[1]}][${o.box[2]},${o.box[3]}]` : "no box", o.cls];
-      for (const c of cells) {
+      for (const c of OBJECT_COLUMNS) {
         const td = document.createElement("td");
-        td.textContent = String(c);
+        td.className = `sm-c-${c}`;
+        td.textContent = objectCell(o, c);
         tr.appendChild(td);
       }
-      if (o.i === s.target) tr.classList.add("sm-target");
       tr.addEventListener("click", () => {
         this.selected = o.i;
         this.drawOverlay();
@@ -502,6 +549,81 @@ class Player {
       body.appendChild(tr);
     }
     this.markRows();
+    this.markTarget();
+  }
+
+  // The type filter offers the types of the step on screen (and keeps a chosen one the step lacks).
+  fillTypes(objs) {
+    const select = el(this.root, ".sm-obj-type");
+    const chosen = select.value;
+    const types = [...new Set(objs.map((o) => o.type))].sort();
+    if (chosen && !types.includes(chosen)) types.push(chosen);
+    const key = types.join("|");
+    if (select.dataset.types === key) return;
+    select.dataset.types = key;
+    const all = document.createElement("option");
+    all.value = "";
+    all.textContent = "all types";
+    select.replaceChildren(all);
+    for (const t of types) {
+      const o = document.createElement("option");
+      o.value = t;
+      o.textContent = t;
+      select.appendChild(o);
+    }
+    select.value = chosen;
+  }
+
+  objectMatches(o) {
+    const type = el(this.root, ".sm-obj-type").value;
+    if (type && o.type !== type) return false;
+    const words = el(this.root, ".sm-obj-filter").value.trim().toLowerCase();
+    if (!words) return true;
+    const hay = [o.text, o.desc, o.rid, o.cls, String(o.i)].join("\n").toLowerCase();
+    return words.split(/\s+/).every((w) => hay.includes(w));
+  }
+
+  sortObjects(objs) {
+    const { key, dir } = this.sort || { key: "i", dir: 1 };
+    const value = (o) => (key === "box" ? (o.box ? o.box[1] * 1e6 + o.box[0] : Infinity) : o[key]);
+    return objs.slice().sort((a, b) => {
+      const x = value(a);
+      const y = value(b);
+      const order = typeof x === "string" || typeof y === "string"
+        ? String(x ?? "").localeCompare(String(y ?? ""), undefined, { numeric: true })
+        : Number(x) - Number(y);
+      return (order || a.i - b.i) * dir;
+    });
+  }
+
+  sortBy(key) {
+    const now = this.sort || { key: "i", dir: 1 };
+    this.sort = { key, dir: now.key === key ? -now.dir : 1 };
+    for (const th of this.root.querySelectorAll(".sm-table th")) {
+      const on = th.dataset.sort === key;
+      th.setAttribute("aria-sort", on ? (this.sort.dir > 0 ? "ascending" : "descending") : "none");
+    }
+    this.renderObjects(this.steps.get(this.cur));
+  }
+
+  // The action's target as every highlight shows it (box, table row, grounding panel): the annotators'
+  // correction when there is one (the grounding route's effective target), else the converter's choice.
+  targetOf(step) {
+    const s = this.steps.get(step);
+    const g = this.grounding ? this.grounding.target(step) : undefined;
+    if (g !== undefined) return g.index ?? null;
+    return s ? s.target ?? null : null;
+  }
+
+  markTarget() {
+    const s = this.steps.get(this.cur);
+    const target = this.targetOf(this.cur);
+    const converter = s ? s.target ?? null : null;
+    for (const tr of el(this.root, ".sm-table tbody").children) {
+      const i = Number(tr.dataset.i);
+      tr.classList.toggle("sm-target", i === target);
+      tr.classList.toggle("sm-converter", i === converter && converter !== target);
+    }
   }
 
   markRows(scroll) {
@@ -509,13 +631,23 @@ class Player {
     for (const tr of el(this.root, ".sm-table tbody").children) {
       const on = Number(tr.dataset.i) === active;
       tr.classList.toggle("sm-sel", on);
-      if (on && scroll) tr.scrollIntoView({ block: "nearest" });
+      if (on && scroll) this.scrollRow(tr);
     }
+  }
+
+  // The row comes into view inside the table's own box; the page itself never moves (scrollIntoView scrolled
+  // the whole page to a table below the screenshot, away from the object just clicked).
+  scrollRow(tr) {
+    const wrap = el(this.root, ".sm-table-wrap");
+    const head = el(this.root, ".sm-table thead").offsetHeight;
+    const top = tr.offsetTop;
+    if (top - head < wrap.scrollTop) wrap.scrollTop = top - head;
+    else if (top + tr.offsetHeight > wrap.scrollTop + wrap.clientHeight) wrap.scrollTop = top + tr.offsetHeight - wrap.clientHeight;
   }
 
   objectAt(event) {
     const s = this.steps.get(this.cur);
-    if (!s || !s.size) return null;
+    if (!s || !s.size || !this.framePainted()) return null; // nothing is picked on a placeholder
     const rect = event.currentTarget.getBoundingClientRect();
     const x = ((event.clientX - rect.left) / rect.width) * s.size[0];
     const y = ((event.clientY - rect.top) / rect.height) * s.size[1];
@@ -546,7 +678,7 @@ class Player {
     ctx.clearRect(0, 0, overlay.width, overlay.height);
     if (this.kind !== "ui") return;
     const s = this.steps.get(this.cur);
-    if (!s || !s.size || Number(el(this.root, ".sm-frame").dataset.step) !== this.cur) return;
+    if (!s || !s.size || !this.framePainted()) return;
     const k = overlay.width / s.size[0];
     const line = Math.max(2, Math.round(overlay.width / 300));
     const mode = el(this.root, ".sm-boxes").value;
@@ -560,7 +692,7 @@ class Player {
       ctx.strokeRect(...rect(o));
     }
     if (this.grounding) this.grounding.paint(ctx, k, line);
-    const active = this.selected ?? this.hovered ?? s.target;
+    const active = this.selected ?? this.hovered ?? this.targetOf(this.cur);
     const drawnNow = this.grounding ? this.grounding.drawn(this.cur) : [];
     const obj = (s.objects || []).concat(drawnNow).find((o) => o.i === active);
     if (obj && obj.box) {
@@ -755,7 +887,7 @@ class Player {
     else if (act === "tag-ep") this.tagFromInput("episode");
     else if (act === "undo") this.undoRedo(false);
     else if (act === "redo") this.undoRedo(true);
-    else if (act === "zoom") el(this.root, ".sm-frame").classList.toggle("sm-zoomed");
+    else if (act === "zoom") this.zoom();
     else if (act === "seg-start") {
       this.segStart = this.cur;
       this.renderHeader();

@@ -43,13 +43,15 @@ def render() -> None:
     st.title("Label")
     if error := st.session_state.pop("_label_error", None):
         st.info(error)
-    studies = {s.id: s.name for s in ops.all_studies()}
-    if not studies:
-        st.info("No study yet.")
+    study_id = session.choose_study(ops, "label_study", holding=True)
+    if study_id is None:
         return
-    study_id = st.selectbox("Study", list(studies), format_func=studies.get, key="label_study")
     mine = queue_ops.my_open(ops, study_id)
     if mine is None:
+        if study_id not in queue_ops.queued_studies(ops, [study_id]):
+            st.info("This study has no work queue: nothing is handed out here until its creator sets one "
+                    "(Episodes page, Work queue settings, or `stepmark queue set`).")  # fmt: skip
+            return
         st.caption("You hold no episode of this study's queue.")
         st.button("Next episode", icon=":material/skip_next:", shortcut="N", key="label_take", type="primary",
                   on_click=_take, args=(ops, study_id))  # fmt: skip
@@ -63,19 +65,20 @@ def render() -> None:
     num_steps = len(opened.step_rewards)
     labels = queue_ops.my_labels(ops, mine.episode_id)
     st.caption(
-        f"{md_escape(ref_key(ref))} · {md_escape(opened.episode.study.name)} · {num_steps} steps · "
-        f"you labelled {len(labels)} of them when the page was drawn. Other annotators' labels are not shown."
+        f"{md_escape(ref_key(ref))} · {md_escape(opened.episode.study.name)} · "
+        f"{replay.length_text(opened.episode.episode, num_steps)} · you had labelled {len(labels)} step(s) when "
+        "the page was drawn. Other annotators' labels are not shown."
     )
     if num_steps == 0:
         st.warning("This episode has no steps.")
     else:
         player.show(ref_key(ref), replay.token(ops.user), 0, ops.repo.get_palette(study_id),
                     key=f"label_player_{ref_key(ref)}", explicit=False, mode="labels")  # fmt: skip
-    d1, d2 = st.columns(2)
+    d1, d2, _ = st.columns([1, 1, 3])
     d1.button("Done, next", icon=":material/task_alt:", shortcut="D", key="label_done", type="primary",
-              on_click=_finish, args=(ops, study_id, mine.episode_id, True))  # fmt: skip
+              on_click=_finish, args=(ops, study_id, mine.episode_id, True), width="stretch")  # fmt: skip
     d2.button("Skip", icon=":material/undo:", key="label_skip", help="Give the episode back to the queue",
-              on_click=_finish, args=(ops, study_id, mine.episode_id, False))  # fmt: skip
+              on_click=_finish, args=(ops, study_id, mine.episode_id, False), width="stretch")  # fmt: skip
 
 
 if __name__ == "__main__":  # run as a Streamlit page (importing it, e.g. in tests, renders nothing)

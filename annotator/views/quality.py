@@ -13,6 +13,23 @@ from pipelines.report.plots import Plot, store_plots, ui_plots
 from pipelines.report.ui_stats import UiStats, ui_stats
 
 NONE = "(none)"
+# What each agreement figure means, shown under it (the figures are those of `stepmark agreement`).
+ALPHA_MEANS = (
+    "Alpha is 1 when every annotator gave every step the same labels, 0 when they agree no more than chance "
+    "would make them, below 0 when they disagree more than chance."
+)
+LABELS_MEAN = "Per label: alpha over \"has this label or not\" on each step; marks: how often it was given."
+MAJORITY_MEANS = (
+    "With majority: steps where more than half of the step's annotators gave the same label set; no majority: "
+    "the others, which are not counted (with two annotators, every disputed step). Agree: of the steps with a "
+    "majority, those where this annotator's set is the majority's; rate = agree / with majority. With two "
+    "annotators a majority exists only where both agree, so the rate reads 1.000: read alpha, kappa and the "
+    "disputed steps instead."
+)
+KAPPA_MEANS = (
+    "Cohen's kappa per label and pair of annotators, over the steps both labelled: 1 is full agreement, 0 what "
+    "chance gives."
+)
 
 
 @st.cache_data(ttl=300, max_entries=8, show_spinner="Counting the converted records…")
@@ -81,11 +98,10 @@ def adjudication(ops, report, keys: dict[str, str]) -> None:
 def render() -> None:
     ops = session.operations()
     st.title("Quality")
-    studies = {s.id: s.name for s in ops.all_studies()}
-    if not studies:
-        st.info("No study yet.")
+    study_id = session.choose_study(ops, "quality_study")
+    if study_id is None:
         return
-    study_id = st.selectbox("Study", list(studies), format_func=studies.get, key="quality_study")
+    session.follow_study(ops, study_id)
     try:
         stats = queue_ops.quality(ops, study_id)
     except StepmarkError as exc:
@@ -110,18 +126,28 @@ def render() -> None:
     st.header("Agreement")
     report = stats.agreement
     if report is None or not report.units:
-        st.caption("No episode is done by two or more annotators yet (Episodes page: Next episode).")
+        if study_id not in queue_ops.queued_studies(ops, [study_id]):
+            st.caption("This study has no work queue, so nobody labels its episodes apart (Episodes page: Work "
+                       "queue settings, or `stepmark queue set --overlap 2`).")  # fmt: skip
+        else:
+            st.caption("No episode is done by two or more annotators yet (Label page: Next episode). This page "
+                       "updates by itself when one is.")  # fmt: skip
         return
     alpha = "n/a" if report.alpha is None else f"{report.alpha:.3f}"
     st.caption(
         f"{report.units} steps of {report.episodes} episode(s), annotators {', '.join(report.annotators)}; "
-        f"Krippendorff's alpha (label sets): {alpha}"
+        f"Krippendorff's alpha (label sets): {alpha}. " + ALPHA_MEANS
     )
     tables = queue_ops.agreement_tables(report)
     c1, c2 = st.columns(2)
-    c1.dataframe(tables["labels"], hide_index=True, key="agree_labels")
-    c2.dataframe(tables["annotators"], hide_index=True, key="agree_annotators")
+    with c1:
+        st.dataframe(tables["labels"], hide_index=True, key="agree_labels")
+        st.caption(LABELS_MEAN)
+    with c2:
+        st.dataframe(tables["annotators"], hide_index=True, key="agree_annotators")
+        st.caption(MAJORITY_MEANS)
     st.dataframe(tables["pairs"], hide_index=True, key="agree_pairs")
+    st.caption(KAPPA_MEANS)
     st.subheader(f"Disagreements ({len(report.disagreements)})")
     st.dataframe(tables["disagreements"], hide_index=True, width="stretch", key="agree_disagreements")
     adjudication(ops, report, queue_ops.episode_keys(ops, study_id))

@@ -91,12 +91,13 @@ def token(user: str) -> str:
     return cached[1]
 
 
-def state_and_notes(ops) -> None:
+def state_box(ops) -> None:
+    """The episode's state: the choice and its button one under the other, each as wide as the column (side by
+    side in a narrow column they were cut: "Completec", "Set st…")."""
     episode = ops.replay.episode
     st.subheader("State")
     labels = [STATE_LABELS[s] for s in sorted(STATE_LABELS)]
     current = STATE_LABELS.get(episode.state, "Unspecified")
-    c1, c2 = st.columns([3, 2])
     # When the stored state changes (set here, undone, or set by another annotator) the box starts afresh from
     # the store under a key never used before: writing the value into the old box's state, or going back to an
     # earlier key, leaves the browser showing the choice it last made in that box.
@@ -105,8 +106,8 @@ def state_and_notes(ops) -> None:
     if seen != episode.state:
         generation += 1
     st.session_state[f"_{base}"] = (episode.state, generation)
-    chosen = c1.selectbox("State", labels, index=labels.index(current), key=f"{base}_{generation}")
-    if c2.button("Set state", disabled=chosen == current, key="set_state"):
+    chosen = st.selectbox("State", labels, index=labels.index(current), key=f"{base}_{generation}")
+    if st.button("Set state", disabled=chosen == current, key="set_state", width="stretch"):
         try:
             ops.set_episode_state(STATE_BY_LABEL[chosen])
         except StepmarkError as exc:
@@ -114,8 +115,6 @@ def state_and_notes(ops) -> None:
         else:
             session.confirm(f"State set to {chosen}")
             st.rerun()
-    st.subheader("Notes")
-    notes_editor(ops, episode)
 
 
 def notes_editor(ops, episode) -> None:
@@ -167,14 +166,19 @@ def _last_notes_author(ops) -> str:
     return "Someone"
 
 
+def length_text(episode, shown: int) -> str:
+    """An episode's length as every page says it: its transitions (num_steps, as in the Episodes table, the CLI
+    and the dataset spec), and the final observation named as such when the player shows one more step."""
+    if shown - episode.num_steps == 1:
+        return f"{episode.num_steps} steps + final observation"
+    return f"{shown} steps"
+
+
 def header(ops, key: str, opened: client_pb2.ReplayEpisodeResponse, num_steps: int) -> None:
     meta = opened.episode
     episode = ops.replay.episode  # as stored now (state may have changed since the episode was opened)
     kind = episode_kind(meta.episode)
-    # The Episodes table counts transitions (num_steps); an environment episode also has the final observation
-    # as a last RLDS step. Say so rather than show "11 steps" here for the "10 steps" of the table.
-    extra = num_steps - meta.episode.num_steps
-    length = f"{meta.episode.num_steps} steps + final observation" if extra == 1 else f"{num_steps} steps"
+    length = length_text(meta.episode, num_steps)
     status = STATE_LABELS.get(episode.state, "Unspecified")
     st.caption(
         f"{md_escape(key)} · {md_escape(meta.study.name)} · {md_escape(meta.episode.environment_id or kind)} · "
@@ -206,11 +210,11 @@ def render() -> None:
         st.warning("This episode has no steps.")
         return
     start = _start_step(key, num_steps)
-    view, side = st.columns([4, 1])
-    with view:
-        palette = ops.repo.get_palette(ops.replay.ref.study_id)
-        explicit = st.session_state.get("_explicit_step", (None,))[0] == key
-        shown = player.show(key, token(ops.user), start, palette, key=f"player_{key}", explicit=explicit)
+    # The player takes the page's width (it lays out its screenshot, object table and side panel itself); the
+    # state and the notes follow under it.
+    palette = ops.repo.get_palette(ops.replay.ref.study_id)
+    explicit = st.session_state.get("_explicit_step", (None,))[0] == key
+    shown = player.show(key, token(ops.user), start, palette, key=f"player_{key}", explicit=explicit)
     if shown.changed:  # an undo/redo in the player may have changed the state: read it again
         ops._refresh()
     step = shown.step if shown.step is not None else start
@@ -218,8 +222,12 @@ def render() -> None:
     st.session_state[LAST] = (key, step)
     if st.query_params.get("step") != str(step):
         st.query_params["step"] = str(step)
-    with side:
-        state_and_notes(ops)
+    state_column, notes_column = st.columns([1, 2], gap="large")
+    with state_column:
+        state_box(ops)
+    with notes_column:
+        st.subheader("Notes")
+        notes_editor(ops, ops.replay.episode)
     with top:  # drawn last, so a state set in this run already shows
         header(ops, key, opened, num_steps)
 

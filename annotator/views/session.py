@@ -11,6 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from annotator import queue_ops
 from annotator.operations import Operations
 from annotator.plain import md_escape
 from annotator.readers import SharedReader
@@ -106,3 +107,31 @@ def confirm(message: str, icon: str = ":material/check_circle:") -> None:
 def show_confirmations() -> None:
     for message, icon in st.session_state.pop("_toasts", []):
         st.toast(message, icon=icon)
+
+
+LIVE_SECONDS = 3  # how often a page that follows the team looks for news (one small query)
+
+
+def choose_study(ops: Operations, key: str, *, holding: bool = False) -> str | None:
+    """The study box of the team pages (Label, Quality). It opens on the study this annotator last worked on
+    (with `holding`, first the one where they hold an episode), else the first with a work queue; a choice made
+    during this visit stays."""
+    studies = {s.id: s.name for s in ops.all_studies()}
+    if not studies:
+        st.info("No study yet.")
+        return None
+    if st.session_state.get(key) not in studies:
+        st.session_state[key] = queue_ops.default_study(ops, list(studies), holding=holding)
+    return st.selectbox("Study", list(studies), format_func=studies.get, key=key)
+
+
+@st.fragment(run_every=LIVE_SECONDS)
+def follow_study(ops: Operations, study_id: str) -> None:
+    """Draw the page again when the team changed what it shows (an episode taken, done or given back, a step
+    adjudicated), the way the player shows other annotators' tags: nobody has to touch the page."""
+    now = queue_ops.activity(ops, study_id)
+    key = f"_seen_activity_{study_id}"
+    seen = st.session_state.get(key)
+    st.session_state[key] = now
+    if seen is not None and seen != now:
+        st.rerun(scope="app")

@@ -24,7 +24,8 @@ Contract (PREFIX = /api/grounding/{study}/{session}/{episode}; {step} is the 0-b
                          + by kind: "label": str | "box": [l,t,r,b], "type": str, "text": str}
              object_index is where the object is now (null for no_target; a drawn box's "i").
            TARGET = {"index": int|null, "object_id": str|null, "source": "converter"|"annotator",
-                     "rule": str, "authors": [str], "converter_index": int|null}
+                     "rule": str, "authors": [str], "converter_index": int|null,
+                     "converter_rule": str|null (how the converter chose converter_index)}
            drawn: boxes drawn on this step (any author); their "i" continues the object list (len(object_ids),
            len+1, ...) so they can be targeted and labelled like objects.
     POST   PREFIX/steps/{step}    body {"kind": str, "object_id"?: str, "object_index"?: int, "label"?: str,
@@ -124,6 +125,8 @@ def _step_payload(where: Where, ref, step: int, user: str) -> dict[str, Any]:
         out["target"] = apply.effective_target(action, objects, notes, "all")
         out["my_target"] = apply.effective_target(action, objects, notes, "mine", user)
         out["consensus_target"] = apply.effective_target(action, objects, notes, "consensus")
+        for name in ("target", "my_target", "consensus_target"):  # the converter's rule, named beside a correction
+            out[name]["converter_rule"] = action.target_rule if action.HasField("target_index") else None
     return out
 
 

@@ -47,6 +47,7 @@ def _meta(request: Request, claims: context.Claims, where: Where) -> Response:
     body = {
         "kind": episode_kind(episode),
         "num_steps": len(reader),
+        "transitions": episode.num_steps,  # as the Episodes table counts; one less with a final observation
         "rewards": reader.rewards(),
         "palette": palette,
         "user": claims.user,

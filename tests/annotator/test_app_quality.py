@@ -65,7 +65,7 @@ def test_queue_label_page_agreement_and_adjudication(data, monkeypatch):
     assert at.session_state[f"label_player_{ref_key(ref_of(first))}"]["step"] == 0  # the player, at step 0
     add_label(at, env.repo, first, ALICE, 2, "jump")
     assert queue.user_labels(env.repo, first.id, ALICE) == {2: ["jump"]}
-    assert any("you labelled 1 of them" in md_unescape(c.value) for c in at.caption)
+    assert any("you had labelled 1 step(s)" in md_unescape(c.value) for c in at.caption)
     at.button(key="label_done").click().run()  # done, and the next episode is taken
     assert [(a.episode_id, a.state) for a in queue.assignments(env.repo, env.study.id, ALICE)] == [
         (first.id, "done"), (second.id, "open")
@@ -77,7 +77,7 @@ def test_queue_label_page_agreement_and_adjudication(data, monkeypatch):
     assert not [e for e in at.number_input if e.key == "q_overlap"]
     at.button(key="q_next").click().run()
     assert any(ref_key(ref_of(first)) in md_unescape(c.value) for c in at.caption)
-    assert any("you labelled 0 of them" in md_unescape(c.value) for c in at.caption)  # none of Alice's
+    assert any("you had labelled 0 step(s)" in md_unescape(c.value) for c in at.caption)  # none of Alice's
     add_label(at, env.repo, first, BOB, 4, "fall")
     add_label(at, env.repo, first, BOB, 2, "jump")
     at.button(key="label_done").click().run()

@@ -67,6 +67,8 @@ def test_retarget_draw_label_remove_and_undo(world):
     assert reply["ok"] and reply["message"].startswith(f"Step {step}: target set to object {runner}")
     assert reply["target"]["index"] == runner and reply["target"]["source"] == "annotator"
     assert reply["target"]["authors"] == [ALICE] and reply["target"]["converter_index"] == a.target_index
+    # the converter's rule stays named beside the correction (the player shows both)
+    assert reply["target"]["rule"] == "annotator" and reply["target"]["converter_rule"] == a.target_rule != ""
     assert reply["consensus_target"]["index"] == runner  # ALICE is the step's only annotator so far
     assert client.get(url(episode, f"steps/{step}"), headers=auth(BOB)).json()["my_target"]["source"] == "converter"
 

@@ -59,6 +59,7 @@ def test_meta_describes_an_environment_episode(client, store):
     body = client.get(url(episode, "meta"), headers=auth()).json()
     assert body["kind"] == "env"
     assert body["num_steps"] == episode.num_steps + 1  # transitions + the final observation
+    assert body["transitions"] == episode.num_steps  # the count every page and the CLI show
     assert len(body["rewards"]) == body["num_steps"]
     assert body["palette"] == ["good", "bad"]
     assert body["user"] == ALICE and body["state"] == "STATE_COMPLETED"

@@ -249,7 +249,7 @@ def test_grounding_retarget_label_and_draw_on_a_ui_step_then_undo(server, browse
     page.reload()
     page.wait_for_function(f"() => ({FRAME_STEP_JS})() === 1", timeout=60_000)
     page.locator(".sm-g-list div").nth(2).wait_for(timeout=30_000)
-    assert page.locator(".sm-g-target").inner_text().startswith(f"Target: object #{chosen} (annotator")
+    assert page.locator(".sm-g-target").inner_text().startswith(f"Target: object #{chosen}, set by {ALICE}; the converter chose")
     assert _exported_grounding(data_dir, study.id, episode.id, tmp_path / "before") == (True, True, True)
     page.locator(".sm-frame").click()
     page.keyboard.press("Control+z")  # the newest change on this episode: the drawn box
