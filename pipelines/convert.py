@@ -216,6 +216,9 @@ class ConvertShard(storage.FileSystemsDoFn, beam.DoFn):
         self.objects = Metrics.counter(NAMESPACE, "objects")
         self.mismatches = Metrics.counter(NAMESPACE, "screenshot_mismatch_steps")
 
+    def _read(self, path: str) -> bytes:
+        return files.read_limited(path, files.limit_for(path), self.policy)
+
     def process(self, element: tuple[int, Iterable[EpisodeSource | RecordEpisode]]) -> Iterator:
         shard, sources = element
         ordered = distinct_ids(sources)
@@ -226,9 +229,11 @@ class ConvertShard(storage.FileSystemsDoFn, beam.DoFn):
         with (
             writing(path) as out,
             GuardedConverter(self.policy, self.drop_invisible, self.timeout) as convert,
+            # Episodes in a bucket: the next ones' files are fetched while this one converts (`files.Prefetch`).
+            files.Prefetch([getattr(s, "files", ()) for s in ordered], self._read) as prefetch,
         ):
-            for source in ordered:
-                result = convert(source)
+            for i, source in enumerate(ordered):
+                result = convert(source, prefetch.take(i))
                 for dead in result.dead_letters:
                     Metrics.counter(NAMESPACE, f"dead_letter_{dead.reason}").inc()
                     yield pvalue.TaggedOutput(DEAD, dead)

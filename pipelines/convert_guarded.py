@@ -49,7 +49,7 @@ def episode_bytes(source: EpisodeSource | RecordEpisode, policy: ReadPolicy) -> 
         return sum(len(data) for _, _, data in source.records)
     total = 0
     for path in source.files:
-        if storage.is_remote(path):  # bounded while read instead (`files.ReadAhead`'s budget): no extra round trip
+        if storage.is_remote(path):  # no extra round trip per file: each read is capped by its limit instead
             continue
         try:
             total += files.check_file(path, files.limit_for(path), policy)
@@ -59,13 +59,26 @@ def episode_bytes(source: EpisodeSource | RecordEpisode, policy: ReadPolicy) -> 
 
 
 def convert_source(
-    source: EpisodeSource | RecordEpisode, policy: ReadPolicy, drop_invisible: bool = False
+    source: EpisodeSource | RecordEpisode,
+    policy: ReadPolicy,
+    drop_invisible: bool = False,
+    fetched: dict[str, bytes] | None = None,
 ) -> Converted:
     """Read, convert and serialize one episode in this process (no time limit). A TFRecord episode
-    (AndroidControl, AITW) brings its bytes with it; a file episode is read through the bounded reader."""
+    (AndroidControl, AITW) brings its bytes with it; a file episode is read through the bounded reader, or
+    comes from `fetched` (its files in a bucket, read by the same reader ahead of time: `files.Prefetch`)."""
+    fetched = fetched or {}
+    read_so_far = [0]
 
     def read(path: str) -> bytes:
-        return files.read_limited(path, files.limit_for(path), policy)
+        found = fetched.pop(path, None)
+        data = found if found is not None else files.read_limited(path, files.limit_for(path), policy)
+        read_so_far[0] += len(data)  # files in a bucket are not sized before reading (`episode_bytes`)
+        if read_so_far[0] > MAX_EPISODE_BYTES:
+            raise files.FileRefused(
+                "too_large", f"{files.display(path)}: the episode's files hold more than {MAX_EPISODE_BYTES} bytes"
+            )
+        return data
 
     where = files.display(source.source_path)
     try:
@@ -79,8 +92,7 @@ def convert_source(
         if isinstance(source, RecordEpisode):
             result = convert_record_episode(source, drop_invisible=drop_invisible)
         else:
-            with files.ReadAhead(source.files, read, budget=MAX_EPISODE_BYTES) as ahead:
-                result = convert_episode(read_episode(source, ahead), ahead, drop_invisible=drop_invisible)
+            result = convert_episode(read_episode(source, read), read, drop_invisible=drop_invisible)
     except MemoryError:
         return _dead(source, "too_large", f"{where}: converting the episode ran out of memory")
     except Exception as exc:  # a reader bug or an unreadable layout file: dead-letter the episode
@@ -106,6 +118,13 @@ def convert_source(
     return Converted(record, result.dead_letters, steps, result.num_objects, result.mismatches)
 
 
+def _convert_fetched(
+    arg: tuple[EpisodeSource | RecordEpisode, dict[str, bytes]], policy: ReadPolicy, drop_invisible: bool
+) -> Converted:
+    source, fetched = arg
+    return convert_source(source, policy, drop_invisible, fetched)
+
+
 class GuardedConverter:
     """Converts episodes one after another in a forked worker process (`DeadlineWorker`), each given `timeout`
     seconds: past it the episode is a `timeout` dead letter and the next one gets a fresh worker; a worker that
@@ -119,19 +138,22 @@ class GuardedConverter:
         memory_bytes: int = WORKER_MEMORY,
     ) -> None:
         self.timeout, self.memory_bytes = timeout, memory_bytes
-        convert = functools.partial(convert_source, policy=policy, drop_invisible=drop_invisible)
+        convert = functools.partial(_convert_fetched, policy=policy, drop_invisible=drop_invisible)
         self.worker = DeadlineWorker(convert, memory_bytes)
 
     def __enter__(self) -> GuardedConverter:
+        self.worker.start()  # before ConvertShard's prefetch threads start
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.worker.close()
 
-    def __call__(self, source: EpisodeSource | RecordEpisode) -> Converted:
+    def __call__(
+        self, source: EpisodeSource | RecordEpisode, fetched: dict[str, bytes] | None = None
+    ) -> Converted:
         where = files.display(source.source_path)
         try:
-            return self.worker.call(source, self.timeout)
+            return self.worker.call((source, fetched or {}), self.timeout)
         except DeadlineExceeded:
             return _dead(
                 source,

@@ -63,6 +63,12 @@ class DeadlineWorker(Generic[A, T]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def start(self) -> None:
+        """Forks the child now, e.g. before the caller starts threads (a fork copies only the forking thread,
+        and a lock another thread holds at that moment stays locked in the child)."""
+        if can_isolate() and self.pid is None:
+            self._start()
+
     def call(self, arg: A, seconds: float) -> T:
         if not can_isolate():
             return self.fn(arg)

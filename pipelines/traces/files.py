@@ -233,50 +233,59 @@ def display(path: str) -> str:
         return path.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-class ReadAhead:
-    """Reads an episode's files from a bucket `window` at a time in threads, in the order the episode lists
-    them, while the layout reader works through them one by one: a bucket answers each request after a round
-    trip (tens of milliseconds), so one file after another leaves a worker waiting most of the time. Local
-    files are read when asked, as before. At most `window` files are held ahead of the reader (each bounded
-    by its own limit), and `budget` bounds all the bytes fetched (MAX_EPISODE_BYTES: `too_large`). Use as a
-    context manager; a file asked for that is not ahead is read then."""
 
-    def __init__(self, paths: tuple[str, ...] | list[str], read, window: int = 8, budget: int | None = None) -> None:  # noqa: ANN001
+class Prefetch:
+    """Reads the files of a shard's episodes from a bucket ahead of their conversion, in threads.
+
+    A bucket answers each request after a round trip (tens of milliseconds), so reading one file after another
+    leaves a worker waiting most of the time. While episode i is converted, the files of episodes i, i+1, ...
+    are fetched `window` at a time, in order, and held until their episode is converted (`take(i)`); at most
+    `window` files are fetched or held ahead, and at most `max_bytes` bytes held. Only files in a bucket are
+    fetched: local files are read when asked, as before. A file that could not be fetched (refused, missing,
+    an error) is left out, so the converter reads it itself and reports it as it always does. Use as a
+    context manager."""
+
+    def __init__(self, episodes: list[tuple[str, ...]], read, window: int = 16,  # noqa: ANN001
+                 max_bytes: int = 256 * 2**20) -> None:  # fmt: skip
         from concurrent.futures import ThreadPoolExecutor
 
-        self.read, self.window, self.budget, self.fetched = read, window, budget, 0
-        self.todo = [p for p in paths if not _is_local(p)]
-        self.ahead: dict[str, object] = {}
-        self.pool = ThreadPoolExecutor(max_workers=window) if self.todo else None
+        self.read, self.window, self.max_bytes = read, window, max_bytes
+        self.queue = [(i, p) for i, paths in enumerate(episodes) for p in dict.fromkeys(paths) if not _is_local(p)]
+        self.pending: dict[int, dict[str, object]] = {}
+        self.held = self.in_flight = 0
+        self.pool = ThreadPoolExecutor(max_workers=window) if self.queue else None
         self._fill()
 
     def _fill(self) -> None:
-        while self.pool is not None and self.todo and len(self.ahead) < self.window:
-            path = self.todo.pop(0)
-            if path not in self.ahead:
-                self.ahead[path] = self.pool.submit(self.read, path)
+        while self.pool is not None and self.queue and self.in_flight < self.window and self.held < self.max_bytes:
+            index, path = self.queue.pop(0)
+            self.pending.setdefault(index, {})[path] = self.pool.submit(self.read, path)
+            self.in_flight += 1
 
-    def __call__(self, path: str) -> bytes:
-        future = self.ahead.pop(path, None)
-        if future is None:
-            if path in self.todo:
-                self.todo.remove(path)
-            data = self.read(path)
-        else:
-            data = future.result()  # re-raises the read's own error (FileRefused, FileNotFoundError, ...)
-        self.fetched += len(data)
-        if self.budget is not None and self.fetched > self.budget:
-            raise FileRefused(
-                "too_large", f"{display(path)}: the episode's files hold more than {self.budget} bytes"
-            )
+    def take(self, index: int) -> dict[str, bytes]:
+        """The fetched files of episode `index` (waiting for those under way); later episodes' files are
+        fetched meanwhile. Files of earlier episodes never taken are dropped."""
+        for stale in [i for i in self.pending if i < index]:
+            for future in self.pending.pop(stale).values():
+                future.cancel()
+        self.queue = [(i, p) for i, p in self.queue if i >= index]
+        got: dict[str, bytes] = {}
+        for path, future in self.pending.pop(index, {}).items():
+            try:
+                got[path] = future.result()
+            except Exception:  # noqa: BLE001 - the converter reads it again and reports it, naming the file
+                pass
+        self.in_flight = sum(len(files) for files in self.pending.values())
+        self.held = sum(len(got[p]) for p in got)
         self._fill()
-        return data
+        return got
 
-    def __enter__(self) -> ReadAhead:
+    def __enter__(self) -> Prefetch:
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
-            for future in self.ahead.values():
-                future.cancel()
+            for files in self.pending.values():
+                for future in files.values():
+                    future.cancel()
             self.pool.shutdown(wait=True)
