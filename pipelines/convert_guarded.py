@@ -71,7 +71,7 @@ def convert_source(
     read_so_far = [0]
 
     def read(path: str) -> bytes:
-        found = fetched.pop(path, None)
+        found = fetched.get(path)  # the same file may be read twice (a layout file, then its step)
         data = found if found is not None else files.read_limited(path, files.limit_for(path), policy)
         read_so_far[0] += len(data)  # files in a bucket are not sized before reading (`episode_bytes`)
         if read_so_far[0] > MAX_EPISODE_BYTES:

@@ -238,9 +238,9 @@ class Prefetch:
     """Reads the files of a shard's episodes from a bucket ahead of their conversion, in threads.
 
     A bucket answers each request after a round trip (tens of milliseconds), so reading one file after another
-    leaves a worker waiting most of the time. While episode i is converted, the files of episodes i, i+1, ...
-    are fetched `window` at a time, in order, and held until their episode is converted (`take(i)`); at most
-    `window` files are fetched or held ahead, and at most `max_bytes` bytes held. Only files in a bucket are
+    leaves a worker waiting most of the time. `take(i)` fetches every file of episode i, `window` at a time
+    (its conversion reads them all anyway); while it converts, the files of episodes i+1, ... are fetched in
+    order, at most `window` files ahead and at most `max_bytes` bytes held. Only files in a bucket are
     fetched: local files are read when asked, as before. A file that could not be fetched (refused, missing,
     an error) is left out, so the converter reads it itself and reports it as it always does. Use as a
     context manager."""
@@ -268,7 +268,11 @@ class Prefetch:
         for stale in [i for i in self.pending if i < index]:
             for future in self.pending.pop(stale).values():
                 future.cancel()
-        self.queue = [(i, p) for i, p in self.queue if i >= index]
+        mine = self.pending.setdefault(index, {})
+        for _, path in [item for item in self.queue if item[0] == index]:  # the rest of this episode: now
+            if self.pool is not None and path not in mine:
+                mine[path] = self.pool.submit(self.read, path)
+        self.queue = [(i, p) for i, p in self.queue if i > index]
         got: dict[str, bytes] = {}
         for path, future in self.pending.pop(index, {}).items():
             try:
