@@ -308,7 +308,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         ui_objects_padded=parse_ui_objects(request.ui_objects),
     )
     remove_stale_staging(out)
-    staging = new_staging(out)
+    staging = new_staging(out, request.archive)
     root = storage.join(staging, "dataset") if request.archive else staging
     progress_dir = storage.join(staging, "progress")
     summary = ExportSummary(
@@ -433,6 +433,8 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         # Without `out` and the runner's counters (runners differ in reporting them): the same selection and
         # options give byte-identical files wherever and on whichever runner they are written.
         written = {k: v for k, v in summary.to_dict().items() if k not in ("out", "counters")}
+        if staging == out:  # written in place in a bucket: the owner file goes before the summary publishes it
+            storage.delete([storage.join(staging, OWNER_FILE)])
         # Written last: on an object store its presence is what marks the dataset complete (schemas/storage.md).
         storage.write_bytes(storage.join(root, SUMMARY_FILE), (json.dumps(written, indent=2) + "\n").encode("utf-8"))
         if request.archive:

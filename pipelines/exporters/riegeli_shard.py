@@ -63,8 +63,11 @@ def write_shard(folder: str, steps: Iterable[bytes], episode_metadata: bytes | N
 
     `steps` are the records' serialized `Data`, consumed as they come; `episode_metadata` likewise."""
     token = uuid.uuid4().hex[:12]
-    files = _LocalFiles(folder) if isinstance(FileSystems.get_filesystem(folder), LocalFileSystem) else _BeamFiles
-    temporary = {name: files.join(folder, f".{name}.{token}.tmp") for name in SHARD_FILES}
+    local = isinstance(FileSystems.get_filesystem(folder), LocalFileSystem)
+    files = _LocalFiles(folder) if local else _BeamFiles
+    # In a bucket an object appears whole or not at all, and the export's folder is unpublished until its
+    # summary is written (schemas/storage.md): the final names at once (a rename there is a copy and a delete).
+    temporary = {name: files.join(folder, f".{name}.{token}.tmp" if local else name) for name in SHARD_FILES}
     written: list[str] = []
 
     def create(name: str) -> BinaryIO:
@@ -95,7 +98,8 @@ def write_shard(folder: str, steps: Iterable[bytes], episode_metadata: bytes | N
                 writer = RecordsWriter(f, options.compression_level, options.chunk_size)
                 writer.write(record)
                 size += writer.close()
-        files.rename([temporary[name] for name in _RENAME_ORDER], [files.join(folder, name) for name in _RENAME_ORDER])
+        if local:
+            files.rename([temporary[name] for name in _RENAME_ORDER], [files.join(folder, name) for name in _RENAME_ORDER])
     except BaseException:
         try:
             files.delete([path for path in written if files.exists(path)])

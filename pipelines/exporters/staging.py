@@ -3,8 +3,8 @@
 An export never overwrites anything and never leaves something at `--out` that a reader would take for a
 complete dataset. It writes into `<out>.tmp-<pid>-<random>` (with an owner file naming the process) and
 publishes it (`pipelines.storage`, schemas/storage.md): on a local disk with one rename (folder) or hard link
-(ZIP); on an object store (no rename) by moving every object under `--out` with `stepmark_export.json` last,
-or one upload (ZIP: an object appears whole or not at all). The next export to the same place removes
+(ZIP). On an object store (no rename) a dataset folder is written in place under `--out` (owner file there) and
+`stepmark_export.json`, written last, publishes it; a ZIP is one upload (an object appears whole or not at all). The next export to the same place removes
 temporary folders whose process is gone, and on an object store the objects an interrupted publish left
 under `--out` without `stepmark_export.json`.
 """
@@ -52,9 +52,11 @@ def _check_remote_out(out: str) -> str:
     if storage.exists(out) or storage.is_published(out, SUMMARY_FILE):
         raise StepmarkError(f"{out}: already exists; choose another --out (exports never overwrite)")
     left = storage.files_below(out)
-    if left:  # an interrupted publish: never complete, and nobody else may be publishing there
-        if any(_staging_owner_alive(folder, pid) for folder, pid in _stagings_of(out)):
-            raise StepmarkError(f"{out}: another export is publishing there; choose another --out")
+    if left:  # an interrupted export: never complete, and nobody else may be writing there
+        owner = storage.join(out, OWNER_FILE)
+        writing = any(m.path == owner for m in left) and _staging_owner_alive(out, -1)
+        if writing or any(_staging_owner_alive(folder, pid) for folder, pid in _stagings_of(out)):
+            raise StepmarkError(f"{out}: another export is writing there; choose another --out")
         print(
             f"stepmark export: {out}: removing {len(left)} object(s) an interrupted export left "
             f"(no {SUMMARY_FILE})",
@@ -65,8 +67,15 @@ def _check_remote_out(out: str) -> str:
     return out
 
 
-def new_staging(out: str) -> str:
-    """`<out>.tmp-<pid>-<random>`, created with an owner file naming this process (host, pid, start time)."""
+def new_staging(out: str, archive: bool = False) -> str:
+    """`<out>.tmp-<pid>-<random>`, created with an owner file naming this process (host, pid, start time).
+
+    A dataset folder in a bucket is written in place instead, under `out` itself with the owner file there:
+    it is unpublished until its summary is written last, and moving every object after the fact would be a
+    copy and a delete each (measured: most of an export's time against an S3 server)."""
+    if storage.is_remote(out) and not archive:
+        storage.write_bytes(storage.join(out, OWNER_FILE), Owner.me().to_json().encode("utf-8"))
+        return out
     pid = os.getpid()
     folder, name = storage.split(out)
     staging = storage.join(folder, f"{name}.tmp-{pid}-{uuid.uuid4().hex[:12]}")
@@ -136,6 +145,8 @@ def publish_file(tmp: str, out: str) -> None:
 
 def publish_folder(staging: str, out: str) -> None:
     """The finished folder at `out`, its summary last (`storage.publish_folder`); the owner file stays out."""
+    if staging == out:  # written in place (a bucket): its summary, written last, published it
+        return
     if not storage.is_remote(out):
         owner = storage.join(staging, OWNER_FILE)
         if os.path.exists(owner):

@@ -99,12 +99,17 @@ def test_export_on_a_cluster_to_the_bucket_equals_the_local_run(
 _KILL_AT_MARKER = """
 import os, signal, sys
 from pipelines import storage
-real = storage.rename
-def rename(sources, targets):
+real_rename, real_write = storage.rename, storage.write_bytes
+def at_marker(targets):
     if any(t.rsplit("/", 1)[-1] == sys.argv[1] for t in targets):
         os.kill(os.getpid(), signal.SIGKILL)  # everything else is published, the marker is not
-    return real(sources, targets)
-storage.rename = rename
+def rename(sources, targets):
+    at_marker(targets)
+    return real_rename(sources, targets)
+def write_bytes(path, data):
+    at_marker([path])
+    return real_write(path, data)
+storage.rename, storage.write_bytes = rename, write_bytes
 from stepmark.cli import main
 sys.exit(main(sys.argv[2:]))
 """
@@ -145,7 +150,7 @@ def test_kill_9_before_the_marker_leaves_nothing_a_reader_takes_for_complete(
     assert main(export) == 0
     assert "removing" in capsys.readouterr().err
     assert "ds/stepmark_export.json" in s3.keys("ds/")
-    assert not [k for k in s3.keys() if ".tmp-" in k]  # the killed run's staging went too
+    assert not [k for k in s3.keys() if ".tmp-" in k or "owner" in k]  # nothing of the killed run is left
 
 
 _KILL_MID_SHARD = """
