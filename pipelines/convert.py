@@ -408,7 +408,7 @@ class ConvertUiTraces(beam.PTransform):
         records = (
             sources
             | "OnlyRecordFiles" >> beam.Filter(lambda s: s.layout == RECORD_FILE)
-            | "ReadRecordInputs" >> ReadRecordInputs(NAMESPACE)
+            | "ReadRecordInputs" >> ReadRecordInputs(NAMESPACE, self.policy)
         )
         slots = (
             pbegin

@@ -23,6 +23,7 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
+from pipelines.traces.files import ANYWHERE, ReadPolicy
 from pipelines.traces.model import DeadLetter, EpisodeSource, RecordEpisode
 from pipelines.traces.records import AitwStep, group_records, read_file_records
 
@@ -32,13 +33,15 @@ COLLAPSED = "collapsed_records"
 
 
 class ReadRecordFiles(beam.DoFn):
-    """A tfrecord_file source -> RecordEpisodes (main), AitwSteps and DeadLetters (tagged)."""
+    """A tfrecord_file source -> RecordEpisodes (main), AitwSteps and DeadLetters (tagged). Files are opened
+    under INPUT's read policy, like every other trace file (`traces.records.open_stream`)."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, policy: ReadPolicy = ANYWHERE) -> None:
         self.namespace = namespace
+        self.policy = policy
 
     def process(self, source: EpisodeSource) -> Iterator:
-        for item in read_file_records(source.source_path):
+        for item in read_file_records(source.source_path, self.policy):
             if isinstance(item, DeadLetter):
                 Metrics.counter(self.namespace, f"dead_letter_{item.reason}").inc()
                 yield pvalue.TaggedOutput(DEAD, item)
@@ -103,14 +106,15 @@ class ReadRecordInputs(beam.PTransform):
     """PCollection[EpisodeSource of tfrecord files] -> {"episodes": RecordEpisode, "dead_letters": DeadLetter,
     "reports": DiscoveryReport} (one report: the number of distinct episode ids found in the records)."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, policy: ReadPolicy = ANYWHERE) -> None:
         super().__init__()
         self.namespace = namespace
+        self.policy = policy
 
     def expand(self, record_files):
         from pipelines.convert import DiscoveryReport, OnlyType  # convert imports this module
 
-        read = record_files | "ReadRecordFiles" >> beam.ParDo(ReadRecordFiles(self.namespace)).with_outputs(
+        read = record_files | "ReadRecordFiles" >> beam.ParDo(ReadRecordFiles(self.namespace, self.policy)).with_outputs(
             DEAD, AITW, main="episodes"
         )
         grouped = (

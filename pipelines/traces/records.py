@@ -10,16 +10,19 @@ the duplicate rule.
 
 from __future__ import annotations
 
+import errno
+import gzip
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import tfrecord
-from pipelines.traces import aitw, android_control
+from pipelines.traces import aitw, android_control, files
 from pipelines.traces.examples import ExampleError, parse_example, record_kind, scalar_int
-from pipelines.traces.files import display
+from pipelines.traces.files import ANYWHERE, ReadPolicy, display
 from pipelines.traces.model import DeadLetter, RawEpisode, RecordEpisode
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -35,12 +38,51 @@ class AitwStep:
     data: bytes
 
 
-def open_stream(path: str):
-    """The file's decompressed byte stream: GZIP when it starts with the gzip magic, whatever its name."""
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        head = f.read(2)
-    compression = CompressionTypes.GZIP if head == GZIP_MAGIC else CompressionTypes.UNCOMPRESSED
-    return FileSystems.open(path, compression_type=compression)
+def open_stream(path: str, policy: ReadPolicy = ANYWHERE) -> BinaryIO:
+    """The file's decompressed byte stream: GZIP when it starts with the gzip magic, whatever its name. Local
+    files pass the checks every other trace file passes first (`files.open_guarded`: regular, inside INPUT
+    unless --follow-links); remote ones are opened through Beam's FileSystems."""
+    if not files.is_local(path):
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            head = f.read(2)
+        compression = CompressionTypes.GZIP if head == GZIP_MAGIC else CompressionTypes.UNCOMPRESSED
+        return FileSystems.open(path, compression_type=compression)
+    raw = files.open_guarded(path, policy=policy)
+    try:
+        head = raw.read(2)
+        raw.seek(0)
+    except BaseException:
+        raw.close()
+        raise
+    if head != GZIP_MAGIC:
+        return raw
+    return _ClosingGzip(raw)
+
+
+class _ClosingGzip(gzip.GzipFile):
+    """A GzipFile that closes the file it reads (GzipFile leaves a `fileobj` it was given open)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
+
+
+def refusal(path: str, exc: BaseException) -> DeadLetter | None:
+    """The dead letter of a file that could not be opened: the reason of a FileRefused (`not_regular`,
+    `outside_input`, `too_large`) or `unreadable` (missing, a symlink loop, no permission); None otherwise."""
+    name = display(path)
+    if isinstance(exc, files.FileRefused):
+        return DeadLetter(path, None, exc.reason, str(exc), name)
+    if isinstance(exc, OSError):
+        why = "a symlink loop" if exc.errno == errno.ELOOP else (exc.strerror or type(exc).__name__)
+        return DeadLetter(path, None, "unreadable", f"{name}: {why}: not read", name)
+    return None
 
 
 def classify(path: str, offset: int, data: bytes) -> RecordEpisode | AitwStep | DeadLetter:
@@ -61,11 +103,18 @@ def classify(path: str, offset: int, data: bytes) -> RecordEpisode | AitwStep | 
         return DeadLetter(path, None, "bad_record", f"{where}: {exc}", where)
 
 
-def read_file_records(path: str) -> Iterator[RecordEpisode | AitwStep | DeadLetter]:
-    """Every record of one TFRecord file, classified; never raises for bad content."""
+def read_file_records(path: str, policy: ReadPolicy = ANYWHERE) -> Iterator[RecordEpisode | AitwStep | DeadLetter]:
+    """Every record of one TFRecord file, classified; never raises for bad content. A file refused before
+    opening is one dead letter with the refusal's reason (`policy`: INPUT's roots and --follow-links)."""
     name = display(path)
     try:
-        with open_stream(path) as f:
+        stream = open_stream(path, policy)
+    except Exception as exc:  # noqa: BLE001 - every failure to open is a dead letter of the file
+        refused = refusal(path, exc)
+        yield refused or DeadLetter(path, None, "unreadable", f"{name}: {type(exc).__name__}: {exc}", name)
+        return
+    try:
+        with stream as f:
             for offset, data in tfrecord.iter_stream(f, name=name):
                 if isinstance(data, tfrecord.TFRecordError):
                     yield DeadLetter(path, None, "bad_record", str(data), f"{name}@{offset}")
@@ -73,7 +122,7 @@ def read_file_records(path: str) -> Iterator[RecordEpisode | AitwStep | DeadLett
                     yield classify(path, offset, data)
     except tfrecord.TFRecordError as exc:
         yield DeadLetter(path, None, "bad_record", f"{exc}; the rest of the file is not read", name)
-    except Exception as exc:  # unreadable file, corrupt gzip stream (zlib.error), ...
+    except Exception as exc:  # unreadable file, corrupt gzip stream (zlib.error, BadGzipFile), ...
         yield DeadLetter(path, None, "bad_record", f"{name}: {type(exc).__name__}: {exc}", name)
 
 
