@@ -36,6 +36,9 @@ class AitwStep:
     path: str
     offset: int
     data: bytes
+    #: A step whose bytes were refused when read (its raw screenshot): no data travels, only its dead letter,
+    #: which the episode carries so the step is not also reported missing.
+    refused: DeadLetter | None = None
 
 
 def open_stream(path: str, policy: ReadPolicy = ANYWHERE) -> BinaryIO:
@@ -86,7 +89,9 @@ def refusal(path: str, exc: BaseException) -> DeadLetter | None:
 
 
 def classify(path: str, offset: int, data: bytes) -> RecordEpisode | AitwStep | DeadLetter:
-    """What one record is; a DeadLetter (`bad_record`) when it is none of the supported Examples."""
+    """What one record is; a DeadLetter (`bad_record`) when it is none of the supported Examples, or an AITW
+    step whose raw screenshot cannot be kept (`too_large` beyond the pixel cap, `bad_screenshot` when its bytes
+    do not match its dimensions), told from the numbers before its bytes go anywhere."""
     where = display(f"{path}@{offset}")
     try:
         example = parse_example(data)
@@ -95,7 +100,12 @@ def classify(path: str, offset: int, data: bytes) -> RecordEpisode | AitwStep | 
             episode_id = str(scalar_int(example, "episode_id"))
             return RecordEpisode(android_control.LAYOUT, episode_id, path, ((path, offset, data),))
         if kind == "aitw":
-            episode_id, _ = aitw.step_ids(data)
+            episode_id, step_id = aitw.step_ids(data)
+            refused = aitw.refused_screenshot(example)
+            if refused is not None:  # not kept: its bytes would travel to the grouping for nothing
+                message = f"episode {display(episode_id)} step {step_id} ({where}): {refused}"
+                letter = DeadLetter(path, step_id, refused.reason, message, episode_id)
+                return AitwStep(episode_id, path, offset, b"", refused=letter)
             return AitwStep(episode_id, path, offset, data)
         keys = ", ".join(sorted(example.features.feature)[:8]) or "none"
         raise ExampleError(f"neither an AndroidControl episode nor an AITW step (features: {keys})")
@@ -157,8 +167,11 @@ def group_records(episode_id: str, items: Iterable[RecordEpisode | AitwStep]) ->
 
     Order of `items` does not matter (positions are sorted by file and offset), so every runner agrees."""
     recs: list[tuple[str, str, int, bytes]] = []
+    refused: list[DeadLetter] = []
     for item in items:
-        if isinstance(item, AitwStep):
+        if isinstance(item, AitwStep) and item.refused is not None:
+            refused.append(item.refused)
+        elif isinstance(item, AitwStep):
             recs.append((aitw.LAYOUT, item.path, item.offset, item.data))
         else:
             recs.extend((item.layout, path, offset, data) for path, offset, data in item.records)
@@ -175,6 +188,9 @@ def group_records(episode_id: str, items: Iterable[RecordEpisode | AitwStep]) ->
         else:
             kept.append(rec[3])
             unique.append(rec)
+    refused.sort(key=lambda d: (d.source_path, d.step or 0))
+    if not unique:  # every step of the episode was refused when read
+        return Grouped(None, tuple(refused), len(repeats))
     eid = display(episode_id)
     layouts = sorted({r[0] for r in unique})
     if len(layouts) > 1 or (layouts == [android_control.LAYOUT] and len(unique) > 1):
@@ -191,7 +207,7 @@ def group_records(episode_id: str, items: Iterable[RecordEpisode | AitwStep]) ->
             f"{_positions(repeats)}",
         )
     records = tuple((path, offset, data) for _, path, offset, data in unique)
-    episode = RecordEpisode(layouts[0], episode_id, records[0][0], records, notes=notes)
+    episode = RecordEpisode(layouts[0], episode_id, records[0][0], records, tuple(refused), notes=notes)
     return Grouped(episode, (), len(repeats))
 
 

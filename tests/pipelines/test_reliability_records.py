@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.protowire import varint
 from pipelines.traces.files import ReadPolicy
 from pipelines.traces.records import AitwStep, read_file_records
 from tests.conftest import FIXTURES
-from tests.pipelines.record_writers import frame, write_tfrecord
+from tests.pipelines.record_writers import example, feature_bytes, feature_ints, frame, write_tfrecord
 from tests.pipelines.test_aitw import step
 from tests.pipelines.test_reliability_inputs import convert_capped
 
@@ -129,3 +130,69 @@ def test_droidbot_layout_files_that_are_fifos_or_devices_say_not_regular(tmp_pat
     assert dead[events[2].name][0] == "outside_input"
     convert_capped(tmp_path / "in", tmp_path / "followed", "--follow-links")
     assert dead_by_name(tmp_path / "followed")[events[2].name][0] == "not_regular"
+
+
+# ---- memory bounded by what is kept: every count, length and size checked before anything is allocated ----
+
+
+def raw_step(episode: str, step_id: int, length: int, width: int, height: int, channels: int, image: bytes) -> bytes:
+    return example({
+        "episode_id": feature_bytes(episode.encode()), "step_id": feature_ints(step_id),
+        "episode_length": feature_ints(length), "image/encoded": feature_bytes(image),
+        "image/height": feature_ints(height), "image/width": feature_ints(width),
+        "image/channels": feature_ints(channels), "results/action_type": feature_ints(10),
+    })  # fmt: skip
+
+
+def forest_bytes(nodes: list[bytes]) -> bytes:
+    """A serialized AndroidAccessibilityForest of one window holding `nodes` (serialized nodes), by hand."""
+    tree = b"".join(b"\x0a" + varint(len(n)) + n for n in nodes)
+    window = b"\x5a" + varint(len(tree)) + tree  # field 11 (tree)
+    return b"\x0a" + varint(len(window)) + window  # field 1 (windows)
+
+
+def node_bytes(unique_id: int, children: bytes = b"") -> bytes:
+    out = b"\x08" + varint(unique_id)
+    if children:
+        out += b"\xca\x01" + varint(len(children)) + children  # field 25 (child_ids), packed
+    return out
+
+
+def test_counts_and_sizes_claimed_by_records_are_checked_before_allocating(tmp_path: Path) -> None:
+    inp = tmp_path / "in"
+    inp.mkdir()
+    tiny = b"\x00" * 12  # 2x2 RGB
+    write_tfrecord(inp / "length.tfrecord.gz", [raw_step("len12", 0, 10**12, 2, 2, 3, tiny),
+                                                raw_step("len7", 0, 2 * 10**7, 2, 2, 3, tiny)])  # fmt: skip
+    write_tfrecord(inp / "ids.tfrecord.gz", [raw_step("ids", 2**62, 1, 2, 2, 3, tiny),
+                                             raw_step("ids", -5, 1, 2, 2, 3, tiny)])  # fmt: skip
+    big = b"\x00" * (60 << 20)  # 60 MB of pixels in a 60 KB gzip
+    write_tfrecord(inp / "pixels.tfrecord.gz", [raw_step("huge", 0, 1, 10000, 5000, 4, big),
+                                                raw_step("liar", 0, 1, 100, 100, 3, big)])  # fmt: skip
+    del big
+    png = (FIXTURES / "rico" / "336.jpg").read_bytes()
+    repeated = forest_bytes([node_bytes(1, b"\x02" * (40 << 20)), node_bytes(2)])  # child 2 listed 40 M times
+    empties = forest_bytes([b""] * 3_000_000)  # 6 MB on the wire, ~1 GB once parsed
+    write_tfrecord(inp / "forests.tfrecord.gz", [
+        example({"episode_id": feature_ints(7), "accessibility_trees": feature_bytes(repeated),
+                 "screenshots": feature_bytes(png)}),
+        example({"episode_id": feature_ints(8), "accessibility_trees": feature_bytes(empties),
+                 "screenshots": feature_bytes(png)}),
+    ])  # fmt: skip
+    del repeated, empties
+    summary = convert_capped(inp, tmp_path / "out", address_space=3 << 30)
+    letters = [json.loads(line) for line in (tmp_path / "out" / "dead_letters.jsonl").read_text().splitlines()]
+    by_episode = {}
+    for d in letters:
+        by_episode.setdefault(d["episode_id"], []).append((d["reason"], d["exception"]))
+    # a claimed length is not a list to build: the step converts, the claim is named in a warning
+    assert summary["episodes"] == 2 and "len12" not in by_episode and "len7" not in by_episode
+    out_of_range = [d["reason"] for d in letters if "step_id" in d["exception"] and "out of range" in d["exception"]]
+    assert out_of_range == ["bad_record", "bad_record"]
+    (huge,) = by_episode["huge"]
+    assert huge[0] == "too_large" and "10000x5000" in huge[1]
+    (liar,) = by_episode["liar"]
+    assert liar[0] == "bad_screenshot" and "100x100x3 needs 30000" in liar[1]
+    assert by_episode["7"][0][0] == "too_large" and "child links" in by_episode["7"][0][1]
+    assert by_episode["8"][0][0] == "too_large"
+    assert not any(d["reason"] == "internal_error" for d in letters)
