@@ -62,10 +62,15 @@ def write_pending(folder: Path, episode: study_pb2.Episode, name: str = layout.P
     path = folder / name
     body = {"pid": os.getpid(), "episode": json_format.MessageToDict(episode)}
     tmp = path.with_suffix(".json.partial")
-    with tmp.open("w", encoding="utf-8") as f:
-        json.dump(body, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            json.dump(body, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        if exc.filename is None:  # a buffered write or flush names no file: say which one (full disk)
+            raise OSError(exc.errno, exc.strerror, str(tmp)) from exc
+        raise
     os.replace(tmp, path)
     return path
 
