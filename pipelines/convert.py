@@ -408,7 +408,7 @@ class ConvertUiTraces(beam.PTransform):
         records = (
             sources
             | "OnlyRecordFiles" >> beam.Filter(lambda s: s.layout == RECORD_FILE)
-            | "ReadRecordInputs" >> ReadRecordInputs(NAMESPACE, self.policy)
+            | "ReadRecordInputs" >> ReadRecordInputs(NAMESPACE, self.policy, self.temp_dir)
         )
         slots = (
             pbegin

@@ -196,3 +196,28 @@ def test_counts_and_sizes_claimed_by_records_are_checked_before_allocating(tmp_p
     assert by_episode["7"][0][0] == "too_large" and "child links" in by_episode["7"][0][1]
     assert by_episode["8"][0][0] == "too_large"
     assert not any(d["reason"] == "internal_error" for d in letters)
+
+
+def test_a_gzip_of_large_records_is_converted_record_by_record_not_all_at_once(tmp_path: Path) -> None:
+    """8 AndroidControl records of 120 MB each (each under the 256 MiB record limit) in a 4 MB gzip: the runner
+    used to keep every record's bytes until the grouping (12 x 200 MB: 11.3 GB RSS; under a cap all became one
+    MemoryError). Their bytes now wait in a spill file of the temporary folder: under 3 GiB of address space
+    each record is judged alone (its 120 MB screenshot is too large) and nothing is left in OUTPUT."""
+    import zlib
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    comp = zlib.compressobj(1, zlib.DEFLATED, 31)
+    with open(inp / "large.tfrecord.gz", "wb") as f:
+        for i in range(8):
+            record = example({"episode_id": feature_ints(500 + i), "accessibility_trees": feature_bytes(b""),
+                              "screenshots": feature_bytes(b"\0" * (120 << 20))})  # fmt: skip
+            f.write(comp.compress(frame(record)))
+            del record
+        f.write(comp.flush())
+    assert (inp / "large.tfrecord.gz").stat().st_size < 8 << 20
+    summary = convert_capped(inp, tmp_path / "out", address_space=3 << 30)
+    assert summary["dead_letters_by_reason"]["too_large"] == 8, summary["dead_letters_by_reason"]
+    assert set(summary["dead_letters_by_reason"]) == {"too_large", "no_steps"}
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "dead_letters.jsonl", "episodes-00000-of-00001.tfrecord", "summary.json"]  # no spill file left
