@@ -25,6 +25,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Headers the checks read: a request carrying one twice is refused (servers and frameworks disagree on which
+# copy counts).
+_SINGLE = (b"host", b"origin", b"sec-fetch-site", b"content-length")
 # The annotator's own routes take small JSON bodies (routes_common.MAX_BODY) and WebSocket messages
 # (live.routes.MAX_MESSAGE); Streamlit's file upload checks its own size (server.maxUploadSize); anything else
 # Streamlit serves takes no body worth more than this.
@@ -109,8 +112,11 @@ class OriginGuard:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
+        raw = scope.get("headers") or []
+        headers = dict(raw)
         why = self._refusal(scope, headers)
+        if why is None and any(sum(k == name for k, _ in raw) > 1 for name in _SINGLE):
+            why = "repeated Host, Origin, Sec-Fetch-Site or Content-Length header"  # which one would count?
         path = scope.get("path", "")
         if scope["type"] == "websocket":
             if why is not None:  # closing before accepting answers the handshake with 403

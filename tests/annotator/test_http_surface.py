@@ -190,6 +190,17 @@ def test_loopback_authorities_are_served(world, host):
     assert reply.status_code == 200
 
 
+def test_repeated_checked_headers_are_refused(world):
+    client, env = world
+    target = url(env.episodes[0], "tags")
+    for name, values in (("host", ("evil.example", "127.0.0.1:8501")), ("origin", ("http://evil.example", ORIGIN)),
+                         ("sec-fetch-site", ("cross-site", "same-origin"))):  # fmt: skip
+        headers = [(k, v) for k, v in json_headers().items() if k.lower() != name] + [(name, v) for v in values]
+        reply = client.post(target, content=json.dumps(TAG), headers=headers)
+        assert reply.status_code == 403, (name, reply.status_code)
+    assert "cross-site" not in episode_tags(env)
+
+
 def test_unknown_api_paths_are_json_404(world):
     client, _ = world
     for method in ("GET", "POST", "DELETE"):
@@ -303,14 +314,16 @@ def test_a_real_server_refuses_a_huge_websocket_message_unbuffered(server):
 
     process, port = server
     before = _rss_mb(process.pid)
-    closed_with = None
+    closed, closed_with = False, None
     with connect(f"ws://127.0.0.1:{port}/api/record/ws", origin=f"http://127.0.0.1:{port}", max_size=None) as ws:
         try:
             ws.send("x" * (100 << 20))
             ws.recv(timeout=30)
         except ConnectionClosed as exc:
-            closed_with = exc.rcvd.code if exc.rcvd else None
-    assert closed_with == 1009  # message too big: refused from its frame header
+            closed, closed_with = True, exc.rcvd.code if exc.rcvd else None
+    # message too big: refused from its frame header (1009; the close frame may be lost when the server drops
+    # the connection while the client is still sending: then none was received)
+    assert closed and closed_with in (1009, None)
     time.sleep(1)
     grown = _rss_mb(process.pid) - before
     assert grown < 30, f"the server grew by {grown:.0f} MB for a refused WebSocket message"
