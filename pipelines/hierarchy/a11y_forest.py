@@ -150,6 +150,12 @@ def parse_text(
         raise HierarchyError("malformed", f"forest text format is not UTF-8 ({exc})") from None
     if not text.strip():
         raise HierarchyError("empty", "the accessibility forest text is empty")
+    # Upper bounds of what the parser would build, counted before it does: every node is written `nodes`, every
+    # child link `child_ids` (the words may also occur inside strings: the counts only overestimate).
+    nodes, links = data.count(b"nodes"), data.count(b"child_ids")
+    if nodes > MAX_OBJECTS or links > MAX_LINKS:
+        raise HierarchyError("too_large", f"the forest text names {nodes} nodes and {links} child links; at most "
+                             f"{MAX_OBJECTS} and {MAX_LINKS} are read")  # fmt: skip
     forest = Forest()
     try:
         text_format.Parse(text, forest)

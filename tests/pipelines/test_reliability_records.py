@@ -20,7 +20,7 @@ from pipelines.traces.records import AitwStep, read_file_records
 from tests.conftest import FIXTURES
 from tests.pipelines.record_writers import example, feature_bytes, feature_ints, frame, write_tfrecord
 from tests.pipelines.test_aitw import step
-from tests.pipelines.test_reliability_inputs import convert_capped
+from tests.pipelines.test_reliability_inputs import convert_capped, run_capped
 
 
 def aitw_episode(episode: str, screens=("336", "3360")) -> list[bytes]:
@@ -221,3 +221,33 @@ def test_a_gzip_of_large_records_is_converted_record_by_record_not_all_at_once(t
     assert set(summary["dead_letters_by_reason"]) == {"too_large", "no_steps"}
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "dead_letters.jsonl", "episodes-00000-of-00001.tfrecord", "summary.json"]  # no spill file left
+
+
+def test_forest_bombs_are_refused_before_the_protobuf_parser_builds_them() -> None:
+    """Empty nodes cost 2 bytes on the wire (7 in text) and hundreds once parsed; a packed child list 1 byte
+    per id and 8 once parsed: counted first, under 1 GiB of address space (the old parse took 2.1 GB)."""
+    done = run_capped(
+        """
+        import json
+        from pipelines.hierarchy import HierarchyError, parse
+        from tests.pipelines.test_reliability_records import forest_bytes, node_bytes
+        bombs = {
+            "a11y_forest": [forest_bytes([b""] * 3_000_000),
+                            forest_bytes([node_bytes(1, b"\\x02" * (40 << 20)), node_bytes(2)])],
+            "a11y_forest_text": [b"windows { tree { " + b"nodes{}" * 9_000_000 + b" } }",
+                                 b"windows { tree { nodes { unique_id: 1 " + b"child_ids: 2 " * 4_000_000 + b"} } }"],
+        }
+        out = []
+        for fmt, datas in bombs.items():
+            for data in datas:
+                try:
+                    parse(data, fmt=fmt)
+                    out.append("parsed")
+                except HierarchyError as exc:
+                    out.append(exc.reason)
+        print(json.dumps(out))
+        """,
+        address_space=1 << 30,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["too_large"] * 4
