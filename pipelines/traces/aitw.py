@@ -20,6 +20,7 @@ from PIL import Image
 
 from pipelines.hierarchy import HierarchyError
 from pipelines.hierarchy.screenshot import MAX_SCREENSHOT_PIXELS, sniff_format
+from pipelines.traces import examples
 from pipelines.traces.examples import (
     ExampleError,
     any_text,
@@ -46,7 +47,9 @@ ACTION_TYPES = {3: "type", 4: "dual_point", 5: "back", 6: "home", 7: "enter", 10
 MAX_PIXELS = MAX_SCREENSHOT_PIXELS
 #: Largest step id and `episode_length` believed (AITW episodes are tens of steps): a record's claim is checked
 #: before anything is allocated from it (a length of 10**12 must not become a list of missing steps).
-MAX_STEPS = 100_000
+MAX_STEPS = examples.MAX_STEPS
+#: Most annotations of one step (positions hold 4 floats each), counted before they are built.
+MAX_ANNOTATIONS = 100_000
 
 
 def step_ids(data: bytes) -> tuple[str, int]:
@@ -156,6 +159,8 @@ def action_of(example, warnings: list[str]) -> RawAction | None:
 
 def annotations_json(example, width: int, height: int, warnings: list[str]) -> bytes:
     """The step's annotations as the JSON document `pipelines.hierarchy.aitw` parses."""
+    examples.check_counts(example, ("image/ui_annotations_text", "image/ui_annotations_ui_types"), MAX_ANNOTATIONS)
+    examples.check_counts(example, ("image/ui_annotations_positions",), 4 * MAX_ANNOTATIONS)
     positions = float_values(example, "image/ui_annotations_positions")
     texts = byte_values(example, "image/ui_annotations_text")
     types = byte_values(example, "image/ui_annotations_ui_types")

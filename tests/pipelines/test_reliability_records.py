@@ -180,6 +180,11 @@ def test_counts_and_sizes_claimed_by_records_are_checked_before_allocating(tmp_p
                  "screenshots": feature_bytes(png)}),
     ])  # fmt: skip
     del repeated, empties
+    many = b"\x0a" + varint(2 * 5_000_000) + b"\x0a\x00" * 5_000_000  # 5 M empty values in 10 MB
+    write_tfrecord(inp / "many.tfrecord.gz", [
+        example({"episode_id": feature_ints(9), "accessibility_trees": many, "screenshots": many}),
+    ])  # fmt: skip
+    del many
     summary = convert_capped(inp, tmp_path / "out", address_space=3 << 30)
     letters = [json.loads(line) for line in (tmp_path / "out" / "dead_letters.jsonl").read_text().splitlines()]
     by_episode = {}
@@ -195,6 +200,9 @@ def test_counts_and_sizes_claimed_by_records_are_checked_before_allocating(tmp_p
     assert liar[0] == "bad_screenshot" and "100x100x3 needs 30000" in liar[1]
     assert by_episode["7"][0][0] == "too_large" and "child links" in by_episode["7"][0][1]
     assert by_episode["8"][0][0] == "too_large"
+    # 5 M observations without a screenshot were 5 M dead letters (2.4 GB to build them): one, naming the count
+    (many_steps,) = by_episode["9"]
+    assert many_steps[0] == "bad_record" and "5000000 values" in many_steps[1]
     assert not any(d["reason"] == "internal_error" for d in letters)
 
 
