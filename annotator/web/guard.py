@@ -119,8 +119,11 @@ class OriginGuard:
             why = "repeated Host, Origin, Sec-Fetch-Site or Content-Length header"  # which one would count?
         path = scope.get("path", "")
         if scope["type"] == "websocket":
-            if why is not None:  # closing before accepting answers the handshake with 403
-                await send({"type": "websocket.close", "code": 1008})
+            if why is not None:
+                if "websocket.http.response" in (scope.get("extensions") or {}):  # a 403 with the CSP, like HTTP
+                    await _plain(send, 403, why, prefix="websocket.http.response")
+                else:  # closing before accepting answers the handshake with a bare 403
+                    await send({"type": "websocket.close", "code": 1008})
                 return
             if path.startswith(API_PREFIX):
                 limit_websocket_messages(receive, API_MAX_MESSAGE)
@@ -164,11 +167,11 @@ def _body_limit(path: str) -> int | None:
     return OTHER_MAX_BODY
 
 
-async def _plain(send: Send, status: int, text: str) -> None:
+async def _plain(send: Send, status: int, text: str, prefix: str = "http.response") -> None:
     headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store"),
                (b"connection", b"close"), *SECURITY_HEADERS]  # fmt: skip
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": text.encode()})
+    await send({"type": f"{prefix}.start", "status": status, "headers": headers})
+    await send({"type": f"{prefix}.body", "body": text.encode()})
 
 
 async def _read_at_most(receive: Receive, limit: int) -> bytes | None:

@@ -217,9 +217,11 @@ def test_websockets_check_sec_fetch_site_like_origin(world):
         assert ws.receive_text() == "hi"
     for headers in ({"Origin": ORIGIN, "Sec-Fetch-Site": "cross-site"}, {"Origin": "null"},
                     {"Origin": "http://127.0.0.1:8501@evil.example"}, {"Sec-Fetch-Site": "same-site"}):  # fmt: skip
-        with pytest.raises(WebSocketDisconnect):
+        with pytest.raises(WebSocketDisconnect) as refused:
             with client.websocket_connect("/api/echo", headers={**headers, "Host": "127.0.0.1:8501"}):
                 pass
+        assert refused.value.status_code == 403  # a denial response, with the CSP like every refusal
+        assert refused.value.headers["content-security-policy"] == guard.CSP
 
 
 def test_parse_authority_reads_back_exactly():
@@ -327,3 +329,27 @@ def test_a_real_server_refuses_a_huge_websocket_message_unbuffered(server):
     time.sleep(1)
     grown = _rss_mb(process.pid) - before
     assert grown < 30, f"the server grew by {grown:.0f} MB for a refused WebSocket message"
+
+
+def test_a_real_server_refuses_foreign_websockets_and_hosts_with_the_csp(server):
+    _, port = server
+    for head in (
+        f"GET /api/record/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://evil.example\r\n"
+        "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        f"GET /_stcore/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}@evil.example\r\n"
+        "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        f"GET / HTTP/1.1\r\nHost: [::1]evil.example:{port}\r\n\r\n",
+    ):
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(head.encode())
+            reply = b""
+            while b"\r\n\r\n" not in reply:
+                data = sock.recv(4096)
+                if not data:
+                    break
+                reply += data
+        status, _, headers = reply.partition(b"\r\n")
+        assert b" 403 " in status, reply[:300]
+        assert b"content-security-policy: default-src 'self'" in headers.lower(), reply[:600]
