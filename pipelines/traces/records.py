@@ -82,17 +82,26 @@ class Spill:
 
     def __init__(self, folder: str) -> None:
         self.path = files.join(folder, f"records-{uuid.uuid4().hex}.spill")
-        self._out = FileSystems.create(self.path)
+        self._out = self._io(FileSystems.create, self.path)
         self._offset = 0
 
     def add(self, data: bytes) -> Spilled:
         ref = Spilled(self.path, self._offset, len(data), hashlib.sha256(data).digest())
-        self._out.write(data)
+        self._io(self._out.write, data)
         self._offset += len(data)
         return ref
 
     def close(self) -> None:
-        self._out.close()
+        self._io(self._out.close)
+
+    def _io(self, fn, *args):
+        """`fn(*args)`, an OSError without a file name (a full disk) re-raised naming the spill file."""
+        try:
+            return fn(*args)
+        except OSError as exc:
+            if exc.errno is None or exc.filename:
+                raise
+            raise OSError(exc.errno, exc.strerror or str(exc), files.display(self.path)) from exc
 
 
 def spilled(item: RecordEpisode | AitwStep, spill: Spill) -> RecordEpisode | AitwStep:

@@ -308,3 +308,20 @@ def test_annotate_on_a_full_or_read_only_disk_says_so_before_starting(capsys, tm
         assert main(["annotate", "--data", str(data), "--port", "0"]) == 1
         line = one_error_line(capsys, "annotate")
         assert line.endswith(f"{data}: Read-only file system (EROFS, errno 30)")
+
+
+def test_convert_ui_of_records_on_a_full_disk_names_the_spill_file(capsys, tmp_path: Path) -> None:
+    """Record bytes wait in a spill file of OUTPUT's temporary folder: a disk too small for them is one line
+    naming that file, and nothing is left in OUTPUT."""
+    from tests.pipelines.record_writers import example, feature_bytes, feature_ints, write_tfrecord
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    records = [example({"episode_id": feature_ints(i), "accessibility_trees": feature_bytes(b""),
+                        "screenshots": feature_bytes(b"\0" * (5 << 20))}) for i in range(2)]  # fmt: skip
+    write_tfrecord(inp / "ac.tfrecord.gz", records)
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        assert main(["convert-ui", str(inp), str(disk / "out"), "--quiet"]) == 1
+        line = one_error_line(capsys, "convert-ui")
+        assert ".spill: No space left on device (ENOSPC, errno 28)" in line and f"{disk / 'out'}/" in line
+        assert list((disk / "out").iterdir()) == []
