@@ -391,7 +391,7 @@ class ConvertUiTraces(beam.PTransform):
         records = (
             sources
             | "OnlyRecordFiles" >> beam.Filter(lambda s: s.layout == RECORD_FILE)
-            | "ReadRecordInputs" >> ReadRecordInputs(NAMESPACE)
+            | "ReadRecordInputs" >> ReadRecordInputs(NAMESPACE, self.policy, self.temp_dir)
         )
         slots = (
             pbegin

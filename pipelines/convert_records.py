@@ -8,8 +8,9 @@
 The RecordEpisodes then join the file-based episode sources in convert's shard grouping. The GroupByKey serves
 both formats: AITW's 5.7 million step records are spread over files in no particular order, and an
 AndroidControl episode id may turn up in two files (a shard given twice, two releases merged); grouping on the
-runner scales across workers and sees every record of an id at once. Step bytes travel with the records
-(nothing is re-read). The duplicate rule (`traces.records.group_records`, schemas/layouts.md "Duplicate
+runner scales across workers and sees every record of an id at once. Record bytes go to a spill file in the
+conversion's temporary folder as they are read, and only references travel (`traces.records.Spill`), so the
+runner keeps references, not every record of the input; they are read back where the episode is converted. The duplicate rule (`traces.records.group_records`, schemas/layouts.md "Duplicate
 records"): byte-identical repeats are read once and counted (`duplicate_records_collapsed`); differing
 records claiming one episode id are all `duplicate_episode` dead letters.
 """
@@ -24,8 +25,9 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
 from pipelines import storage
+from pipelines.traces.files import ANYWHERE, ReadPolicy
 from pipelines.traces.model import DeadLetter, EpisodeSource, RecordEpisode
-from pipelines.traces.records import AitwStep, group_records, read_file_records
+from pipelines.traces.records import AitwStep, Spill, group_records, read_file_records, spilled
 
 DEAD = "dead_letters"
 AITW = "aitw_steps"
@@ -33,22 +35,35 @@ COLLAPSED = "collapsed_records"
 
 
 class ReadRecordFiles(storage.FileSystemsDoFn, beam.DoFn):
-    """A tfrecord_file source -> RecordEpisodes (main), AitwSteps and DeadLetters (tagged)."""
+    """A tfrecord_file source -> RecordEpisodes (main), AitwSteps and DeadLetters (tagged). Files are opened
+    under INPUT's read policy, like every other trace file (`traces.records.open_stream`)."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, policy: ReadPolicy = ANYWHERE, spill_dir: str | None = None) -> None:
         self.namespace = namespace
+        self.policy = policy
+        self.spill_dir = spill_dir
 
     def process(self, source: EpisodeSource) -> Iterator:
-        for item in read_file_records(source.source_path):
-            if isinstance(item, DeadLetter):
-                Metrics.counter(self.namespace, f"dead_letter_{item.reason}").inc()
-                yield pvalue.TaggedOutput(DEAD, item)
-            elif isinstance(item, AitwStep):
-                Metrics.counter(self.namespace, "aitw_step_records").inc()
-                yield pvalue.TaggedOutput(AITW, item)
-            else:
-                Metrics.counter(self.namespace, "android_control_records").inc()
-                yield item
+        # With a spill folder (convert-ui: its temporary folder) the records' bytes go to a spill file and only
+        # references travel on: the runner then keeps references, not every record of the input at once.
+        spill = Spill(self.spill_dir) if self.spill_dir else None
+        try:
+            for item in read_file_records(source.source_path, self.policy):
+                if isinstance(item, DeadLetter):
+                    Metrics.counter(self.namespace, f"dead_letter_{item.reason}").inc()
+                    yield pvalue.TaggedOutput(DEAD, item)
+                    continue
+                if spill is not None:
+                    item = spilled(item, spill)
+                if isinstance(item, AitwStep):
+                    Metrics.counter(self.namespace, "aitw_step_records").inc()
+                    yield pvalue.TaggedOutput(AITW, item)
+                else:
+                    Metrics.counter(self.namespace, "android_control_records").inc()
+                    yield item
+        finally:
+            if spill is not None:
+                spill.close()
 
 
 class GroupRecords(storage.FileSystemsDoFn, beam.DoFn):
@@ -104,14 +119,16 @@ class ReadRecordInputs(beam.PTransform):
     """PCollection[EpisodeSource of tfrecord files] -> {"episodes": RecordEpisode, "dead_letters": DeadLetter,
     "reports": DiscoveryReport} (one report: the number of distinct episode ids found in the records)."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, policy: ReadPolicy = ANYWHERE, spill_dir: str | None = None) -> None:
         super().__init__()
         self.namespace = namespace
+        self.policy = policy
+        self.spill_dir = spill_dir
 
     def expand(self, record_files):
         from pipelines.convert import DiscoveryReport, OnlyType  # convert imports this module
 
-        read = record_files | "ReadRecordFiles" >> beam.ParDo(ReadRecordFiles(self.namespace)).with_outputs(
+        read = record_files | "ReadRecordFiles" >> beam.ParDo(ReadRecordFiles(self.namespace, self.policy, self.spill_dir)).with_outputs(
             DEAD, AITW, main="episodes"
         )
         grouped = (

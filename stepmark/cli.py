@@ -15,6 +15,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from pipelines.errors import StepmarkError
 
@@ -67,10 +68,15 @@ _DISK_ERRNOS = {os.strerror(n): n for n in (errno.ENOSPC, errno.EROFS, errno.EDQ
 _STRERROR_TEXT = re.compile(rf"(\S+); ({'|'.join(map(re.escape, _DISK_ERRNOS))})")
 
 
-def io_error_line(exc: BaseException) -> str | None:
+# SQLite's primary result codes for a full, read-only or failing disk -> the errno they stand for.
+_SQLITE_ERRNOS = {13: errno.ENOSPC, 8: errno.EROFS, 10: errno.EIO}  # SQLITE_FULL, SQLITE_READONLY, SQLITE_IOERR
+
+
+def io_error_line(exc: BaseException, database: str | None = None) -> str | None:
     """One line naming the path and the errno of the operating-system error behind `exc` (a full or read-only
     disk, a missing permission), looked for in its chain and in a Beam runner's re-raised message; None when
-    `exc` is not one. The traceback and the records a runner quotes are left out."""
+    `exc` is not one. The traceback and the records a runner quotes are left out. SQLite reports a full or
+    read-only disk without a path or errno (`database or disk is full`): the line names `database`."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [exc]
     while todo:
@@ -80,7 +86,13 @@ def io_error_line(exc: BaseException) -> str | None:
         seen.add(id(e))
         if isinstance(e, OSError) and e.errno is not None:
             return _errno_line(e.errno, e.strerror or "", e.filename)
-        todo += [e.__cause__, e.__context__]
+        code = getattr(e, "sqlite_errorcode", None)
+        if isinstance(code, int) and code & 0xFF in _SQLITE_ERRNOS:
+            number = _SQLITE_ERRNOS[code & 0xFF]
+            if number == errno.EIO and database and _disk_full(database):  # a WAL file that could not grow
+                number = errno.ENOSPC
+            return _errno_line(number, f"{os.strerror(number)} (SQLite: {str(e)[:80]})", database)
+        todo += [e.__cause__, e.__context__, getattr(e, "orig", None)]
     text = str(exc)
     found = _ERRNO_TEXT.search(text)
     if found is not None:
@@ -89,6 +101,39 @@ def io_error_line(exc: BaseException) -> str | None:
     if found is not None:
         return _errno_line(_DISK_ERRNOS[found.group(2)], found.group(2), found.group(1))
     return None
+
+
+def _disk_full(database: str) -> bool:
+    try:
+        st = os.statvfs(Path(database).parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024
+
+
+def _errno_suffix(exc: BaseException, database: str | None = None) -> str:
+    """` (ENOSPC, errno 28)` when an operating-system or SQLite disk error caused `exc` and its message does
+    not say so already (a store that could not be opened on a full disk words it as SQLite does)."""
+    cause = exc.__cause__ or exc.__context__
+    line = io_error_line(cause, database) if cause is not None else None
+    if line is None or "errno" in str(exc):
+        return ""
+    return line[line.rindex(" (") :]
+
+
+def _database_of(args: argparse.Namespace) -> str | None:
+    """What the command's store is, for an error line: the SQLite file under --data, or --store's URL without
+    its password."""
+    store = getattr(args, "store", None)
+    if store:
+        from sqlalchemy.engine import make_url
+
+        try:
+            return make_url(store).render_as_string(hide_password=True)
+        except Exception:  # noqa: BLE001 - only for a message
+            return "the --store database"
+    data = getattr(args, "data", None)
+    return str(Path(data) / "stepmark.db") if data else None
 
 
 def _errno_line(number: int, strerror: str, filename: object) -> str:
@@ -145,16 +190,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except StepmarkError as exc:
-        print(f"stepmark {args.command}: error: {exc}", file=sys.stderr)
+        print(f"stepmark {args.command}: error: {exc}{_errno_suffix(exc, _database_of(args))}", file=sys.stderr)
         return 2
     except Exception as exc:
-        line = io_error_line(exc)
+        line = io_error_line(exc, database=_database_of(args))
         if line is None:
             raise
         # Some writers (TensorFlow's) raise without a file name: the command's own output names the place.
         target = getattr(args, "out", None) or getattr(args, "output", None)
         if target and str(target) not in line:
             line += f" (while writing {target})"
+        elif not target and ": " not in line.split(" (", 1)[0] and getattr(args, "data", None):
+            line += f" (under --data {args.data})"  # no file named: at least the folder the command writes
         print(f"stepmark {args.command}: error: {line}", file=sys.stderr)
         return 1
     return int(code or 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from pipelines.errors import StepmarkError
@@ -24,11 +25,33 @@ def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse
     p.set_defaults(func=annotate, user_defaults_to_login=False)
 
 
+def check_writable(data_dir: Path, store: str | None) -> None:
+    """A full or read-only disk is said here, in one line naming the folder and the errno, not as a traceback
+    in the server's log at the first tag: a small file is written and removed in DATA, and the store opened."""
+    probe = data_dir / f".stepmark-write-check-{os.getpid()}"
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"\0" * 65536)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(data_dir)) from exc
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+    from pipelines.store import open_store
+
+    open_store(store, data_dir).close()
+
+
 def annotate(args: argparse.Namespace) -> int:
     from annotator import launch
 
     data_dir = Path(args.data).expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    check_writable(data_dir, args.store)
     if not 0 <= args.port <= 65535:
         raise StepmarkError(f"--port {args.port} is not a TCP port")
     login_config = None

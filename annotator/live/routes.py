@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from annotator.live.session import QUALITIES, Command, InputError, LiveSession, parse_command
-from annotator.web import context
+from annotator.web import context, routes_common
 
 PATH = "/api/record/ws"
 # Live recordings at once on one server (each has a thread, an environment, a writer process).
@@ -114,11 +114,20 @@ class Outbox:
                 await self._ws.send_bytes(data)
 
 
+def parse_message(text: str) -> dict[str, Any]:
+    """A browser message as a JSON object, parsed as strictly as the HTTP routes' bodies (no NaN/Infinity,
+    no lone surrogate, bounded nesting: `routes_common.parse_json`); InputError otherwise."""
+    try:
+        return routes_common.parse_json(text.encode("utf-8", "surrogatepass"))
+    except routes_common.RequestError as exc:
+        raise InputError(str(exc).replace("request body", "message")) from None
+
+
 def _hello(text: str) -> tuple[context.Claims, dict[str, Any]]:
     try:
-        hello = json.loads(text)
-    except ValueError as exc:
-        raise InputError("the first message must be JSON (hello)") from exc
+        hello = parse_message(text)
+    except InputError as exc:
+        raise InputError(f"the first message must be a JSON object (hello): {exc}") from exc
     if not isinstance(hello, dict) or hello.get("t") != "hello":
         raise InputError("the first message must be hello")
     claims = context.verify(hello.get("token"))
@@ -212,9 +221,7 @@ async def _receive(websocket: WebSocket, session: LiveSession, outbox: Outbox) -
         try:
             if text is None or len(text) > MAX_MESSAGE:
                 raise InputError("messages are JSON text of at most 16 KB")
-            data = json.loads(text)
-            if not isinstance(data, dict):
-                raise InputError("a message is a JSON object")
+            data = parse_message(text)
             if data.get("t") == "ack":
                 outbox.ack()
                 continue
@@ -242,6 +249,8 @@ def recover_at_start() -> None:
         return
     for episode in report.registered:
         print(f"stepmark: recovered episode {episode.id} ({episode.num_steps} steps) as ABANDONED", file=sys.stderr)
+    for folder in report.deleted:
+        print(f"stepmark: removed {folder}: a recording killed before its first step", file=sys.stderr)
     for folder, why in report.skipped:
         print(f"stepmark: left {folder}: {why}", file=sys.stderr)
 

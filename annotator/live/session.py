@@ -120,13 +120,19 @@ def parse_command(message: dict[str, Any]) -> Command:
     if kind == "save":
         return Command(kind, value=(bool(message.get("accept")), bool(message.get("completed", True))))
     if kind == "fps":
-        return Command(kind, value=float(message.get("fps") or 0))
+        fps = message.get("fps")
+        if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps <= 120:
+            raise InputError("fps must be a number in (0, 120]")
+        return Command(kind, value=float(fps))
     if kind == "quality":
         if message.get("quality") not in QUALITIES:
             raise InputError(f"unknown quality {str(message.get('quality'))[:20]!r}")
         return Command(kind, value=message["quality"])
     if kind == "camera":
-        return Command(kind, value=int(message.get("index") or 0))
+        index = message.get("index") or 0
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 64:
+            raise InputError("camera must be a small index")
+        return Command(kind, value=index)
     raise InputError(f"unknown message type {str(kind)[:20]!r}")
 
 

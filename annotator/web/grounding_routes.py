@@ -284,7 +284,7 @@ def routes(settings: context.Settings | None = None) -> list[BaseRoute]:
         Route(PREFIX + "/labels", guarded(_labels, where), methods=["GET"]),
         Route(step, guarded(_get_step, where), methods=["GET"]),
         Route(step, with_body(_add, where), methods=["POST"]),
-        Route(step + "/annotations/{annotation}", guarded(_remove, where), methods=["DELETE"]),
+        Route(step + "/annotations/{annotation}", with_body(_remove, where), methods=["DELETE"]),
         Route(step + "/annotations/{annotation}/remove", with_body(_remove, where), methods=["POST"]),
         Route(PREFIX + "/undo", with_body(_undo_or_redo(redo=False), where), methods=["POST"]),
         Route(PREFIX + "/redo", with_body(_undo_or_redo(redo=True), where), methods=["POST"]),

@@ -1,7 +1,8 @@
 """HTTP routes of the step player: episode data, frames, tags and undo for the browser, on the annotator's origin.
 
-Every request carries a token minted by the Replay page for its annotator (`X-Stepmark-Token` header, or `t=` for
-an `<img>`), so only pages this server showed can read or change anything, as that annotator. Changes take the
+Every request carries a token minted by the Replay page for its annotator (`X-Stepmark-Token` header; `t=` on the
+frame route only, for an `<img>`), so only pages this server showed can read or change anything, as that annotator.
+Changes are `application/json` POSTs with the header token (routes_common.with_body). Changes take the
 step index the browser sends: the step whose frame was on screen when the key was pressed.
 
     GET  /api/replay/{study}/{session}/{episode}/meta            kind, length, rewards, tags, palette
@@ -177,7 +178,7 @@ def routes(settings: context.Settings | None = None) -> list[BaseRoute]:
     return [
         Route(PREFIX + "/meta", guarded(_meta, where), methods=["GET"]),
         Route(PREFIX + "/steps", guarded(_steps, where), methods=["GET"]),
-        Route(PREFIX + "/frames/{step}", guarded(_frame, where), methods=["GET"]),
+        Route(PREFIX + "/frames/{step}", guarded(_frame, where, query_token=True), methods=["GET"]),
         Route(PREFIX + "/tags", guarded(_tags_now, where), methods=["GET"]),
         Route(PREFIX + "/tags", with_body(_change_tags, where), methods=["POST"]),
         Route(PREFIX + "/undo", with_body(_undo_or_redo(redo=False), where), methods=["POST"]),

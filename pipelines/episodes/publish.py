@@ -13,8 +13,10 @@ into the temp folder, so a recording cut by a crash still says whose episode it 
 So a killed recording leaves either
 - a temp folder without a pending marker (killed mid-episode): recovery registers the steps its files hold
   as an ABANDONED episode (`metadata["interrupted"]`, figures counted from the files). The background
-  writer closes the files of a killed recorder itself (`writer_child.py`), so they are readable; a folder
-  whose files cannot be read, or without a started marker, is left where it is and reported, never deleted;
+  writer closes the files of a killed recorder itself (`writer_child.py`), so they are readable. A folder
+  that holds no step (killed before its first transition reached a file: only the started marker, or files
+  without a transition) is deleted, as the recorder drops an empty episode; a folder whose files cannot be
+  read, or without a started marker, is left where it is and reported, never deleted;
 - a temp folder or final folder with a pending marker (complete but unconfirmed): recovery registers it as
   ABANDONED, keeping the state the recorder meant in `metadata["intended_state"]`;
 - or a registered episode. The database never names files that are not complete, and recovery never deletes
@@ -62,10 +64,15 @@ def write_pending(folder: Path, episode: study_pb2.Episode, name: str = layout.P
     path = folder / name
     body = {"pid": os.getpid(), "episode": json_format.MessageToDict(episode)}
     tmp = path.with_suffix(".json.partial")
-    with tmp.open("w", encoding="utf-8") as f:
-        json.dump(body, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            json.dump(body, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        if exc.filename is None:  # a buffered write or flush names no file: say which one (full disk)
+            raise OSError(exc.errno, exc.strerror, str(tmp)) from exc
+        raise
     os.replace(tmp, path)
     return path
 
@@ -147,11 +154,18 @@ def _files_readable(episode: study_pb2.Episode, data_dir: Path) -> bool:
         return False
 
 
+#: `_interrupted`'s answer for a folder that holds no step: deleted, as the recorder drops an empty episode.
+EMPTY = "empty"
+
+
 def _interrupted(temp: Path, data_dir: Path) -> str | None:
     """A temp folder killed mid-episode: writes its pending marker (ABANDONED, figures counted from the files)
-    so the registration below takes it; returns why it cannot be, or None."""
+    so the registration below takes it; returns why it cannot be, EMPTY when it holds no step (only its
+    started marker, or files without a transition: what the recorder itself drops), or None."""
     if not (temp / STARTED_FILE).exists():
         return "no episode marker (episode.started.json): files kept for inspection"
+    if all(p.name == STARTED_FILE or p.is_dir() for p in temp.rglob("*")):
+        return EMPTY  # killed before its first step reached a file
     try:
         _, episode = read_pending(temp, STARTED_FILE)
     except StepmarkError as exc:
@@ -167,7 +181,7 @@ def _interrupted(temp: Path, data_dir: Path) -> str | None:
     except StepmarkError as exc:
         return f"files cannot be read ({exc}): kept for inspection"
     if figures is None:
-        return "no step was written: files kept for inspection"
+        return EMPTY
     stats.apply_to_episode(episode, figures)
     episode.metadata.update({"interrupted": True})
     episode.end_time.FromSeconds(int(max(p.stat().st_mtime for p in temp.rglob("*"))))
@@ -189,8 +203,10 @@ def _count(episode: study_pb2.Episode, data_dir: Path) -> stats.EpisodeStats | N
 def recover_abandoned(repo: Repository, data_dir: str | Path) -> RecoveryReport:
     """Registers what recorders that died left behind: see the module docstring for what each leftover becomes.
 
-    Folders of live processes (by pid) are left alone, so this is safe while other recorders run.
-    Nothing is deleted: what cannot be registered is reported in `skipped` and stays on disk.
+    Folders of live processes (by pid) are left alone, so this is safe while other recorders run. The only
+    folders deleted are those of dead recorders that hold no step (only `episode.started.json`, or files
+    without a transition), which the recorder would have dropped itself (`deleted`); whatever else cannot be
+    registered is reported in `skipped` and stays on disk.
     """
     data = Path(data_dir)
     report = RecoveryReport()
@@ -204,6 +220,10 @@ def recover_abandoned(repo: Repository, data_dir: str | Path) -> RecoveryReport:
             continue
         if not (temp / layout.PENDING_FILE).exists():
             why = _interrupted(temp, data)  # killed mid-episode: keep the steps its files hold
+            if why == EMPTY:
+                discard(temp)
+                report.deleted.append(temp)
+                continue
             if why is not None:
                 report.skipped.append((temp, why))
                 continue

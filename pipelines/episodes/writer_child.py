@@ -11,6 +11,7 @@ as it stands, so its files hold every step received and recovery registers it as
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -74,13 +75,33 @@ def _orphaned(writer: Any) -> None:
     os._exit(3)
 
 
+def _disk_problem(folder: str) -> str:
+    """Why Riegeli could not write into `folder`, as Python words an OSError (`[Errno 28] No space left on
+    device: '<folder>'`, which the command line turns into its one error line), or "" when the disk is not
+    full nor read-only: Riegeli's writer reports only that it failed."""
+    try:
+        st = os.statvfs(folder)
+    except OSError as exc:
+        return f" ([Errno {exc.errno}] {exc.strerror}: {folder!r})"
+    if st.f_flag & os.ST_RDONLY:
+        number = errno.EROFS
+    elif st.f_bavail * st.f_frsize < 1 << 20:
+        number = errno.ENOSPC
+    else:
+        return ""
+    return f" ([Errno {number}] {os.strerror(number)}: {folder!r})"
+
+
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     """The child's loop: one envlogger dataset writer at a time, driven by the frames on stdin."""
-    os.environ.setdefault("GLOG_minloglevel", "1")
+    # Fatal messages only: a failed Riegeli write logs the whole step record (megabytes of proto text) at ERROR;
+    # every failure here is reported to the recorder instead, with the errno (`_disk_problem`).
+    os.environ["GLOG_minloglevel"] = "3"
     riegeli_dataset_writer, storage_pb2 = _load_envlogger()
 
     parse = storage_pb2.Data.FromString
     writer: Any = None
+    folder = ""
     error = ""  # the first failure of the current episode, reported on its close
     while True:
         header = stdin.read(HEADER.size)
@@ -95,12 +116,13 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
             if writer is not None and not error:
                 try:
                     if not writer.add_step(parse(payload), kind == b"F"):
-                        error = "envlogger failed to write a step"
+                        error = "envlogger failed to write a step" + _disk_problem(folder)
                 except Exception as exc:  # noqa: BLE001 - reported to the recorder on close
                     error = f"writing a step: {exc}"
         elif kind == b"O":
             head, _, metadata = payload.partition(b"\0")
             spec = json.loads(head)
+            folder = spec["folder"]
             error = ""
             if writer is not None:  # an episode never closed nor aborted: release its files first
                 writer.close()

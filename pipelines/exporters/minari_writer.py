@@ -31,6 +31,7 @@ Episode-level fields (`episode_id`, `split`, `tags`, ...) are the episode group'
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -162,11 +163,47 @@ class EpisodeWriter:
 # --- HDF5 without timestamps ---------------------------------------------------------------------------------
 
 
-def _create_file(path: str) -> h5py.File:
+def _create_file(path: str, in_memory: bool = False) -> h5py.File:
+    """A new HDF5 file; `in_memory`: built in memory only (the core driver without a backing store), so its
+    bytes can be written by Python (`_file_image`)."""
     fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
     fcpl.set_link_creation_order(_ORDER)
     fcpl.set_obj_track_times(False)
-    return h5py.File(h5py.h5f.create(os.fsencode(path), h5py.h5f.ACC_TRUNC, fcpl=fcpl))
+    fapl = None
+    if in_memory:
+        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        fapl.set_fapl_core(1 << 20, False)
+    return h5py.File(h5py.h5f.create(os.fsencode(path), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl))
+
+
+# HDF5 writing to a full disk can crash the process in native code (seen: SIGSEGV after h5py tracebacks), so
+# no HDF5 write here meets a full disk: an episode's file is built in memory and written by Python (a failure
+# is an OSError naming the file), and the one file HDF5 writes itself, main_data.hdf5, is written only after
+# checking that the disk has room for it.
+_ROOM_MARGIN = 256 << 10
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+        if exc.filename is None:  # a buffered write names no file
+            raise OSError(exc.errno, exc.strerror, path) from exc
+        raise
+
+
+def check_room(folder: str | Path, needed: int) -> None:
+    """OSError ENOSPC naming `folder` unless its disk has `needed` bytes free (plus a margin)."""
+    st = os.statvfs(folder)
+    free = st.f_bavail * st.f_frsize
+    if free < needed + _ROOM_MARGIN:
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({needed} bytes needed, {free} free)",
+                      str(folder))  # fmt: skip
 
 
 def _group(parent: h5py.Group, name: str) -> h5py.Group:
@@ -408,6 +445,13 @@ def work_file(work_dir: str, index: int) -> str:
     return f"{work_dir.rstrip('/')}/{index:08d}.hdf5"  # a local folder or a bucket's prefix
 
 
+def _size(path: str) -> int:
+    """A work file's size, local or in a bucket."""
+    from pipelines import storage
+
+    return os.path.getsize(path) if not storage.is_remote(path) else storage.match(path)[0].size_in_bytes
+
+
 @contextlib.contextmanager
 def _local_copy(path: str) -> Iterator[str]:
     """`path` itself when local; else a downloaded copy in a temporary file, removed afterwards."""
@@ -431,10 +475,13 @@ def write_episode(writer: EpisodeWriter, episode: ExportEpisode, work_dir: str) 
     columns = episode_columns(writer, episode)
     path = work_file(work_dir, episode.meta.episode_index)
     tmp = f"{path}.part-{os.getpid()}"
-    with _create_file(tmp) as f:
+    with _create_file(tmp, in_memory=True) as f:
         group = _group(f, EPISODE_GROUP)
         group.attrs.update(episode_attributes(episode))
         _write_tree(group, columns)
+        f.flush()
+        image = f.id.get_file_image()
+    _write_bytes(tmp, image)
     os.replace(tmp, path)
     return os.path.getsize(path)
 
@@ -481,6 +528,7 @@ def _finish_local(
     data.mkdir(parents=True, exist_ok=True)
     ordered = sorted(episodes)
     split_indices: dict[str, list[int]] = {}
+    check_room(data, sum(_size(work_file(work_dir, index)) for index, _, _ in ordered) * 11 // 10)
     with _create_file(str(data / MAIN_FILE)) as main:
         for k, (index, split, _) in enumerate(ordered):
             with _local_copy(work_file(work_dir, index)) as local:

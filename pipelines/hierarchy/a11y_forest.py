@@ -49,6 +49,7 @@ def parse(data: bytes, *, drop_invisible: bool = False, screen_size: tuple[int, 
     check_size(data)
     if not data:
         raise HierarchyError("empty", "the accessibility forest is empty (0 bytes)")
+    check_counts(bytes(data))
     forest = Forest()
     try:
         forest.ParseFromString(bytes(data))
@@ -58,6 +59,84 @@ def parse(data: bytes, *, drop_invisible: bool = False, screen_size: tuple[int, 
             f"not a serialized AndroidAccessibilityForest (truncated, corrupt or not UTF-8): {exc}",
         ) from None
     return from_forest(forest, drop_invisible=drop_invisible, screen_size=screen_size)
+
+
+#: Field numbers walked by `check_counts`: Forest.windows, Window.tree, Tree.nodes, Node.child_ids,
+#: Node.actions, Node.clickable_spans.
+_WINDOWS, _TREE, _NODES, _CHILD_IDS, _ACTIONS, _SPANS = 1, 11, 1, 25, 24, 26
+#: Sub-messages of all nodes (actions, clickable spans): each costs the parser far more than its 2 wire bytes.
+MAX_NODE_PARTS = 20 * MAX_OBJECTS
+_HIGH = bytes(range(128, 256))
+
+
+def _fields(data: bytes, start: int = 0, end: int | None = None):
+    """(field number, wire type, payload start, payload end) of each field of one message; ValueError when
+    the bytes are not protobuf wire format. Scalars are skipped, not decoded."""
+    end = len(data) if end is None else end
+    pos = start
+    while pos < end:
+        key, pos = _varint(data, pos, end)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, after = _varint(data, pos, end)
+        elif wire == 1:
+            after = pos + 8
+        elif wire == 2:
+            length, pos = _varint(data, pos, end)
+            after = pos + length
+        elif wire == 5:
+            after = pos + 4
+        else:
+            raise ValueError(f"wire type {wire}")
+        if after > end:
+            raise ValueError("field runs past its message")
+        yield number, wire, pos, after
+        pos = after
+
+
+def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while pos < end and shift < 70:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+    raise ValueError("truncated varint")
+
+
+def check_counts(data: bytes) -> None:
+    """Count nodes, child links and node sub-messages on the wire before the protobuf parser allocates them
+    (an empty node is 2 bytes on the wire and hundreds in memory; a packed child list 1 byte per id and 8 in
+    memory): HierarchyError `too_large` over MAX_OBJECTS / MAX_LINKS / MAX_NODE_PARTS. Bytes that are not
+    wire format are left to the parser (`malformed`)."""
+    nodes = links = parts = 0
+    try:
+        for number, wire, start, end in _fields(data):
+            if number != _WINDOWS or wire != 2:
+                continue
+            for w_number, w_wire, t_start, t_end in _fields(data, start, end):
+                if w_number != _TREE or w_wire != 2:
+                    continue
+                for t_number, t_wire, n_start, n_end in _fields(data, t_start, t_end):
+                    if t_number != _NODES or t_wire != 2:
+                        continue
+                    nodes += 1
+                    if nodes > MAX_OBJECTS:
+                        raise too_large()
+                    for f_number, f_wire, f_start, f_end in _fields(data, n_start, n_end):
+                        if f_number == _CHILD_IDS:  # packed: one id per byte below 0x80; unpacked: one
+                            chunk = data[f_start:f_end]
+                            links += len(chunk.translate(None, _HIGH)) if f_wire == 2 else 1
+                        elif f_number in (_ACTIONS, _SPANS):
+                            parts += 1
+                    if links > MAX_LINKS or parts > MAX_NODE_PARTS:
+                        what = f"{links} child links" if links > MAX_LINKS else f"{parts} node actions/spans"
+                        raise HierarchyError("too_large", f"the forest lists more than {what}; at most "
+                                             f"{MAX_LINKS} links and {MAX_NODE_PARTS} actions/spans are read")  # fmt: skip
+    except ValueError:
+        return
 
 
 def parse_text(
@@ -71,6 +150,12 @@ def parse_text(
         raise HierarchyError("malformed", f"forest text format is not UTF-8 ({exc})") from None
     if not text.strip():
         raise HierarchyError("empty", "the accessibility forest text is empty")
+    # Upper bounds of what the parser would build, counted before it does: every node is written `nodes`, every
+    # child link `child_ids` (the words may also occur inside strings: the counts only overestimate).
+    nodes, links = data.count(b"nodes"), data.count(b"child_ids")
+    if nodes > MAX_OBJECTS or links > MAX_LINKS:
+        raise HierarchyError("too_large", f"the forest text names {nodes} nodes and {links} child links; at most "
+                             f"{MAX_OBJECTS} and {MAX_LINKS} are read")  # fmt: skip
     forest = Forest()
     try:
         text_format.Parse(text, forest)
@@ -149,6 +234,10 @@ def _raw(node, parent: int, depth: int, sibling: int) -> RawNode:
     )
 
 
+#: Child links (`child_ids` entries) read from one forest: twice the node cap leaves room for a few repeats.
+MAX_LINKS = 2 * MAX_OBJECTS
+
+
 def _window_roots(nodes) -> list[int]:
     """Positions of the nodes no other node lists as a child, in forest order."""
     children = {c for n in nodes for c in n.child_ids}
@@ -165,6 +254,13 @@ def from_forest(
     """
     if sum(len(w.tree.nodes) for w in forest.windows) > MAX_OBJECTS:
         raise too_large()
+    # Counted before anything is built from them: a tree has fewer links than nodes, so more than MAX_LINKS
+    # can only be repeats (one child id listed 40 million times in a 40 MB file) or links to nothing.
+    links = sum(len(n.child_ids) for w in forest.windows for n in w.tree.nodes)
+    if links > MAX_LINKS:
+        raise HierarchyError(
+            "too_large", f"the forest lists {links} child links; at most {MAX_LINKS} are read ({MAX_OBJECTS} nodes)"
+        )
     warnings: list[str] = []
     out: list[RawNode] = []
     windows: list[ui_episode_pb2.WindowInfo] = []

@@ -12,13 +12,15 @@ pixels a PNG. Dual-point gestures are taps when touch and lift are within 0.04 o
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 
 from PIL import Image
 
 from pipelines.hierarchy import HierarchyError
-from pipelines.hierarchy.screenshot import sniff_format
+from pipelines.hierarchy.screenshot import MAX_SCREENSHOT_PIXELS, sniff_format
+from pipelines.traces import examples
 from pipelines.traces.examples import (
     ExampleError,
     any_text,
@@ -40,8 +42,14 @@ TAP_DISTANCE = 0.04
 #: AITW action_type values (android_in_the_wild/action_type.py) -> RawAction kind.
 ACTION_TYPES = {3: "type", 4: "dual_point", 5: "back", 6: "home", 7: "enter", 10: "task_complete",
                 11: "task_impossible"}  # fmt: skip
-#: Largest raw screenshot accepted (pixels); AITW screens are at most a few million.
-MAX_PIXELS = 50_000_000
+#: Largest raw screenshot accepted (pixels): the pixel cap of every screenshot (AITW screens are at most a few
+#: million), checked with the byte count against the declared dimensions before anything is decoded.
+MAX_PIXELS = MAX_SCREENSHOT_PIXELS
+#: Largest step id and `episode_length` believed (AITW episodes are tens of steps): a record's claim is checked
+#: before anything is allocated from it (a length of 10**12 must not become a list of missing steps).
+MAX_STEPS = examples.MAX_STEPS
+#: Most annotations of one step (positions hold 4 floats each), counted before they are built.
+MAX_ANNOTATIONS = 100_000
 
 
 def step_ids(data: bytes) -> tuple[str, int]:
@@ -54,7 +62,52 @@ def step_ids(data: bytes) -> tuple[str, int]:
         episode_id = str(ints[0]) if ints else ""
     if not episode_id:
         raise ExampleError("feature 'episode_id' is missing or empty")
-    return episode_id, scalar_int(example, "step_id")
+    return episode_id, checked_step_id(example)
+
+
+def checked_step_id(example) -> int:
+    """The record's step id, refused (ExampleError) outside 0..MAX_STEPS-1."""
+    step_id = scalar_int(example, "step_id")
+    if not 0 <= step_id < MAX_STEPS:
+        raise ExampleError(f"step_id {step_id} is out of range (0..{MAX_STEPS - 1})")
+    return step_id
+
+
+def check_raw_screenshot(data_length: int, width: int, height: int, channels: int) -> None:
+    """Raw pixels must be exactly height x width x channels bytes within the pixel cap; raises HierarchyError
+    (`too_large`, `bad_screenshot`) from the numbers alone, before any decoding or allocation."""
+    if channels not in (1, 3, 4) or width <= 0 or height <= 0:
+        raise HierarchyError("bad_screenshot", f"raw screenshot of {width}x{height}x{channels}: not usable")
+    if width * height > MAX_PIXELS:
+        raise HierarchyError(
+            "too_large", f"raw screenshot of {width}x{height} pixels; at most {MAX_PIXELS} pixels are accepted"
+        )
+    if data_length != width * height * channels:
+        raise HierarchyError(
+            "bad_screenshot",
+            f"raw screenshot holds {data_length} bytes, {width}x{height}x{channels} needs {width * height * channels}",
+        )
+
+
+def _image_numbers(example) -> tuple[list[bytes], int, int, int]:
+    width = (int_values(example, "image/width") or [0])[0]
+    height = (int_values(example, "image/height") or [0])[0]
+    channels = (int_values(example, "image/channels") or [3])[0]
+    return byte_values(example, "image/encoded"), width, height, channels
+
+
+def refused_screenshot(example) -> HierarchyError | None:
+    """Why the step's raw screenshot cannot be kept (checked when the record is read, so a 200 MB image
+    claiming more pixels than the cap, or fewer bytes than its dimensions, never travels on); None when it
+    can, or when it is encoded / missing (the step converter judges those)."""
+    encoded, width, height, channels = _image_numbers(example)
+    if not encoded or not encoded[0] or sniff_format(encoded[0]):
+        return None
+    try:
+        check_raw_screenshot(len(encoded[0]), width, height, channels)
+    except HierarchyError as exc:
+        return exc
+    return None
 
 
 def screenshot_png(data: bytes, width: int, height: int, channels: int) -> bytes:
@@ -62,13 +115,7 @@ def screenshot_png(data: bytes, width: int, height: int, channels: int) -> bytes
     x channels, what its loader passes to `tf.io.decode_raw`) are stored as PNG. Raises HierarchyError."""
     if sniff_format(data):
         return data
-    if channels not in (1, 3, 4) or width <= 0 or height <= 0 or width * height > MAX_PIXELS:
-        raise HierarchyError("bad_screenshot", f"raw screenshot of {width}x{height}x{channels}: not usable")
-    if len(data) != width * height * channels:
-        raise HierarchyError(
-            "bad_screenshot",
-            f"raw screenshot holds {len(data)} bytes, {width}x{height}x{channels} needs {width * height * channels}",
-        )
+    check_raw_screenshot(len(data), width, height, channels)
     mode = {1: "L", 3: "RGB", 4: "RGBA"}[channels]
     out = io.BytesIO()
     Image.frombytes(mode, (width, height), data).save(out, format="PNG", compress_level=1)
@@ -112,6 +159,8 @@ def action_of(example, warnings: list[str]) -> RawAction | None:
 
 def annotations_json(example, width: int, height: int, warnings: list[str]) -> bytes:
     """The step's annotations as the JSON document `pipelines.hierarchy.aitw` parses."""
+    examples.check_counts(example, ("image/ui_annotations_text", "image/ui_annotations_ui_types"), MAX_ANNOTATIONS)
+    examples.check_counts(example, ("image/ui_annotations_positions",), 4 * MAX_ANNOTATIONS)
     positions = float_values(example, "image/ui_annotations_positions")
     texts = byte_values(example, "image/ui_annotations_text")
     types = byte_values(example, "image/ui_annotations_ui_types")
@@ -144,10 +193,7 @@ def read_step(example, step_id: int, where: str) -> tuple[RawStep, dict[str, byt
     """One step's RawStep, its bytes and its current activity. Raises ExampleError / HierarchyError
     (`missing_screenshot`, `bad_screenshot`)."""
     warnings: list[str] = []
-    width = (int_values(example, "image/width") or [0])[0]
-    height = (int_values(example, "image/height") or [0])[0]
-    channels = (int_values(example, "image/channels") or [3])[0]
-    encoded = byte_values(example, "image/encoded")
+    encoded, width, height, channels = _image_numbers(example)
     if not encoded or not encoded[0]:
         raise HierarchyError("missing_screenshot", "the step has no image/encoded bytes")
     shot = screenshot_png(encoded[0], width, height, channels)
@@ -169,7 +215,7 @@ def read(item: RecordEpisode) -> tuple[RawEpisode, dict[str, bytes]]:
     for path, offset, data in sorted(item.records, key=lambda r: (r[0], r[1])):
         try:
             example = parse_example(data)
-            step_id = scalar_int(example, "step_id")
+            step_id = checked_step_id(example)
             _finite(example, "image/ui_annotations_positions")
         except ExampleError as exc:
             dead.append(DeadLetter(path, None, "bad_record", f"{path}@{offset}: {exc}", eid))
@@ -178,15 +224,19 @@ def read(item: RecordEpisode) -> tuple[RawEpisode, dict[str, bytes]]:
     parsed.sort(key=lambda p: p[0])
     source_path = parsed[0][1] if parsed else item.source_path
     source = EpisodeSource(LAYOUT, eid, source_path, tuple(sorted({p[1] for p in parsed})))
-    lengths = {n for p in parsed for n in int_values(p[3], "episode_length")[:1]}
+    claimed = {n for p in parsed for n in int_values(p[3], "episode_length")[:1]}
+    lengths = {n for n in claimed if 0 <= n <= MAX_STEPS}
     length = max(lengths) if lengths else len(parsed)
     episode = RawEpisode(source=source, steps=[], num_source_steps=length)
+    if claimed - lengths:
+        shown = ", ".join(str(n) for n in sorted(claimed - lengths)[:3])
+        episode.warnings.append(f"episode_length {shown} is out of range (0..{MAX_STEPS}): not believed")
     if len(lengths) > 1:
         episode.warnings.append(f"steps disagree on episode_length ({sorted(lengths)}): {length} used")
     where_of: dict[int, list[str]] = {}
     for step_id, path, offset, _ in parsed:
         where_of.setdefault(step_id, []).append(display(f"{path}@{offset}"))
-    seen = set(where_of)
+    seen = set(where_of) | {d.step for d in item.dead_letters if d.step is not None}  # refused when read
     activities: list[str] = []
     blobs: dict[str, bytes] = {}
     for step_id, path, offset, example in parsed:
@@ -216,9 +266,10 @@ def read(item: RecordEpisode) -> tuple[RawEpisode, dict[str, bytes]]:
         activities.append(activity)
     if any(activities):
         episode.metadata["current_activity"] = json.dumps(activities, ensure_ascii=False)
-    missing = [i for i in range(length) if i not in seen]
-    if missing:
-        shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
+    missing = length - sum(1 for i in seen if 0 <= i < length)
+    if missing > 0:
+        first = [i for i in itertools.islice(itertools.count(), len(seen) + 21) if i < length and i not in seen]
+        shown = ", ".join(map(str, first[:20])) + (" ..." if missing > 20 else "")
         dead.append(DeadLetter(source_path, None, "missing_step", f"episode {display(eid)}: no record for "
                                f"step(s) {shown} of {length}", eid))  # fmt: skip
     episode.dead_letters.extend(dead)

@@ -14,6 +14,7 @@ from pipelines.hierarchy import HierarchyError, image_info
 from pipelines.traces.common import parse_json
 from pipelines.traces.examples import (
     byte_values,
+    check_counts,
     first_text,
     int_values,
     parse_example,
@@ -83,6 +84,9 @@ def read(item: RecordEpisode) -> tuple[RawEpisode, dict[str, bytes]]:
     example = parse_example(data)
     warnings: list[str] = []
     scalar_int(example, "episode_id")  # required, and an int
+    # 5 million empty observations are 10 MB of record and 5 million dead letters: counted first.
+    check_counts(example, ("accessibility_trees", "screenshots", "screenshot_widths", "screenshot_heights",
+                           "actions", "step_instructions"))  # fmt: skip
     trees = byte_values(example, "accessibility_trees", required=True)
     shots = byte_values(example, "screenshots")
     widths, heights = int_values(example, "screenshot_widths"), int_values(example, "screenshot_heights")

@@ -15,7 +15,20 @@ Reader = Callable[[str], bytes]
 
 
 class LayoutFileError(Exception):
-    """A layout file (gestures.json, episode.json, an event) that cannot be read or does not match its schema."""
+    """A layout file (gestures.json, episode.json, an event) that cannot be read or does not match its schema.
+    `reason`: why it could not be read at all (`not_regular`, `outside_input`, `too_large`, `unreadable`), for
+    the dead letter's reason field; None when it was read but is wrong (the layout's own reason applies)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def read_failure_reason(exc: BaseException) -> str:
+    """The dead-letter reason of a file that could not be read: the bounded reader's refusal (`not_regular`,
+    `outside_input`, `too_large`) or `unreadable` (missing, a symlink loop, no permission, ...)."""
+    reason = getattr(exc, "reason", None)
+    return reason if isinstance(reason, str) and reason else "unreadable"
 
 
 def decode_text(data: bytes) -> str:
@@ -51,7 +64,7 @@ def load_json(read: Reader, path: str) -> Any:
     try:
         data = read(path)
     except Exception as exc:
-        raise LayoutFileError(f"{path}: cannot read ({exc})") from exc
+        raise LayoutFileError(f"{path}: cannot read ({exc})", read_failure_reason(exc)) from exc
     try:
         return parse_json(decode_text(data))
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
@@ -67,7 +80,7 @@ def apply_manifest(episode: RawEpisode, read: Reader, path: str) -> None:
             raise LayoutFileError(f"{path}: {problem}")
     except LayoutFileError as exc:
         episode.dead_letters.append(
-            DeadLetter(path, None, "bad_manifest", str(exc), episode.source.episode_id)
+            DeadLetter(path, None, exc.reason or "bad_manifest", str(exc), episode.source.episode_id)
         )
         episode.warnings.append("episode.json ignored (see dead letters)")
         return

@@ -18,6 +18,8 @@ counted as ignored.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -287,6 +289,35 @@ def _single_file(path: str) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile
 
 def discover(root: str, exclude: tuple[str, ...] = ()) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile]:
     """List `root` (any Beam filesystem) and plan its episodes, skipping everything under the `exclude` folders
-    (the conversion's own output when it lies inside INPUT)."""
+    (the conversion's own output when it lies inside INPUT). Local symlinks named like an input that lead
+    nowhere (a loop, a missing target), which listing cannot see, are `unreadable` dead letters."""
     skip = tuple(files.strip_slash(e).replace("\\", "/") + "/" for e in exclude)
     yield from plan(root, [p for p in files.list_files(root) if not p.replace("\\", "/").startswith(skip)])
+    yield from _dead_links(root, skip)
+
+
+def _is_input_name(name: str) -> bool:
+    return is_record_file(name) or name in (ACTIONS, *RESERVED) or files.stem_and_ext(name)[1] in (
+        HIERARCHY_EXTS + IMAGE_EXTS
+    )
+
+
+def _dead_links(root: str, skip: tuple[str, ...]) -> Iterator[DeadLetter]:
+    """Symlinks under a local `root` that cannot be followed, named like input files (Beam's listing drops
+    them without a word)."""
+    if not files.is_local(root) or not os.path.isdir(root):
+        return
+    top = files.strip_slash(root)
+    for folder, dirs, names in os.walk(top):
+        dirs.sort()
+        for name in sorted(dirs + names):
+            path = os.path.join(folder, name)
+            if path.replace("\\", "/").startswith(skip) or not _is_input_name(name) or not os.path.islink(path):
+                continue
+            try:
+                os.stat(path)
+                continue
+            except OSError as exc:
+                why = "a symlink loop" if exc.errno == errno.ELOOP else f"a symlink to nothing ({exc.strerror})"
+            rel = files.relative(top, path)
+            yield DeadLetter(path, None, "unreadable", f"{files.display(path)}: {why}: not read", files.display(rel))

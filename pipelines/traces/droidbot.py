@@ -135,7 +135,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
                 raise LayoutFileError(f"{path}: no 'state_str' string")
         except LayoutFileError as exc:
             msg = f"{exc}; events starting in this state will be reported as missing_state"
-            episode.dead_letters.append(DeadLetter(path, None, "malformed", msg, eid))
+            episode.dead_letters.append(DeadLetter(path, None, exc.reason or "malformed", msg, eid))
             continue
         by_state_str.setdefault(state_str, (tag, path))
 
@@ -146,7 +146,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             if problem:
                 raise LayoutFileError(f"{path}: {problem}")
         except LayoutFileError as exc:
-            episode.dead_letters.append(DeadLetter(path, index, "bad_event", str(exc), eid))
+            episode.dead_letters.append(DeadLetter(path, index, exc.reason or "bad_event", str(exc), eid))
             continue
         start = record["start_state"]
         if start not in by_state_str:

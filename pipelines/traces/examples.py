@@ -13,6 +13,11 @@ ANDROID_CONTROL_KEY = "accessibility_trees"
 AITW_KEY = "step_id"
 
 
+#: Most steps (values of a per-step feature, an AITW step id or episode length) read from one episode's records:
+#: AndroidControl and AITW episodes are tens of steps. Counted before any list is built from them.
+MAX_STEPS = 100_000
+
+
 class ExampleError(ValueError):
     """A record that is not a usable tf.train.Example (undecodable, or a required feature missing/mistyped)."""
 
@@ -49,6 +54,17 @@ def _feature(example: example_pb2.Example, key: str, kind: str, required: bool):
     if which != kind:
         raise ExampleError(f"feature {key!r} is a {which}, expected a {kind}")
     return getattr(f, kind).value
+
+
+def check_counts(example: example_pb2.Example, keys: tuple[str, ...], limit: int = MAX_STEPS) -> None:
+    """ExampleError unless each feature of `keys` holds at most `limit` values (counted, not copied)."""
+    feature = example.features.feature
+    for key in keys:
+        if key in feature:
+            which = feature[key].WhichOneof("kind")
+            count = len(getattr(feature[key], which).value) if which else 0
+            if count > limit:
+                raise ExampleError(f"feature {key!r} holds {count} values; at most {limit} steps are read")
 
 
 def byte_values(example: example_pb2.Example, key: str, *, required: bool = False) -> list[bytes]:

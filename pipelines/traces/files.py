@@ -293,3 +293,33 @@ class Prefetch:
                 for future in files.values():
                     future.cancel()
             self.pool.shutdown(wait=True)
+
+
+#: Files read as a stream, record by record (TFRecord inputs): their size is not a memory bound (what is kept
+#: is bounded per record and per episode by the reader), so only a sanity limit applies.
+MAX_STREAMED_FILE = 1 << 40
+
+
+def open_guarded(path: str, limit: int = MAX_STREAMED_FILE, policy: ReadPolicy = ANYWHERE):
+    """A binary stream of the file after the same checks as `read_limited` (regular file, inside the policy's
+    roots, at most `limit` bytes), for files read piecewise. Local files are opened non-blocking (a FIFO
+    swapped in after the check cannot make the open wait) and checked again once open; other filesystems
+    (gs://, s3://) go through `FileSystems.open` unchecked (no local stat means anything there). Raises
+    FileRefused or OSError (missing, a symlink loop, no permission)."""
+    if not _is_local(path):
+        return FileSystems.open(path, compression_type="uncompressed")
+    check_file(path, limit, policy)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FileRefused("not_regular", f"{display(path)}: {_kind(mode)}, not a regular file: not read")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def is_local(path: str) -> bool:
+    """A path on the local disk (no scheme, or one Beam does not know), where os-level checks apply."""
+    return _is_local(path)

@@ -58,7 +58,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             if not isinstance(gestures, dict):
                 raise LayoutFileError(f"{gestures_path}: must be a JSON object mapping screen id to points")
         except LayoutFileError as exc:
-            episode.dead_letters.append(DeadLetter(gestures_path, None, "bad_gestures", str(exc), eid))
+            episode.dead_letters.append(DeadLetter(gestures_path, None, exc.reason or "bad_gestures", str(exc), eid))
             episode.warnings.append("gestures.json unusable (see dead letters): no actions")
             gestures = {}
         bad: dict[str, list[str]] = {}

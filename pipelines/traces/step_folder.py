@@ -9,7 +9,7 @@ and line. The step itself is kept, without an action.
 from __future__ import annotations
 
 from pipelines.traces import files, validation
-from pipelines.traces.common import Reader, apply_manifest, decode_text, parse_json
+from pipelines.traces.common import Reader, apply_manifest, decode_text, parse_json, read_failure_reason
 from pipelines.traces.discover import ACTIONS, MANIFEST, hierarchy_format, natural_key, pair_screens
 from pipelines.traces.model import DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
 
@@ -93,7 +93,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             data = read_file(path)
         except Exception as exc:
             episode.dead_letters.append(
-                DeadLetter(path, None, "bad_action", f"{path}: cannot read ({exc})", source.episode_id)
+                DeadLetter(path, None, read_failure_reason(exc), f"{path}: cannot read ({exc})", source.episode_id)
             )
             data = b""
         actions, dead = read_actions(path, data, stems, source.episode_id)

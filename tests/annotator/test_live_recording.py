@@ -201,6 +201,34 @@ def test_refused_token_and_bad_input(live):
         assert "no environment 'no-such-env'" in error["message"] and error["fatal"]
 
 
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ('{"t": "press", "keys": ["\\ud800"]}', "surrogate"),
+        ('{"t": "fps", "fps": NaN}', "not JSON"),
+        ('{"t": "fps", "fps": Infinity}', "not JSON"),
+        ('{"t": "press", "keys": ' + "[" * 40 + "]" * 40 + "}", "nested"),
+        ("[" * 5000 + "]" * 5000, "not JSON|nested"),
+        ('["hello"]', "JSON object"),
+    ],
+)
+def test_messages_are_parsed_as_strictly_as_http_bodies(text, reason):
+    """Lone surrogates, NaN/Infinity and deep nesting used to reach the session (a key name no store can
+    hold, a clock of NaN fps): refused like the HTTP routes' bodies."""
+    with pytest.raises(InputError, match=reason):
+        live_routes.parse_message(text)
+
+
+@pytest.mark.parametrize("message", [{"t": "fps", "fps": 1e308}, {"t": "fps", "fps": 0}, {"t": "fps", "fps": "5"},
+                                     {"t": "fps", "fps": True}, {"t": "camera", "index": 10**6},
+                                     {"t": "camera", "index": 1.5}, {"t": "camera", "index": -1}])  # fmt: skip
+def test_settings_messages_are_bounded_like_the_hello(message):
+    with pytest.raises(InputError):
+        parse_command(message)
+    assert parse_command({"t": "fps", "fps": 30}).value == 30.0
+    assert parse_command({"t": "camera", "index": 2}).value == 2
+
+
 def test_gamepad_state_is_parsed_and_bounded():
     pad = parse_gamepad({"id": "Xbox", "buttons": {"0": [True, 1.0], "13": [False, 0.7]}, "axes": {"1": 0.9}})
     assert pad.id == "Xbox" and pad.buttons[0].pressed and pad.buttons[13].value == pytest.approx(0.7)

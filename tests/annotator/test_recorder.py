@@ -451,6 +451,9 @@ CHILD = textwrap.dedent(
     rec = Recorder(repo, data, study, "maze", "killed@example.com", seed=0, background_writer=background,
                    flush_steps=True)
     rec.start()
+    if mode == "before-first-step":
+        print(f"READY {rec._writer_process.pid if background else 0}", flush=True)
+        time.sleep(600)
     for _ in range(20):
         rec.act(["ArrowRight"])
     if mode == "mid-episode":
@@ -477,7 +480,7 @@ def run_child(data: Path, study_id: str, mode: str, writer: str) -> int:
         cwd=REPO_ROOT,
     )
     try:
-        if mode == "mid-episode":
+        if mode in ("mid-episode", "before-first-step"):
             ready, pid = proc.stdout.readline().split()
             assert ready == "READY"
             writer_pid = int(pid)
@@ -505,6 +508,22 @@ def writer_exits(pid: int) -> bool:
 
 
 WRITERS = ["in-process", "background"]
+
+
+def test_sigkill_before_the_first_step_leaves_nothing_behind(store):
+    """kill -9 of a recorder before its first step: the next start deletes the folder that holds no step (it
+    used to keep `<id>.tmp-PID/` with only its started marker "for inspection" forever)."""
+    repo, data = store
+    study = make_study(repo, procgen_spec(max_steps=0))
+    writer_pid = run_child(data, study.id, "before-first-step", "background")
+    assert writer_pid > 0 and writer_exits(writer_pid)
+    [temp] = layout.temp_folders(data)
+    assert (temp / publish.STARTED_FILE).is_file()
+    with Recorder(repo, data, study.id, "maze", USER) as rec:
+        rec.start()
+        assert rec.recovery.deleted == [temp] and rec.recovery.registered == [] and rec.recovery.skipped == []
+        rec.cancel()
+    assert layout.temp_folders(data) == [] and repo.list_episodes(study_id=study.id) == []
 
 
 def test_sigkill_mid_episode_with_the_writer_process_is_registered_as_abandoned(store):

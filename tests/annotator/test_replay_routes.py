@@ -150,10 +150,11 @@ def test_bad_requests_say_why(client, store, body, reason):
 def test_bad_bodies_and_steps_out_of_range_are_refused(client, store):
     _, env, _ = store
     episode = env.episodes[0]
-    reply = client.post(url(episode, "tags"), content=b"[1, 2", headers=auth())
+    as_json = {**auth(), "Content-Type": "application/json"}
+    reply = client.post(url(episode, "tags"), content=b"[1, 2", headers=as_json)
     assert reply.status_code == 400 and "not JSON" in reply.json()["error"]
-    reply = client.post(url(episode, "tags"), content=b"x" * (routes_common.MAX_BODY + 1), headers=auth())
-    assert reply.status_code == 400 and "too large" in reply.json()["error"]
+    reply = client.post(url(episode, "tags"), content=b"x" * (routes_common.MAX_BODY + 1), headers=as_json)
+    assert reply.status_code == 413 and "too large" in reply.text
     beyond = {"op": "add", "scope": "step", "step": 10_000, "label": "a"}
     assert client.post(url(episode, "tags"), json=beyond, headers=auth()).status_code >= 400
     assert 10_000 not in env.repo.get_episode(ref_of(episode)).step_metadata

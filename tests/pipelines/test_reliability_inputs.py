@@ -354,8 +354,8 @@ def test_convert_ui_dead_letters_hostile_files_without_reading_them(tmp_path: Pa
         "bomb.png": "too_large",
         "secret.xml": "outside_input",
         "huge": "too_large",
-        "gestures.json": "bad_gestures",
-        "actions.jsonl": "bad_action",
+        "gestures.json": "not_regular",  # the layout file was never read: the reader's reason, not the layout's
+        "actions.jsonl": "not_regular",
     }
     for name, reason in expected.items():
         assert dead[name][0] == reason, (name, dead[name])

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -199,7 +200,7 @@ def export_data(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path):
     )
 
 
-@pytest.mark.parametrize("fmt", ["envlogger", pytest.param("tfds", marks=pytest.mark.tfds)])
+@pytest.mark.parametrize("fmt", ["envlogger", "parquet", "minari", pytest.param("tfds", marks=pytest.mark.tfds)])
 def test_export_to_a_full_disk(capsys, tmp_path: Path, export_data, fmt: str) -> None:
     with small_disk(tmp_path / "disk", "64k") as disk:
         argv = ["export", "--data", str(export_data.data_dir), "--study", export_data.study_id]
@@ -223,3 +224,104 @@ def test_export_to_a_read_only_disk(capsys, tmp_path: Path, export_data) -> None
         err = capsys.readouterr().err.strip()
         assert "Traceback" not in err and len(err.splitlines()) <= 3, err[-3000:]
         assert "Read-only file system" in err and str(disk) in err
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess:
+    """The command in a child process: a crash in native code (HDF5) fails the test instead of killing it."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return subprocess.run([sys.executable, "-m", "stepmark", *argv], capture_output=True, text=True, env=env,
+                          timeout=600)  # fmt: skip
+
+
+@pytest.mark.parametrize("size", ["200k", "600k", "950k"])
+def test_minari_export_on_a_nearly_full_disk_is_one_line_not_a_crash(tmp_path: Path, export_data, size: str) -> None:
+    """HDF5 hitting a full disk crashed the process (SIGSEGV after h5py tracebacks) at 200k and 600k here;
+    episodes are now built in memory and written by Python, and main_data.hdf5 only after a free-space check."""
+    with small_disk(tmp_path / "disk", size) as disk:
+        done = run_cli("export", "--data", str(export_data.data_dir), "--study", export_data.study_id,
+                       "--split-by-spec", "--format", "minari", "--out", str(disk / "out"))  # fmt: skip
+        assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("stepmark export: error: "), done.stderr[-2000:]
+        assert "No space left on device" in lines[0] and "errno 28" in lines[0] and str(disk) in lines[0]
+
+
+def test_record_on_a_full_disk_is_one_line(tmp_path: Path) -> None:
+    """SQLite words a full disk without a path or an errno, and the episode writer's Riegeli logged whole step
+    records: each is now one line naming the file (or the database) and the errno."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: full\ndescription: x\ninstructions: x\nenvironment_specs:\n"
+        "  - {id: coinrun, name: CoinRun, sync: true, max_episode_steps: 200,\n"
+        "     procgen: {id: coinrun, distribution_mode: DISTRIBUTION_EASY, rand_seed: 7}}\n"
+    )
+    for size in ("300k", "3m"):  # the store fills first / the episode files (or the store) fill later
+        with small_disk(tmp_path / f"disk{size}", size) as disk:
+            data = disk / "data"
+            created = run_cli("study", "create", str(spec), "--data", str(data))
+            assert created.returncode == 0, created.stderr[-2000:]
+            study = created.stdout.strip().splitlines()[-1]
+            done = run_cli("record", "--data", str(data), "--study", study, "--env", "coinrun", "--episodes", "40",
+                           "--policy", "random")  # fmt: skip
+            assert done.returncode != 0
+            lines = [x for x in done.stderr.replace("\r", "\n").splitlines() if x and not x.startswith("record ")]
+            assert len(lines) == 1 and lines[0].startswith("stepmark record: error: "), done.stderr[-3000:]
+            assert "No space left on device" in lines[0] and f"{data}/" in lines[0]  # names the file
+            assert "errno 28" in lines[0] or "[Errno 28]" in lines[0]
+
+
+def test_import_ui_on_a_full_disk_is_one_line(tmp_path: Path) -> None:
+    converted = tmp_path / "converted"
+    assert main(["convert-ui", str(rico_input(tmp_path / "in", 3)), str(converted), "--quiet"]) == 0
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        data = disk / "data"
+        assert run_cli("study", "list", "--data", str(data)).returncode == 0  # the store exists
+        _fill(disk)
+        done = run_cli("import-ui", str(converted), "--study", "s", "--data", str(data))
+        assert done.returncode != 0
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("stepmark import-ui: error: "), done.stderr[-3000:]
+        assert str(data / "stepmark.db") in lines[0] and "ENOSPC, errno 28" in lines[0]
+
+
+def _fill(disk: Path) -> None:
+    """Write zeros until the disk is full."""
+    with open(disk / "fill", "wb", buffering=0) as f:  # unbuffered: nothing left to fail at close
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def test_annotate_on_a_full_or_read_only_disk_says_so_before_starting(capsys, tmp_path: Path) -> None:
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        data = disk / "data"
+        assert main(["study", "list", "--data", str(data)]) == 0  # a store that opens
+        capsys.readouterr()
+        _fill(disk)
+        assert main(["annotate", "--data", str(data), "--port", "0"]) == 1
+        line = one_error_line(capsys, "annotate")
+        assert line.endswith(f"{data}: No space left on device (ENOSPC, errno 28)")
+        (disk / "fill").unlink()
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        assert main(["annotate", "--data", str(data), "--port", "0"]) == 1
+        line = one_error_line(capsys, "annotate")
+        assert line.endswith(f"{data}: Read-only file system (EROFS, errno 30)")
+
+
+def test_convert_ui_of_records_on_a_full_disk_names_the_spill_file(capsys, tmp_path: Path) -> None:
+    """Record bytes wait in a spill file of OUTPUT's temporary folder: a disk too small for them is one line
+    naming that file, and nothing is left in OUTPUT."""
+    from tests.pipelines.record_writers import example, feature_bytes, feature_ints, write_tfrecord
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    records = [example({"episode_id": feature_ints(i), "accessibility_trees": feature_bytes(b""),
+                        "screenshots": feature_bytes(b"\0" * (5 << 20))}) for i in range(2)]  # fmt: skip
+    write_tfrecord(inp / "ac.tfrecord.gz", records)
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        assert main(["convert-ui", str(inp), str(disk / "out"), "--quiet"]) == 1
+        line = one_error_line(capsys, "convert-ui")
+        assert ".spill: No space left on device (ENOSPC, errno 28)" in line and f"{disk / 'out'}/" in line
+        assert list((disk / "out").iterdir()) == []

@@ -9,12 +9,14 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from pipelines.episodes import layout, open_episode, publish
+from annotator.envs import registry
+from annotator.envs.render import encode_jpeg
+from pipelines.episodes import EnvSpecs, create_writer, layout, open_episode, publish
 from pipelines.errors import StepmarkError
 from pipelines.store import StudyDisabled
 from protos.rlds_creator import client_pb2, study_pb2
-from tests.pipelines.episodes.helpers import CREATOR, USER, make_study, new_store
-from tests.pipelines.episodes.test_envlogger_store import record_episode
+from tests.pipelines.episodes.helpers import CREATOR, USER, make_study, new_store, procgen_spec
+from tests.pipelines.episodes.test_envlogger_store import META, record_episode
 
 State = study_pb2.Episode.State
 
@@ -80,6 +82,46 @@ def test_recovery_leaves_live_recorders_alone_and_keeps_dead_broken_ones(setup):
     assert set(skipped) == {live.temp, dead.temp} and live.temp.exists()
     assert "still running" in skipped[live.temp] and "kept for inspection" in skipped[dead.temp]
     assert repo.list_episodes(study_id=study.id) == []
+
+
+def reset_only(folder) -> None:
+    env = registry.create(procgen_spec(max_steps=5), seed=0)
+    writer = create_writer("envlogger", folder, PurePosixPath("s/se/maze/reset-only"),
+                           EnvSpecs(env.observation_spec(), env.action_spec()))  # fmt: skip
+    first = env.reset()
+    writer.write_first(first.observation, image=encode_jpeg(env.render()), info=first.info)
+    writer.close(META)
+    env.close()
+
+
+def test_recovery_deletes_dead_recordings_that_hold_no_step(setup):
+    """kill -9 of `record` before its first step reached a file left `<id>.tmp-PID/` with only its started
+    marker, kept "for inspection" forever: such folders (and those whose files hold no transition, which the
+    recorder drops itself) are now deleted by the next recovery; one with steps is registered ABANDONED."""
+    repo, data, study, session = setup
+    pid = dead_pid()
+    marker_only = layout.episode_paths(data, study.id, session.id, "maze", "marker-only", pid=pid)
+    marker_only.temp.mkdir(parents=True)
+    started = study_pb2.Episode(id="marker-only", study_id=study.id, session_id=session.id, environment_id="maze",
+                                user=study_pb2.User(email=USER))  # fmt: skip
+    started.storage.environment_logger.tag_directory = str(marker_only.relative)
+    publish.write_started(marker_only.temp, started)
+    no_transition = layout.episode_paths(data, study.id, session.id, "maze", "reset-only", pid=pid)
+    reset_only(no_transition.temp)  # an envlogger folder of the reset observation only
+    episode = study_pb2.Episode()
+    episode.CopyFrom(started)
+    episode.id = "reset-only"
+    episode.storage.environment_logger.tag_directory = str(no_transition.relative)
+    publish.write_started(no_transition.temp, episode)
+    kept, kept_episode = written_episode(data, study, session, "with-steps", pid=pid)
+    kept_episode.ClearField("state")
+    publish.write_started(kept.temp, kept_episode)
+    report = publish.recover_abandoned(repo, data)
+    assert sorted(report.deleted) == sorted([marker_only.temp, no_transition.temp]), report
+    assert not marker_only.temp.exists() and not no_transition.temp.exists()
+    assert [e.id for e in report.registered] == ["with-steps"] and report.skipped == []
+    assert layout.temp_folders(data) == []
+    assert [e.state for e in repo.list_episodes(study_id=study.id)] == [State.STATE_ABANDONED]
 
 
 def test_recovery_registers_an_interrupted_recording_from_its_started_marker(setup):
