@@ -12,8 +12,8 @@ key/value metadata. Columns:
 - step fields: `reward`, `discount`, `is_first`, `is_last`, `is_terminal`, `tag:<label>`,
   `info_episode_{r,l,s,mask}`, `info_json`, `keys`, `image`;
 - `observation/<path>` and `action/<path>` leaves: scalars as themselves, arrays flattened to lists (their
-  shapes in the metadata's `shapes`), text as strings, bytes as binary; the observation's frame leaf holds the
-  recorded JPEG bytes (as in TFDS; `--lossless-images` keeps the raw arrays); UI `observation/objects` is a
+  shapes in the metadata's `shapes`), text as strings, bytes as binary: the observation as recorded (with the
+  lossy `--jpeg-frames`, the frame leaf holds the recorded JPEG bytes, as in TFDS and Minari); UI `observation/objects` is a
   list of structs (one per object), `observation/windows` one struct per window, and the UI action's fields are
   `action/<field>` columns.
 """
@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipelines.exporters import frames
 from pipelines.exporters.transform import (
     KIND_UI,
     UI_OBJECT_FIELDS,
@@ -113,7 +114,7 @@ def _windows_type() -> pa.DataType:
 
 
 class RowBuilder:
-    """Step rows of one dataset (the frame leaf, if any, holds the recorded JPEG bytes)."""
+    """Step rows of one dataset (the frame leaf, with `--jpeg-frames`, holds the recorded JPEG bytes)."""
 
     def __init__(self, frame_leaf: tuple[str, ...] | None, strip: bool) -> None:
         self.frame_column = "observation/" + "/".join(frame_leaf) if frame_leaf is not None else None
@@ -137,12 +138,15 @@ class RowBuilder:
                 padded = obs["objects_padded"]
                 cols.update({name: _plain(v) for name, v in _leaves("observation/objects_padded", padded)})
             return cols
-        frame = self.frame_column if step.image is not None else None
-        # The frame leaf holds the recorded JPEG: its pixels are never flattened (a 64x64x3 frame's `tolist`
-        # was a third of the export's time).
-        cols = {name: _plain(v) if name != frame else None for name, v in _leaves("observation", step.observation)}
-        if frame is not None:
-            cols[frame] = bytes(step.image)
+        frame = self.frame_column
+        # `--jpeg-frames`: the frame leaf holds the recorded JPEG (a step without one: its array as PNG); its
+        # pixels are never flattened.
+        cols = {}
+        for name, v in _leaves("observation", step.observation):
+            if name != frame:
+                cols[name] = _plain(v)
+            else:
+                cols[name] = bytes(step.image) if step.image is not None else frames.encode_png(v)
         return cols
 
     def rows(self, episode: ExportEpisode, padding: dict[str, Any]) -> list[dict[str, Any]]:
@@ -283,3 +287,30 @@ def _zero_of(typ: pa.DataType, shape: list[int] | None) -> Any:
     if pa.types.is_floating(typ):
         return 0.0
     return 0
+
+
+CARD_FILE = "README.md"
+
+
+def dataset_card(counts: dict[str, int]) -> str:
+    """`README.md` with the dataset card's YAML `configs`: Hugging Face `datasets.load_dataset(OUT)` then names
+    every split as `--split` does (it would rename `val` to `validation` from the file names alone). A split
+    without episodes is left out: `datasets` refuses a split without rows ("corresponds to no data")."""
+    lines = ["---", "configs:", "- config_name: default", "  data_files:"]
+    for split, n in counts.items():
+        if n:
+            lines += [f"  - split: {split}", f"    path: {DATA_DIR}/{split}-*.parquet"]
+    lines += ["---", "", "A stepmark export: one table of steps; every field in stepmark's `schemas/dataset_spec.md`.", ""]
+    return "\n".join(lines)
+
+
+def finish_dataset(staging_dir: str, schema_bytes: bytes, counts: dict[str, int]) -> None:
+    """The last step: an empty file (the schema, no row group) for each split without episodes, so that every
+    split named in `--split` is in the table's files, and the dataset card (`dataset_card`)."""
+    schema = schema_from_bytes(schema_bytes)
+    os.makedirs(os.path.join(staging_dir, DATA_DIR), exist_ok=True)
+    for split, n in counts.items():
+        if not n:
+            pq.ParquetWriter(os.path.join(staging_dir, DATA_DIR, f"{split}-empty.parquet"), schema).close()
+    with open(os.path.join(staging_dir, CARD_FILE), "w", encoding="utf-8") as f:
+        f.write(dataset_card(counts))

@@ -119,8 +119,10 @@ def test_padded_ui_objects_are_fixed_shape_with_a_mask(export_data: ExportData, 
         assert int(table["num_objects"]) == len(screen.objects)
         assert table["mask"].tolist() == [True] * k + [False] * (8 - k)
         assert float(table["bbox"].min()) >= 0.0 and float(table["bbox"].max()) <= 1.0
+        rows = table["object_index"].tolist()
+        assert rows[:k] == sorted(rows[:k]) and rows[k:] == [-1] * (8 - k)  # the converter's order
         for i in range(k):
-            o = screen.objects[i]
+            o = screen.objects[rows[i]]
             assert table["bbox"][i][2] * screen.screen_width == pytest.approx(o.bbox.right, abs=1e-2)
             assert (table["pre_order"][i], table["text"][i]) == (o.dom_position.pre_order_id, o.text)
         if t:  # the action that led here was taken on the previous screen: its target is a real row there
