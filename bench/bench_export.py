@@ -3,6 +3,7 @@ peak memory against dataset size, and 2 workers against 1 — side by side in on
 
     .venv/bin/python bench/bench_export.py [--episodes 6] [--steps 200] [--copies 8] [--repeats 2] [--no-tfds]
                                            [--no-dask]
+    .venv/bin/python bench/bench_export.py --bytes [--episodes 6] [--steps 200] [--no-tfds]
 
 Data: `--episodes` Procgen coinrun episodes of `--steps` steps recorded by the recorder (random policy, JPEG
 frames in the custom data), registered `--copies` times in a small study and 3 x `--copies` times in a large
@@ -20,6 +21,10 @@ Figures, in one run:
   wall, marginal and CPU ratios against the read;
 - 2 workers against 1: FnApiRunner (`--direct_num_workers=2`, multi_processing) and a Dask LocalCluster with
   1 then 2 worker processes (envlogger), marginal throughputs.
+`--bytes` measures only bytes per format, on two kinds of data recorded side by side with the random policy:
+near-static frames (Procgen maze: the view hardly changes from step to step) and varied frames (Procgen
+starpilot: a scrolling screen), each format with the observation as recorded (the default) and with the lossy
+`--jpeg-frames`, as a ratio to the envlogger export of the same episodes.
 Throughput is steps/s and MB/s (MB of the written dataset; for reading, MB of the episode files read). The
 machine's cores are shared with other jobs: the CPU headroom line says how much of a second core was free.
 """
@@ -185,6 +190,39 @@ def marginal(small: tuple[float, ...], large: tuple[float, ...]) -> tuple[float,
     return (large[1] - small[1]) / dt, (large[2] - small[2]) / dt
 
 
+BYTES_DATA = (("near-static frames", "maze"), ("varied frames", "starpilot"))
+
+
+def bytes_per_format(work: Path, episodes: int, steps: int, tfds: bool) -> None:
+    """Bytes on disk of every format (and of `--jpeg-frames`) against envlogger's, on the two kinds of data."""
+    from annotator.recorder import record_batch
+    from pipelines import export
+
+    formats = ["envlogger", "parquet", "minari"] + (["tfds"] if tfds else [])
+    for label, game in BYTES_DATA:
+        data_dir = work / game
+        with open_store(None, data_dir) as repo:
+            spec = study_pb2.StudySpec(name=f"bytes {game}")
+            env = spec.environment_specs.add(id=game, name=game, sync=True, max_episode_steps=steps)
+            env.procgen.id = game
+            study = repo.create_study(spec, USER)
+            recorded = record_batch(repo, data_dir, study.id, game, episodes, "random", user=USER, seed=1,
+                                    progress=False)  # fmt: skip
+        n_steps = sum(e.num_steps for e in recorded)
+        sizes: dict[str, float] = {}
+        for fmt in formats:
+            for jpeg in ((False, True) if fmt != "envlogger" else (False,)):
+                out = work / f"{game}-{fmt}{'-jpeg' if jpeg else ''}-v0"
+                export.export_episodes(export.ExportRequest(data_dir=str(data_dir), out=str(out), format=fmt,
+                                                            study_id=study.id, jpeg_frames=jpeg))  # fmt: skip
+                sizes[fmt + (" --jpeg-frames" if jpeg else "")] = folder_mb(out)
+                shutil.rmtree(out, ignore_errors=True)
+        base = sizes["envlogger"]
+        print(f"{label} (Procgen {game}, {episodes} episodes, {n_steps} transitions, random policy):")
+        for name, mb in sizes.items():
+            print(f"  {name:<26} {mb:8.2f} MB   x{mb / base:5.2f} envlogger   {mb * 1e6 / n_steps:8.0f} B/step")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, default=6)
@@ -195,9 +233,16 @@ def main() -> None:
     ap.add_argument("--no-tfds", action="store_true", help="skip the TFDS export (needs the [tfds] extra)")
     ap.add_argument("--no-dask", action="store_true", help="skip the Dask LocalCluster runs")
     ap.add_argument("--repeats", type=int, default=2, help="runs of each large export; the fastest counts")
+    ap.add_argument("--bytes", action="store_true", help="only bytes per format, near-static and varied frames")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-export-"))
+    if args.bytes:
+        try:
+            bytes_per_format(work, args.episodes, args.steps, not args.no_tfds)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     try:
         data_dir = work / "data"
         t0 = time.perf_counter()
