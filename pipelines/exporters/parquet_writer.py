@@ -121,6 +121,8 @@ class RowBuilder:
         if frame_leaf == ():
             self.frame_column = "observation"
         self.strip = strip
+        # Numeric array columns that `write_episode` builds from numpy (left out of the rows).
+        self.arrays: frozenset[str] = frozenset()
 
     def observation_columns(self, step: ExportStep, kind: str) -> dict[str, Any]:
         if kind == KIND_UI:
@@ -136,13 +138,16 @@ class RowBuilder:
                 cols["observation/windows"] = _objects_rows(obs["windows"], UI_WINDOW_FIELDS)
             else:  # --ui-objects padded:N: fixed-length columns
                 padded = obs["objects_padded"]
-                cols.update({name: _plain(v) for name, v in _leaves("observation/objects_padded", padded)})
+                cols.update({name: _plain(v) for name, v in _leaves("observation/objects_padded", padded)
+                             if name not in self.arrays})  # fmt: skip
             return cols
         frame = self.frame_column
         # `--jpeg-frames`: the frame leaf holds the recorded JPEG (a step without one: its array as PNG); its
         # pixels are never flattened.
         cols = {}
         for name, v in _leaves("observation", step.observation):
+            if name in self.arrays:
+                continue
             if name != frame:
                 cols[name] = _plain(v)
             else:
@@ -159,7 +164,7 @@ class RowBuilder:
             if step.action is None:
                 row.update(padding)
             else:
-                row.update({name: _plain(v) for name, v in _leaves("action", step.action)})
+                row.update({name: _plain(v) for name, v in _leaves("action", step.action) if name not in self.arrays})
             row.update(
                 {
                     "reward": float(step.reward),
@@ -260,18 +265,61 @@ def write_episode(episode: ExportEpisode, schema: pa.Schema, staging_dir: str) -
     builder = RowBuilder(None, strip)
     builder.frame_column = schema.metadata.get(FRAME_KEY, b"").decode() or None
     shapes = json.loads(schema.metadata.get(SHAPES_KEY, b"{}"))
+    builder.arrays = frozenset(_numeric_array_columns(schema))
     padding = {
         f.name: _zero_of(f.type, shapes.get(f.name))
         for f in schema
-        if f.name == "action" or f.name.startswith("action/")
+        if (f.name == "action" or f.name.startswith("action/")) and f.name not in builder.arrays
     }
-    table = pa.Table.from_pylist(builder.rows(episode, padding), schema=schema)
+    rest = pa.schema([f for f in schema if f.name not in builder.arrays])
+    table = pa.Table.from_pylist(builder.rows(episode, padding), schema=rest)
+    arrays = _array_columns(episode, schema, builder.arrays)
+    table = pa.Table.from_arrays(
+        [arrays[name] if name in arrays else table[name] for name in schema.names], schema=schema
+    )
     path = os.path.join(staging_dir, file_name(episode.meta.split, episode.meta.episode_index))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.part-{os.getpid()}"
     pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)
     return os.path.getsize(path)
+
+
+def _numeric_array_columns(schema: pa.Schema) -> list[str]:
+    """Observation/action columns holding flattened numeric or boolean arrays (a list of numbers per row)."""
+    out = []
+    for f in schema:
+        if not (f.name.startswith(("observation", "action")) and pa.types.is_list(f.type)):
+            continue
+        value = f.type.value_type
+        if pa.types.is_integer(value) or pa.types.is_floating(value) or pa.types.is_boolean(value):
+            out.append(f.name)
+    return out
+
+
+def _array_columns(episode: ExportEpisode, schema: pa.Schema, names: frozenset[str]) -> dict[str, pa.Array]:
+    """The numeric array columns of one episode as Arrow list arrays built from the stacked numpy arrays (the
+    same values as a list per row; `tolist` of a 64x64x3 frame and Arrow's conversion back cost ~50 us a step,
+    more than reading the step). The final step's padding action is zeros."""
+    if not names:
+        return {}
+    values: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    for step in episode.steps:
+        leaves = dict(_leaves("observation", step.observation))
+        if step.action is not None:
+            leaves.update(_leaves("action", step.action))
+        for name, column in values.items():
+            column.append(np.asarray(leaves[name]).reshape(-1) if name in leaves else None)
+    out = {}
+    for name, column in values.items():
+        size = next((len(v) for v in column if v is not None), 0)
+        value_type = schema.field(name).type.value_type
+        dtype = value_type.to_pandas_dtype()
+        rows = [v if v is not None else np.zeros(size, dtype) for v in column]
+        flat = np.concatenate(rows) if rows else np.zeros(0, dtype)
+        offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int32)
+        out[name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.asarray(flat, dtype), type=value_type))
+    return out
 
 
 def _zero_of(typ: pa.DataType, shape: list[int] | None) -> Any:

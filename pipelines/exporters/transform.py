@@ -7,8 +7,9 @@ What happens to an episode on its way into a dataset (reference semantics of `Do
 - every step tag used anywhere in the selection becomes a boolean step field `tag:<label>`.
 - `strip_internal_metadata`: images, pressed keys, environment info, episode tags and notes are dropped;
   ids and statistics stay, so every step has the same fixed-shape fields.
-- statistics: every episode carries return/length/success (from the store, else derived from the steps; a
-  statistic that is neither is an error naming the episode), and `info["episode"] = {r, l, s, mask}` on the
+- statistics: every episode carries return/length/success (length and success from the store, else derived
+  from the steps; a statistic that is neither is an error naming the episode; the return is always the float64
+  sum of the exported rewards), and `info["episode"] = {r, l, s, mask}` on the
   last step, the end of the finished transition (mask false, zeros, on every other step). Field names:
   `schemas/dataset_spec.md`.
 
