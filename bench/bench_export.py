@@ -14,7 +14,8 @@ Figures, in one run:
   of 2 again right before each format's exports, which is the base of that format's ratios: other jobs on
   the machine come and go over the minutes a run takes). stepmark's own reader (`open_episode`: its own
   decoder, steps paired the RLDS way) is timed beside it and printed for reference ("own read");
-- each format (envlogger, tfds, parquet, minari) on FnApiRunner with 1 worker, each export in a child process of
+- each format (envlogger, tfds, parquet, minari; the last three also with the lossy `--jpeg-frames`, which stores
+  the recorded JPEG frames instead of the observation as recorded) on FnApiRunner with 1 worker, each export in a child process of
   its own, on the small and on the large study: throughput of the large export (the fastest of `--repeats`), the
   marginal throughput between the two (fixed costs — start-up, planning, the last step — cancel out), bytes
   on disk, and the child's peak RSS for the small and the large dataset (flat = memory bounded by episodes);
@@ -150,7 +151,8 @@ def cpu():
                for f in ("ru_utime", "ru_stime"))
 start, cpu0 = time.perf_counter(), cpu()
 summary = export.export_episodes(export.ExportRequest(data_dir={data!r}, out={out!r}, format={fmt!r},
-                                                      study_id={study!r}, beam_args={beam_args!r}))
+                                                      study_id={study!r}, beam_args={beam_args!r},
+                                                      jpeg_frames={jpeg!r}))
 print(json.dumps({{"seconds": time.perf_counter() - start, "cpu": cpu() - cpu0, "steps": summary.steps,
                   "dead": len(summary.dead_letters), "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
 """
@@ -164,8 +166,9 @@ def timed_export(
     import json
     import subprocess
 
-    code = CHILD.format(repo=str(REPO), data=str(data_dir), out=str(out), fmt=fmt, study=study_id,
-                        beam_args=beam_args)  # fmt: skip
+    jpeg = fmt.endswith("+jpeg")  # the lossy --jpeg-frames, beside the default (the observation as recorded)
+    code = CHILD.format(repo=str(REPO), data=str(data_dir), out=str(out), fmt=fmt.removesuffix("+jpeg"),
+                        study=study_id, beam_args=beam_args, jpeg=jpeg)  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=False)
     if done.returncode != 0:
         raise SystemExit(f"export {fmt} failed: {done.stderr[-2000:]}")
@@ -261,9 +264,12 @@ def main() -> None:
             ("envlogger FnApiRunner 1 worker", "envlogger", ["--direct_num_workers=1"]),
             ("parquet FnApiRunner 1 worker", "parquet", ["--direct_num_workers=1"]),
             ("minari FnApiRunner 1 worker", "minari", ["--direct_num_workers=1"]),
+            ("parquet --jpeg-frames 1 worker", "parquet+jpeg", ["--direct_num_workers=1"]),
+            ("minari --jpeg-frames 1 worker", "minari+jpeg", ["--direct_num_workers=1"]),
         ]
         if not args.no_tfds:
             runs.append(("tfds FnApiRunner 1 worker", "tfds", ["--direct_num_workers=1"]))
+            runs.append(("tfds --jpeg-frames 1 worker", "tfds+jpeg", ["--direct_num_workers=1"]))
         runs.append(("envlogger FnApiRunner 2 workers", "envlogger",
                      ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]))  # fmt: skip
         results: dict[str, tuple[float, float]] = {}
@@ -323,7 +329,7 @@ def main() -> None:
                 continue
             small_rss, large_rss = memory[name]
             base, base_cpu = reads[name]
-            print(f"  export {fmt:<9} / read: marginal {results[name][0] / base:5.2f} wall "
+            print(f"  export {fmt:<12} / read: marginal {results[name][0] / base:5.2f} wall "
                   f"{walls[name] / base:5.2f} cpu {base_cpu / cpus[name]:5.2f}   (wall / own read "
                   f"{walls[name] / own_reads[name]:5.2f})   bytes / envlogger: "
                   f"{sizes[name] / sizes[el]:5.2f}   peak RSS large / small (3x data): {large_rss / small_rss:5.2f}")  # fmt: skip
