@@ -181,3 +181,19 @@ def test_tfds_gives_the_recorded_observation_and_one_decoder_for_jpeg_frames(
         np.testing.assert_array_equal(tf_exact, ours, err_msg=f"step {k}")
         fast_differs += int(not np.array_equal(tf.io.decode_jpeg(data, channels=3).numpy(), ours))
     assert fast_differs  # why TFDS's Image feature is not used for the frames
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 3), (55, 80), (7, 5, 4), (1, 1, 3), (96, 128, 3)])
+def test_png_frames_decode_to_the_array_with_pillow(shape: tuple[int, ...]) -> None:
+    """The PNG encoder (rows unfiltered, zlib) against Pillow's decoder, which Minari's reader uses."""
+    import io
+
+    from PIL import Image
+
+    array = np.random.default_rng(len(shape)).integers(0, 256, shape).astype(np.uint8)
+    data = frames.encode_png(array)
+    Image.open(io.BytesIO(data)).verify()  # chunk CRCs and structure
+    decoded = np.asarray(Image.open(io.BytesIO(data)), np.uint8)
+    assert decoded.shape == array.shape and np.array_equal(decoded, array)
+    with pytest.raises(Exception, match="channels must be 3 or 4"):
+        frames.encode_png(np.zeros((4, 4, 2), np.uint8), ("obs",))
