@@ -67,6 +67,7 @@ from pipelines.exporters.transform import (
     ExportEpisode,
     TransformOptions,
     episode_name,
+    frame_leaf,
     step_tag_labels,
     transform_episode,
 )
@@ -362,25 +363,23 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             }
             env_specs = specs or _derived_specs(sample)
             space_specs = env_specs or _ui_space_specs(sample, options)
+            # --jpeg-frames: the observation leaf the recorded JPEG frames depict (None: as recorded; envlogger
+            # always keeps the arrays, and NetHack or UI observations have no such leaf).
+            frame = frame_leaf(sample) if request.jpeg_frames and request.format != "envlogger" else None
             if request.format == "parquet":
-                from pipelines.exporters import parquet_writer, transform
+                from pipelines.exporters import parquet_writer
 
-                info = _export_info(group, job, space_specs, environment_specs[group.name], request.jpeg_frames)
-                frame = transform.frame_leaf(sample) if request.jpeg_frames else None
+                info = _export_info(group, job, space_specs, environment_specs[group.name], frame is not None)
                 schema = parquet_writer.schema_for(
                     sample, frame, options.strip_internal_metadata, info
                 )
                 job = dataclasses.replace(job, parquet_schema=parquet_writer.schema_to_bytes(schema))
             if request.format == "minari":
-                from pipelines.exporters import minari_writer, transform
+                from pipelines.exporters import minari_writer
 
                 if group.kind == KIND_UI:  # padded objects: fixed shapes, spaces derived from the data
                     env_specs = envlogger_writer.specs_from_episode(sample)
-                layout = minari_writer.layout_for(
-                    env_specs,
-                    transform.frame_leaf(sample) if request.jpeg_frames else None,
-                    options.strip_internal_metadata,
-                )
+                layout = minari_writer.layout_for(env_specs, frame, options.strip_internal_metadata)
                 job = dataclasses.replace(
                     job,
                     minari_layout=layout.to_json(),
@@ -395,7 +394,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                     splits=assigned,
                     environment_spec=environment_specs[group.name],
                     space_specs=space_specs,
-                    jpeg_frames=request.jpeg_frames,
+                    jpeg_frames=frame is not None,
                 )
             )
 
@@ -510,7 +509,7 @@ def _export_info(
         "environment_spec": environment_spec,
         "ui_objects": f"padded:{n}" if (n := job.options.ui_objects_padded) else "full",
         "split_names": list(split_names(job.splits)),
-        "images": "jpeg_frames" if jpeg_frames and group.kind != KIND_UI else "as_recorded",
+        "images": "jpeg_frames" if jpeg_frames else "as_recorded",
         **spaces.spaces_metadata(env_specs),
     }
 
