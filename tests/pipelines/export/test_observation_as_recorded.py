@@ -197,3 +197,18 @@ def test_png_frames_decode_to_the_array_with_pillow(shape: tuple[int, ...]) -> N
     assert decoded.shape == array.shape and np.array_equal(decoded, array)
     with pytest.raises(Exception, match="channels must be 3 or 4"):
         frames.encode_png(np.zeros((4, 4, 2), np.uint8), ("obs",))
+
+
+def test_the_lossy_form_is_the_opt_in_flag() -> None:
+    """`--jpeg-frames` asks for the recorded JPEG frames; without it (and with the old `--lossless-images`,
+    now the default) the observation is exported as recorded."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", default="d")
+    parser.add_argument("--store", default=None)
+    export.add_export_arguments(parser)
+    for argv, jpeg in ((["--out", "o"], False), (["--out", "o", "--lossless-images"], False),
+                       (["--out", "o", "--jpeg-frames"], True)):  # fmt: skip
+        assert export.request_from_args(parser.parse_args(argv), []).jpeg_frames is jpeg
+    assert "LOSSY" in parser.format_help()
