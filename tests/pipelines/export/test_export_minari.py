@@ -4,13 +4,11 @@ contract mapped to Minari's N+1 observations / N transitions, schemas/dataset_sp
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from pipelines import export
 from pipelines.errors import StepmarkError
@@ -34,10 +32,6 @@ def _load(monkeypatch: pytest.MonkeyPatch, root: Path, dataset_id: str):
 
 def _episode_metadata(ds, k: int) -> dict:
     return next(iter(ds.storage.get_episode_metadata([k])))
-
-
-def _jpeg(data: bytes) -> np.ndarray:
-    return np.array(Image.open(io.BytesIO(data)), np.uint8)
 
 
 def _check_transitions(ep, records: list[dict], meta: dict) -> None:
