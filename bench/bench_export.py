@@ -3,6 +3,7 @@ peak memory against dataset size, and 2 workers against 1 — side by side in on
 
     .venv/bin/python bench/bench_export.py [--episodes 6] [--steps 200] [--copies 8] [--repeats 2] [--no-tfds]
                                            [--no-dask]
+    .venv/bin/python bench/bench_export.py --bytes [--episodes 6] [--steps 200] [--no-tfds]
 
 Data: `--episodes` Procgen coinrun episodes of `--steps` steps recorded by the recorder (random policy, JPEG
 frames in the custom data), registered `--copies` times in a small study and 3 x `--copies` times in a large
@@ -13,13 +14,18 @@ Figures, in one run:
   of 2 again right before each format's exports, which is the base of that format's ratios: other jobs on
   the machine come and go over the minutes a run takes). stepmark's own reader (`open_episode`: its own
   decoder, steps paired the RLDS way) is timed beside it and printed for reference ("own read");
-- each format (envlogger, tfds, parquet, minari) on FnApiRunner with 1 worker, each export in a child process of
+- each format (envlogger, tfds, parquet, minari; the last three also with the lossy `--jpeg-frames`, which stores
+  the recorded JPEG frames instead of the observation as recorded) on FnApiRunner with 1 worker, each export in a child process of
   its own, on the small and on the large study: throughput of the large export (the fastest of `--repeats`), the
   marginal throughput between the two (fixed costs — start-up, planning, the last step — cancel out), bytes
   on disk, and the child's peak RSS for the small and the large dataset (flat = memory bounded by episodes);
   wall, marginal and CPU ratios against the read;
 - 2 workers against 1: FnApiRunner (`--direct_num_workers=2`, multi_processing) and a Dask LocalCluster with
   1 then 2 worker processes (envlogger), marginal throughputs.
+`--bytes` measures only bytes per format, on two kinds of data recorded side by side with the random policy:
+near-static frames (Procgen maze: the view hardly changes from step to step) and varied frames (Procgen
+starpilot: a scrolling screen), each format with the observation as recorded (the default) and with the lossy
+`--jpeg-frames`, as a ratio to the envlogger export of the same episodes.
 Throughput is steps/s and MB/s (MB of the written dataset; for reading, MB of the episode files read). The
 machine's cores are shared with other jobs: the CPU headroom line says how much of a second core was free.
 """
@@ -145,7 +151,8 @@ def cpu():
                for f in ("ru_utime", "ru_stime"))
 start, cpu0 = time.perf_counter(), cpu()
 summary = export.export_episodes(export.ExportRequest(data_dir={data!r}, out={out!r}, format={fmt!r},
-                                                      study_id={study!r}, beam_args={beam_args!r}))
+                                                      study_id={study!r}, beam_args={beam_args!r},
+                                                      jpeg_frames={jpeg!r}))
 print(json.dumps({{"seconds": time.perf_counter() - start, "cpu": cpu() - cpu0, "steps": summary.steps,
                   "dead": len(summary.dead_letters), "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
 """
@@ -159,8 +166,9 @@ def timed_export(
     import json
     import subprocess
 
-    code = CHILD.format(repo=str(REPO), data=str(data_dir), out=str(out), fmt=fmt, study=study_id,
-                        beam_args=beam_args)  # fmt: skip
+    jpeg = fmt.endswith("+jpeg")  # the lossy --jpeg-frames, beside the default (the observation as recorded)
+    code = CHILD.format(repo=str(REPO), data=str(data_dir), out=str(out), fmt=fmt.removesuffix("+jpeg"),
+                        study=study_id, beam_args=beam_args, jpeg=jpeg)  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=False)
     if done.returncode != 0:
         raise SystemExit(f"export {fmt} failed: {done.stderr[-2000:]}")
@@ -185,6 +193,39 @@ def marginal(small: tuple[float, ...], large: tuple[float, ...]) -> tuple[float,
     return (large[1] - small[1]) / dt, (large[2] - small[2]) / dt
 
 
+BYTES_DATA = (("near-static frames", "maze"), ("varied frames", "starpilot"))
+
+
+def bytes_per_format(work: Path, episodes: int, steps: int, tfds: bool) -> None:
+    """Bytes on disk of every format (and of `--jpeg-frames`) against envlogger's, on the two kinds of data."""
+    from annotator.recorder import record_batch
+    from pipelines import export
+
+    formats = ["envlogger", "parquet", "minari"] + (["tfds"] if tfds else [])
+    for label, game in BYTES_DATA:
+        data_dir = work / game
+        with open_store(None, data_dir) as repo:
+            spec = study_pb2.StudySpec(name=f"bytes {game}")
+            env = spec.environment_specs.add(id=game, name=game, sync=True, max_episode_steps=steps)
+            env.procgen.id = game
+            study = repo.create_study(spec, USER)
+            recorded = record_batch(repo, data_dir, study.id, game, episodes, "random", user=USER, seed=1,
+                                    progress=False)  # fmt: skip
+        n_steps = sum(e.num_steps for e in recorded)
+        sizes: dict[str, float] = {}
+        for fmt in formats:
+            for jpeg in ((False, True) if fmt != "envlogger" else (False,)):
+                out = work / f"{game}-{fmt}{'-jpeg' if jpeg else ''}-v0"
+                export.export_episodes(export.ExportRequest(data_dir=str(data_dir), out=str(out), format=fmt,
+                                                            study_id=study.id, jpeg_frames=jpeg))  # fmt: skip
+                sizes[fmt + (" --jpeg-frames" if jpeg else "")] = folder_mb(out)
+                shutil.rmtree(out, ignore_errors=True)
+        base = sizes["envlogger"]
+        print(f"{label} (Procgen {game}, {episodes} episodes, {n_steps} transitions, random policy):")
+        for name, mb in sizes.items():
+            print(f"  {name:<26} {mb:8.2f} MB   x{mb / base:5.2f} envlogger   {mb * 1e6 / n_steps:8.0f} B/step")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, default=6)
@@ -195,9 +236,16 @@ def main() -> None:
     ap.add_argument("--no-tfds", action="store_true", help="skip the TFDS export (needs the [tfds] extra)")
     ap.add_argument("--no-dask", action="store_true", help="skip the Dask LocalCluster runs")
     ap.add_argument("--repeats", type=int, default=2, help="runs of each large export; the fastest counts")
+    ap.add_argument("--bytes", action="store_true", help="only bytes per format, near-static and varied frames")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-export-"))
+    if args.bytes:
+        try:
+            bytes_per_format(work, args.episodes, args.steps, not args.no_tfds)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     try:
         data_dir = work / "data"
         t0 = time.perf_counter()
@@ -216,9 +264,12 @@ def main() -> None:
             ("envlogger FnApiRunner 1 worker", "envlogger", ["--direct_num_workers=1"]),
             ("parquet FnApiRunner 1 worker", "parquet", ["--direct_num_workers=1"]),
             ("minari FnApiRunner 1 worker", "minari", ["--direct_num_workers=1"]),
+            ("parquet --jpeg-frames 1 worker", "parquet+jpeg", ["--direct_num_workers=1"]),
+            ("minari --jpeg-frames 1 worker", "minari+jpeg", ["--direct_num_workers=1"]),
         ]
         if not args.no_tfds:
             runs.append(("tfds FnApiRunner 1 worker", "tfds", ["--direct_num_workers=1"]))
+            runs.append(("tfds --jpeg-frames 1 worker", "tfds+jpeg", ["--direct_num_workers=1"]))
         runs.append(("envlogger FnApiRunner 2 workers", "envlogger",
                      ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]))  # fmt: skip
         results: dict[str, tuple[float, float]] = {}
@@ -278,7 +329,7 @@ def main() -> None:
                 continue
             small_rss, large_rss = memory[name]
             base, base_cpu = reads[name]
-            print(f"  export {fmt:<9} / read: marginal {results[name][0] / base:5.2f} wall "
+            print(f"  export {fmt:<12} / read: marginal {results[name][0] / base:5.2f} wall "
                   f"{walls[name] / base:5.2f} cpu {base_cpu / cpus[name]:5.2f}   (wall / own read "
                   f"{walls[name] / own_reads[name]:5.2f})   bytes / envlogger: "
                   f"{sizes[name] / sizes[el]:5.2f}   peak RSS large / small (3x data): {large_rss / small_rss:5.2f}")  # fmt: skip

@@ -52,7 +52,7 @@ from pipelines.exporters.selection import (
     parse_ref,
     select_episodes,
 )
-from pipelines.exporters.splits import parse_splits
+from pipelines.exporters.splits import parse_splits, split_names
 from pipelines.exporters.staging import (
     OWNER_FILE,
     SUMMARY_FILE,
@@ -68,6 +68,7 @@ from pipelines.exporters.transform import (
     ExportEpisode,
     TransformOptions,
     episode_name,
+    frame_leaf,
     step_tag_labels,
     transform_episode,
 )
@@ -110,6 +111,8 @@ class _Plan:
     sample_error: str = ""
     splits: dict[int, str] = field(default_factory=dict)  # episode position -> split name
     environment_spec: str = ""  # the study's EnvironmentSpec as JSON text ("" for UI datasets)
+    space_specs: dict[str, Any] | None = None  # the specs the dataset's spaces come from (UI: derived)
+    jpeg_frames: bool = False
 
 
 def environment_spec_json(repo: Any, group: SpecGroup) -> str:
@@ -280,7 +283,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
     if request.format == "minari":
         from pipelines.exporters import minari_writer
 
-        minari_writer.check_request(request.lossless_images)
+        minari_writer.check_request()
 
     query = SelectionQuery(
         refs=tuple(request.refs),
@@ -344,7 +347,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             features_json = ""
             if tfds_writer is not None:
                 features = tfds_writer.build_features(
-                    sample, options, lossless_images=request.lossless_images
+                    sample, options, jpeg_frames=request.jpeg_frames
                 )
                 features_json = tfds_writer.features_to_json(features)
             work_dir = storage.join(staging, WORK_DIR, "tfds", group.name) if tfds_writer is not None else ""
@@ -355,23 +358,24 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                 i: (split_spec.split_of(e.id) if split_spec else "") for i, e in enumerate(group.episodes)
             }
             env_specs = specs or _derived_specs(sample)
+            space_specs = env_specs or _ui_space_specs(sample, options)
+            # --jpeg-frames: the observation leaf the recorded JPEG frames depict (None: as recorded; envlogger
+            # always keeps the arrays, and NetHack or UI observations have no such leaf).
+            frame = frame_leaf(sample) if request.jpeg_frames and request.format != "envlogger" else None
             if request.format == "parquet":
-                from pipelines.exporters import parquet_writer, transform
+                from pipelines.exporters import parquet_writer
 
-                info = _export_info(group, job, env_specs, environment_specs[group.name])
-                frame = None if request.lossless_images else transform.frame_leaf(sample)
+                info = _export_info(group, job, space_specs, environment_specs[group.name], frame is not None)
                 schema = parquet_writer.schema_for(
                     sample, frame, options.strip_internal_metadata, info
                 )
                 job = dataclasses.replace(job, parquet_schema=parquet_writer.schema_to_bytes(schema))
             if request.format == "minari":
-                from pipelines.exporters import minari_writer, transform
+                from pipelines.exporters import minari_writer
 
                 if group.kind == KIND_UI:  # padded objects: fixed shapes, spaces derived from the data
                     env_specs = envlogger_writer.specs_from_episode(sample)
-                layout = minari_writer.layout_for(
-                    env_specs, transform.frame_leaf(sample), options.strip_internal_metadata
-                )
+                layout = minari_writer.layout_for(env_specs, frame, options.strip_internal_metadata)
                 job = dataclasses.replace(
                     job,
                     minari_layout=layout.to_json(),
@@ -385,6 +389,8 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                     env_specs=env_specs,
                     splits=assigned,
                     environment_spec=environment_specs[group.name],
+                    space_specs=space_specs,
+                    jpeg_frames=frame is not None,
                 )
             )
 
@@ -479,8 +485,21 @@ def _derived_specs(sample: ExportEpisode) -> dict[str, Any] | None:
     return envlogger_writer.specs_from_episode(sample)
 
 
+def _ui_space_specs(sample: ExportEpisode, options: TransformOptions) -> dict[str, Any]:
+    """UI datasets' specs for their spaces: the action's always (its numeric fields have fixed shapes), the
+    observation's only with `--ui-objects padded:N` (the full object table is ragged: no space)."""
+    specs = envlogger_writer.specs_from_episode(sample)
+    if not options.ui_objects_padded:
+        specs["observation_spec"] = None
+    return specs
+
+
 def _export_info(
-    group: SpecGroup, job: DatasetJob, env_specs: dict[str, Any] | None, environment_spec: str
+    group: SpecGroup,
+    job: DatasetJob,
+    env_specs: dict[str, Any] | None,
+    environment_spec: str,
+    jpeg_frames: bool = False,
 ) -> dict[str, Any]:
     """`stepmark_export`: the dataset-level metadata every format carries (schemas/dataset_spec.md)."""
     return {
@@ -493,6 +512,8 @@ def _export_info(
         "splits": job.splits.to_dict() if job.splits else {},
         "environment_spec": environment_spec,
         "ui_objects": f"padded:{n}" if (n := job.options.ui_objects_padded) else "full",
+        "split_names": list(split_names(job.splits)),
+        "images": "jpeg_frames" if jpeg_frames else "as_recorded",
         **spaces.spaces_metadata(env_specs),
     }
 
@@ -546,11 +567,11 @@ def _finish_dataset(
         f"stepmark export of {dataset.episodes} episode(s) ({group.environment_id or group.kind}); "
         "fields: schemas/dataset_spec.md"
     )
-    export_info = _export_info(group, job, plan.env_specs, plan.environment_spec)
+    export_info = _export_info(group, job, plan.space_specs, plan.environment_spec, plan.jpeg_frames)
     if job.format == "tfds":
         from pipelines.exporters import tfds_writer
 
-        by_split: dict[str, list[int]] = {}
+        by_split: dict[str, list[int]] = {name: [] for name in split_names(job.splits)}
         for r in sorted(results, key=lambda r: int(r["index"])):
             by_split.setdefault(r.get("split") or tfds_writer.SPLIT, []).append(int(r["index"]))
         written, _ = tfds_writer.finish_dataset(
@@ -565,13 +586,20 @@ def _finish_dataset(
 
         episodes = [(int(r["index"]), r.get("split") or "", int(r["steps"]) - 1) for r in results]
         written = minari_writer.finish_dataset(
-            job.staging_dir, job.work_dir, job.minari_id, episodes, job.minari_layout, export_info, description
+            job.staging_dir, job.work_dir, job.minari_id, episodes, job.minari_layout, export_info, description,
+            split_names(job.splits),
         )
         if written != dataset.episodes:
             raise StepmarkError(f"dataset {group.name}: wrote {written} episodes, expected {dataset.episodes}")
     elif job.format == "envlogger":
         envlogger_writer.write_dataset_metadata(job.staging_dir, plan.env_specs, {"stepmark_export": export_info})
-    # Parquet: the workers' files are the dataset; the metadata is in their schema.
+    elif job.format == "parquet":  # the workers' files are the dataset; the metadata is in their schema
+        from pipelines.exporters import parquet_writer
+
+        counts = {name: 0 for name in split_names(job.splits)}
+        for r in results:
+            counts[r.get("split") or "train"] += 1
+        parquet_writer.finish_dataset(job.staging_dir, job.parquet_schema, counts)
     dataset.bytes = _folder_size(job.staging_dir)
     return dataset
 
@@ -645,10 +673,13 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         "agree on), all, mine (--user's), none",
     )
     how.add_argument(
-        "--lossless-images",
+        "--jpeg-frames",
         action="store_true",
-        help="TFDS: keep image observations as raw arrays (default: the recorded JPEG frames, stored once)",
+        help="LOSSY: TFDS, Parquet and Minari store the image observation as the recorded JPEG frames (smaller; "
+        "decoded, they differ from the observation). Default: the observation as recorded (exact)",
     )
+    # The default since the observation is exported as recorded; accepted so that old scripts still run.
+    how.add_argument("--lossless-images", action="store_true", help=argparse.SUPPRESS)
 
 
 def request_from_args(args: argparse.Namespace, beam_args: Sequence[str]) -> ExportRequest:
@@ -669,7 +700,7 @@ def request_from_args(args: argparse.Namespace, beam_args: Sequence[str]) -> Exp
         split_by_spec=args.split_by_spec,
         splits=args.splits,
         split_seed=args.split_seed,
-        lossless_images=args.lossless_images,
+        jpeg_frames=args.jpeg_frames,
         ui_objects=args.ui_objects,
         annotations=args.annotations,
         user=getattr(args, "user", None) or "",

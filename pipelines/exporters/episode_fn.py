@@ -31,6 +31,7 @@ from pipelines.exporters.transform import (
     episode_name,
     transform_episode,
 )
+from pipelines.exporters.ui_objects import PaddingOverflow
 from protos.rlds_creator import study_pb2
 
 NAMESPACE = "stepmark.export"
@@ -155,6 +156,8 @@ class ExportEpisodeFn(storage.FileSystemsDoFn, beam.DoFn):
             return self._dead(dataset, episode, "missing_statistic", exc)
         except InconsistentEpisode as exc:
             return self._dead(dataset, episode, "inconsistent", exc)
+        except PaddingOverflow as exc:  # --ui-objects padded:N would cut a target or an annotated object
+            return self._dead(dataset, episode, "padding_overflow", exc)
         except Exception as exc:  # noqa: BLE001 - any unreadable episode becomes a dead letter
             return self._dead(dataset, episode, "unreadable", exc)
         signature = envlogger_writer.episode_signature(exported)

@@ -21,9 +21,9 @@ The step contract maps to Minari's convention (an episode of N transitions):
   (entry k: action k−1);
 - image observations (uint8 Box leaves Minari treats as images, `minari.dataset.minari_storage.
   is_image_space`: 2-3 dims, at least 32x32, bounds 0..255) are stored as encoded images, one row per
-  observation, as Minari stores them (its reader decodes them with Pillow): the recorded JPEG frames as they
-  are (not re-encoded, as in TFDS and Parquet), any other such leaf as PNG, so it comes back exact (Minari's
-  own writer would JPEG it, lossy for arrays that are not pictures, e.g. NetHack's `inv_strs`).
+  observation, as Minari stores them (its reader decodes them with Pillow): PNG, so the observation comes back
+  exactly as recorded (Minari's own writer would JPEG it); with `--jpeg-frames` (lossy) the frame leaf holds
+  the recorded JPEG frames as they are (as in TFDS and Parquet; `frames.decode_frame` is every format's decoder).
 Episode-level fields (`episode_id`, `split`, `tags`, ...) are the episode group's attributes
 (`dataset.storage.get_episode_metadata([k])`).
 """
@@ -45,6 +45,7 @@ import h5py
 import numpy as np
 
 from pipelines.errors import StepmarkError
+from pipelines.exporters import frames as frames_codec
 from pipelines.exporters import spaces
 from pipelines.exporters.transform import KIND_UI, ExportEpisode, info_json
 from pipelines.hierarchy.screenshot import sniff_format
@@ -90,19 +91,14 @@ def folder_name(group_name: str) -> str:
     return re.sub(r"[^-_\w]", "_", group_name, flags=re.ASCII) + "-v0"
 
 
-def check_request(lossless_images: bool) -> None:
-    """Refuses what a Minari dataset cannot hold, and a missing `minari` install, before any work."""
+def check_request() -> None:
+    """Refuses a missing `minari` install before any work."""
     try:
         import minari  # noqa: F401
     except ImportError as exc:
         raise StepmarkError(
             f"--format minari needs minari[hdf5]=={MINARI_VERSION} (the [formats] extra): {exc}"
         ) from None
-    if lossless_images:
-        raise StepmarkError(
-            "--format minari: --lossless-images is not possible: Minari's HDF5 storage keeps uint8 image "
-            "observations as JPEG and decodes them on reading"
-        )
 
 
 def check_group(kind: str, ui_objects_padded: int, group_name: str) -> None:
@@ -259,24 +255,6 @@ def _write_tree(group: h5py.Group, tree: dict[str, Any]) -> int:
 # --- one episode ----------------------------------------------------------------------------------------------
 
 
-def _encode_png(frame: np.ndarray, path: tuple[str, ...]) -> bytes:
-    """A lossless frame for Minari's image reader (it opens the bytes with Pillow, whatever the format): PNG,
-    so that arrays Minari counts as images but are not pictures (NetHack's `inv_strs`) come back exact."""
-    import io
-
-    from PIL import Image
-
-    arr = np.asarray(frame, np.uint8)
-    if arr.ndim == 3 and arr.shape[-1] not in (3, 4):
-        raise StepmarkError(
-            f"observation {'/'.join(path)}: a uint8 array of shape {list(arr.shape)} is an image to Minari, but "
-            "no image format holds it (channels must be 3 or 4)"
-        )
-    buffer = io.BytesIO()
-    Image.fromarray(arr).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 def _space_columns(
     space: Any, values: list[Any], path: tuple[str, ...], frames: tuple[tuple[str, ...] | None, list[Any]]
 ) -> Any:
@@ -303,7 +281,7 @@ def _space_columns(
             if leaf == path and jpeg and sniff_format(jpeg) == "jpeg":
                 out.append(bytes(jpeg))  # the recorded frame, as it is
             else:
-                out.append(_encode_png(value, path))
+                out.append(frames_codec.encode_png(value, path))
         return out
     arr = np.stack([np.asarray(v) for v in values]) if values else np.zeros((0, *space.shape), space.dtype)
     if arr.shape[1:] != tuple(space.shape):
@@ -497,17 +475,20 @@ def finish_dataset(
     layout_json: str,
     export_info: dict[str, Any],
     description: str,
+    splits: tuple[str, ...] = ("train",),
 ) -> int:
     """Copies the episodes' files (`(index, split, transitions)`, in episode order) into `main_data.hdf5` as
-    `episode_0..M-1`, then writes `metadata.json`; returns the number of episodes written."""
+    `episode_0..M-1`, then writes `metadata.json`; returns the number of episodes written. `stepmark_splits`
+    lists every split of `splits` (an empty one as []), `train` holding every episode without `--split`."""
     from minari.serialization import serialize_space
 
     from pipelines import storage
 
     with storage.local_folder(staging_dir, prefix="stepmark-minari-") as local_dir:
         return _finish_local(
-            Path(local_dir), work_dir, dataset_id, episodes, layout_json, export_info, description, serialize_space
-        )
+            Path(local_dir), work_dir, dataset_id, episodes, layout_json, export_info, description, serialize_space,
+            splits,
+        )  # fmt: skip
 
 
 def _finish_local(
@@ -519,6 +500,7 @@ def _finish_local(
     export_info: dict[str, Any],
     description: str,
     serialize_space: Any,
+    splits: tuple[str, ...],
 ) -> int:
     """`finish_dataset` into a local folder (uploaded by the caller when the dataset goes to a bucket). Minari's
     one `main_data.hdf5` is built here: local space is the dataset's, plus one episode's file from a bucket."""
@@ -527,7 +509,7 @@ def _finish_local(
     data = staging / DATA_DIR
     data.mkdir(parents=True, exist_ok=True)
     ordered = sorted(episodes)
-    split_indices: dict[str, list[int]] = {}
+    split_indices: dict[str, list[int]] = {name: [] for name in splits}
     check_room(data, sum(_size(work_file(work_dir, index)) for index, _, _ in ordered) * 11 // 10)
     with _create_file(str(data / MAIN_FILE)) as main:
         for k, (index, split, _) in enumerate(ordered):
@@ -535,8 +517,7 @@ def _finish_local(
                 with h5py.File(local, "r") as src:
                     src.copy(src[EPISODE_GROUP], main, name=f"episode_{k}")
             main[f"episode_{k}"].attrs["id"] = np.int64(k)
-            if split:
-                split_indices.setdefault(split, []).append(k)
+            split_indices.setdefault(split or "train", []).append(k)
     storage.delete([work_file(work_dir, index) for index, _, _ in ordered])
     size = (data / MAIN_FILE).stat().st_size
     writer = EpisodeWriter(layout_json)
@@ -553,7 +534,7 @@ def _finish_local(
         "minari_version": MINARI_VERSION,
         "dataset_size": round(size / 1_000_000, 1),
         "stepmark_export": export_info,
-        "stepmark_splits": {name: split_indices[name] for name in sorted(split_indices)},
+        "stepmark_splits": split_indices,
     }
     with open(data / METADATA_FILE, "w", encoding="utf-8") as f:
         json.dump(metadata, f)

@@ -12,8 +12,8 @@ key/value metadata. Columns:
 - step fields: `reward`, `discount`, `is_first`, `is_last`, `is_terminal`, `tag:<label>`,
   `info_episode_{r,l,s,mask}`, `info_json`, `keys`, `image`;
 - `observation/<path>` and `action/<path>` leaves: scalars as themselves, arrays flattened to lists (their
-  shapes in the metadata's `shapes`), text as strings, bytes as binary; the observation's frame leaf holds the
-  recorded JPEG bytes (as in TFDS; `--lossless-images` keeps the raw arrays); UI `observation/objects` is a
+  shapes in the metadata's `shapes`), text as strings, bytes as binary: the observation as recorded (with the
+  lossy `--jpeg-frames`, the frame leaf holds the recorded JPEG bytes, as in TFDS and Minari); UI `observation/objects` is a
   list of structs (one per object), `observation/windows` one struct per window, and the UI action's fields are
   `action/<field>` columns.
 """
@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipelines.exporters import frames
 from pipelines.exporters.transform import (
     KIND_UI,
     UI_OBJECT_FIELDS,
@@ -113,13 +114,15 @@ def _windows_type() -> pa.DataType:
 
 
 class RowBuilder:
-    """Step rows of one dataset (the frame leaf, if any, holds the recorded JPEG bytes)."""
+    """Step rows of one dataset (the frame leaf, with `--jpeg-frames`, holds the recorded JPEG bytes)."""
 
     def __init__(self, frame_leaf: tuple[str, ...] | None, strip: bool) -> None:
         self.frame_column = "observation/" + "/".join(frame_leaf) if frame_leaf is not None else None
         if frame_leaf == ():
             self.frame_column = "observation"
         self.strip = strip
+        # Numeric array columns that `write_episode` builds from numpy (left out of the rows).
+        self.arrays: frozenset[str] = frozenset()
 
     def observation_columns(self, step: ExportStep, kind: str) -> dict[str, Any]:
         if kind == KIND_UI:
@@ -135,14 +138,20 @@ class RowBuilder:
                 cols["observation/windows"] = _objects_rows(obs["windows"], UI_WINDOW_FIELDS)
             else:  # --ui-objects padded:N: fixed-length columns
                 padded = obs["objects_padded"]
-                cols.update({name: _plain(v) for name, v in _leaves("observation/objects_padded", padded)})
+                cols.update({name: _plain(v) for name, v in _leaves("observation/objects_padded", padded)
+                             if name not in self.arrays})  # fmt: skip
             return cols
-        frame = self.frame_column if step.image is not None else None
-        # The frame leaf holds the recorded JPEG: its pixels are never flattened (a 64x64x3 frame's `tolist`
-        # was a third of the export's time).
-        cols = {name: _plain(v) if name != frame else None for name, v in _leaves("observation", step.observation)}
-        if frame is not None:
-            cols[frame] = bytes(step.image)
+        frame = self.frame_column
+        # `--jpeg-frames`: the frame leaf holds the recorded JPEG (a step without one: its array as PNG); its
+        # pixels are never flattened.
+        cols = {}
+        for name, v in _leaves("observation", step.observation):
+            if name in self.arrays:
+                continue
+            if name != frame:
+                cols[name] = _plain(v)
+            else:
+                cols[name] = bytes(step.image) if step.image is not None else frames.encode_png(v)
         return cols
 
     def rows(self, episode: ExportEpisode, padding: dict[str, Any]) -> list[dict[str, Any]]:
@@ -155,7 +164,7 @@ class RowBuilder:
             if step.action is None:
                 row.update(padding)
             else:
-                row.update({name: _plain(v) for name, v in _leaves("action", step.action)})
+                row.update({name: _plain(v) for name, v in _leaves("action", step.action) if name not in self.arrays})
             row.update(
                 {
                     "reward": float(step.reward),
@@ -256,18 +265,63 @@ def write_episode(episode: ExportEpisode, schema: pa.Schema, staging_dir: str) -
     builder = RowBuilder(None, strip)
     builder.frame_column = schema.metadata.get(FRAME_KEY, b"").decode() or None
     shapes = json.loads(schema.metadata.get(SHAPES_KEY, b"{}"))
+    builder.arrays = frozenset(_numeric_array_columns(schema))
     padding = {
         f.name: _zero_of(f.type, shapes.get(f.name))
         for f in schema
-        if f.name == "action" or f.name.startswith("action/")
+        if (f.name == "action" or f.name.startswith("action/")) and f.name not in builder.arrays
     }
-    table = pa.Table.from_pylist(builder.rows(episode, padding), schema=schema)
+    rest = pa.schema([f for f in schema if f.name not in builder.arrays])
+    table = pa.Table.from_pylist(builder.rows(episode, padding), schema=rest)
+    arrays = _array_columns(episode, schema, builder.arrays)
+    table = pa.Table.from_arrays(
+        [arrays[name] if name in arrays else table[name] for name in schema.names], schema=schema
+    )
     path = os.path.join(staging_dir, file_name(episode.meta.split, episode.meta.episode_index))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.part-{os.getpid()}"
+    # Parquet's dictionary encoding stays on for the frames' bytes: without it writing was ~2x faster but the
+    # files 1.9x (Procgen maze) to 3.4x (starpilot) larger (bench_export.py --bytes).
     pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)
     return os.path.getsize(path)
+
+
+def _numeric_array_columns(schema: pa.Schema) -> list[str]:
+    """Observation/action columns holding flattened numeric or boolean arrays (a list of numbers per row)."""
+    out = []
+    for f in schema:
+        if not (f.name.startswith(("observation", "action")) and pa.types.is_list(f.type)):
+            continue
+        value = f.type.value_type
+        if pa.types.is_integer(value) or pa.types.is_floating(value) or pa.types.is_boolean(value):
+            out.append(f.name)
+    return out
+
+
+def _array_columns(episode: ExportEpisode, schema: pa.Schema, names: frozenset[str]) -> dict[str, pa.Array]:
+    """The numeric array columns of one episode as Arrow list arrays built from the stacked numpy arrays (the
+    same values as a list per row; `tolist` of a 64x64x3 frame and Arrow's conversion back cost ~50 us a step,
+    more than reading the step). The final step's padding action is zeros."""
+    if not names:
+        return {}
+    values: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    for step in episode.steps:
+        leaves = dict(_leaves("observation", step.observation))
+        if step.action is not None:
+            leaves.update(_leaves("action", step.action))
+        for name, column in values.items():
+            column.append(np.asarray(leaves[name]).reshape(-1) if name in leaves else None)
+    out = {}
+    for name, column in values.items():
+        size = next((len(v) for v in column if v is not None), 0)
+        value_type = schema.field(name).type.value_type
+        dtype = value_type.to_pandas_dtype()
+        rows = [v if v is not None else np.zeros(size, dtype) for v in column]
+        flat = np.concatenate(rows) if rows else np.zeros(0, dtype)
+        offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int32)
+        out[name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.asarray(flat, dtype), type=value_type))
+    return out
 
 
 def _zero_of(typ: pa.DataType, shape: list[int] | None) -> Any:
@@ -283,3 +337,33 @@ def _zero_of(typ: pa.DataType, shape: list[int] | None) -> Any:
     if pa.types.is_floating(typ):
         return 0.0
     return 0
+
+
+CARD_FILE = "README.md"
+
+
+def dataset_card(counts: dict[str, int]) -> str:
+    """`README.md` with the dataset card's YAML `configs`: Hugging Face `datasets.load_dataset(OUT)` then names
+    every split as `--split` does (it would rename `val` to `validation` from the file names alone). A split
+    without episodes is left out: `datasets` refuses a split without rows ("corresponds to no data")."""
+    lines = ["---", "configs:", "- config_name: default", "  data_files:"]
+    for split, n in counts.items():
+        if n:
+            lines += [f"  - split: {split}", f"    path: {DATA_DIR}/{split}-*.parquet"]
+    lines += ["---", "", "A stepmark export: one table of steps; every field in stepmark's `schemas/dataset_spec.md`.", ""]
+    return "\n".join(lines)
+
+
+def finish_dataset(staging_dir: str, schema_bytes: bytes, counts: dict[str, int]) -> None:
+    """The last step: an empty file (the schema, no row group) for each split without episodes, so that every
+    split named in `--split` is in the table's files, and the dataset card (`dataset_card`)."""
+    from pipelines import storage
+
+    schema = schema_from_bytes(schema_bytes)
+    with storage.local_folder(staging_dir, prefix="stepmark-parquet-") as local:  # uploaded when in a bucket
+        os.makedirs(os.path.join(local, DATA_DIR), exist_ok=True)
+        for split, n in counts.items():
+            if not n:
+                pq.ParquetWriter(os.path.join(local, DATA_DIR, f"{split}-empty.parquet"), schema).close()
+        with open(os.path.join(local, CARD_FILE), "w", encoding="utf-8") as f:
+            f.write(dataset_card(counts))

@@ -32,7 +32,9 @@ class ExportRequest:
     split_by_spec: bool = False
     splits: str = ""  # --split train=0.8,val=0.1,test=0.1 (empty: one split, train)
     split_seed: int = 0
-    lossless_images: bool = False  # TFDS: keep raw frame arrays (and `image`) instead of the recorded JPEG
+    # Lossy opt-in: the observation's frame leaf as the recorded JPEG bytes (TFDS, Parquet, Minari) instead of
+    # the observation as recorded (the default: raw arrays; Minari: PNG). `schemas/dataset_spec.md`, "Images".
+    jpeg_frames: bool = False
     ui_objects: str = ""  # "" / "full": the ragged object table; "padded:N": fixed-shape tensors with a mask
     annotations: str = "consensus"  # grounding annotations applied to UI episodes: none|mine|all|consensus
     user: str = ""  # whose annotations `mine` means

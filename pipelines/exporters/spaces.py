@@ -88,16 +88,16 @@ def dumps(value: Any) -> str:
 def spaces_metadata(specs: dict[str, Any] | None) -> dict[str, str]:
     """The dataset metadata entries for the dataset's specs: dm_env specs and gymnasium spaces as JSON text.
 
-    Empty for datasets without fixed specs (UI datasets: object tables vary per screen)."""
-    if not specs or specs.get("observation_spec") is None:
+    Without an observation spec (UI datasets with the full object table, which varies per screen) only the
+    action's entries."""
+    if not specs or specs.get("action_spec") is None:
         return {}
-    obs, action = specs["observation_spec"], specs["action_spec"]
-    return {
-        "observation_spec": dumps(spec_to_json(obs)),
-        "action_spec": dumps(spec_to_json(action)),
-        "observation_space": dumps(spec_to_space(obs)),
-        "action_space": dumps(spec_to_space(action)),
-    }
+    obs, action = specs.get("observation_spec"), specs["action_spec"]
+    out = {"action_spec": dumps(spec_to_json(action)), "action_space": dumps(spec_to_space(action))}
+    if obs is not None:
+        out["observation_spec"] = dumps(spec_to_json(obs))
+        out["observation_space"] = dumps(spec_to_space(obs))
+    return dict(sorted(out.items()))
 
 
 def space_from_json(value: Any) -> Any:

@@ -72,3 +72,9 @@ def parse_splits(text: str, seed: int = 0) -> SplitSpec:
     if seed < 0 or seed >= 2**63:
         raise StepmarkError(f"--split-seed {seed}: must be in [0, 2**63)")
     return SplitSpec(names=tuple(names), fractions=tuple(fractions), seed=seed)
+
+
+def split_names(spec: SplitSpec | None) -> tuple[str, ...]:
+    """Every split a dataset has, in the order given: the `--split` names (each one listed in every format,
+    even when no episode hashed into it), or the one split `train` without `--split`."""
+    return spec.names if spec is not None else ("train",)

@@ -119,7 +119,7 @@ def _float64() -> Any:
 
 def _padded_objects_features(n: int) -> Any:
     flag, i32 = np.bool_, np.int32
-    vector = {"type": i32, "grid_location": i32, "depth": i32, "pre_order": i32, "post_order": i32, "window": i32,
+    vector = {"object_index": i32, "type": i32, "grid_location": i32, "depth": i32, "pre_order": i32, "post_order": i32, "window": i32,
               "window_layer": i32}  # fmt: skip
     fields: dict[str, Any] = {
         "num_objects": np.int32,
@@ -206,33 +206,38 @@ def _ui_action_features(strip: bool) -> Any:
     return tfds.features.FeaturesDict(fields)
 
 
-def _with_frame_feature(observation: Any, leaf: tuple[str, ...], shape: tuple[int, ...]) -> Any:
-    image = tfds.features.Image(shape=shape, encoding_format="jpeg")
+def _with_frame_feature(observation: Any, leaf: tuple[str, ...]) -> Any:
+    """The observation's features with the frame leaf as encoded bytes (`--jpeg-frames`): not TFDS's `Image`,
+    whose decoder (TensorFlow's INTEGER_FAST DCT) gives other pixels than Minari's and `frames.decode_frame`."""
     if not leaf:
-        return image
+        return tfds.features.Tensor(shape=(), dtype=np.object_)
     items = dict(observation.items())
-    items[leaf[0]] = _with_frame_feature(items[leaf[0]], leaf[1:], shape)
+    items[leaf[0]] = _with_frame_feature(items[leaf[0]], leaf[1:])
     return tfds.features.FeaturesDict(items)
 
 
-def image_leaf_of(features: Any) -> tuple[str, ...] | None:
-    """Where `build_features` put the recorded frames (an Image feature in the observation), if anywhere."""
-    stack: list[tuple[tuple[str, ...], Any]] = [((), features["steps"].feature["observation"])]
-    while stack:
-        path, feature = stack.pop()
-        if isinstance(feature, tfds.features.Image):
-            return path
-        if isinstance(feature, tfds.features.FeaturesDict):
-            stack.extend((path + (k,), f) for k, f in feature.items())
-    return None
+def jpeg_leaf_of(features: Any, episode: ExportEpisode) -> tuple[str, ...] | None:
+    """Where `build_features` put the recorded JPEG frames (`--jpeg-frames`): the episode's frame leaf when the
+    feature there holds bytes rather than the array; None when the observation is stored as recorded."""
+    leaf = frame_leaf(episode) if episode.meta.kind != KIND_UI else None
+    if leaf is None:
+        return None
+    feature = features["steps"].feature["observation"]
+    for key in leaf:
+        if not isinstance(feature, tfds.features.FeaturesDict) or key not in feature.keys():
+            return None
+        feature = feature[key]
+    # The frames' feature is a scalar (one encoded frame); the array's has the frame's shape. (`shape` is stored;
+    # `np_dtype` is computed on each access, ~1 ms.)
+    return leaf if isinstance(feature, tfds.features.Tensor) and tuple(feature.shape) == () else None
 
 
-def build_features(sample: ExportEpisode, options: TransformOptions, *, lossless_images: bool = False) -> Any:
+def build_features(sample: ExportEpisode, options: TransformOptions, *, jpeg_frames: bool = False) -> Any:
     """The dataset's `FeaturesDict`, from one transformed episode of the dataset (all share its spec).
 
-    Compact images (default): the observation leaf that the recorded JPEG frames depict (`frame_leaf`) is an
-    encoded `Image` feature holding the recorded JPEG bytes as they are (not re-encoded), and the step's
-    separate `image` field is left out (not stored twice). `lossless_images` keeps the raw arrays and `image`.
+    The observation as recorded (default): every leaf a `Tensor` of its recorded dtype and shape, exact.
+    `jpeg_frames` (lossy opt-in): the observation leaf that the recorded JPEG frames depict (`frame_leaf`) holds
+    the recorded JPEG bytes as they are, and the step's separate `image` field is left out (stored once).
     """
     require_tfds()
     strip = options.strip_internal_metadata
@@ -243,12 +248,9 @@ def build_features(sample: ExportEpisode, options: TransformOptions, *, lossless
     else:
         first = sample.steps[0]
         observation = _feature_of(first.observation, "observation")
-        leaf = None if lossless_images else frame_leaf(sample)
+        leaf = frame_leaf(sample) if jpeg_frames else None
         if leaf is not None:
-            frame = first.observation
-            for key in leaf:
-                frame = frame[key]
-            observation = _with_frame_feature(observation, leaf, tuple(frame.shape))
+            observation = _with_frame_feature(observation, leaf)
         act = next((s.action for s in sample.steps if s.action is not None), None)
         if act is None:
             raise StepmarkError(
@@ -330,10 +332,12 @@ def _zeros(feature: Any) -> Any:
 
 def _with_frame(observation: Any, leaf: tuple[str, ...], jpeg: bytes | None) -> Any:
     """The observation with its frame leaf replaced by the recorded JPEG bytes (a step without a recorded
-    frame keeps its array, which the Image feature then encodes)."""
-    if jpeg is None:
-        return observation
+    frame: its array as PNG, exact; `frames.decode_frame` reads both)."""
     if not leaf:
+        if jpeg is None:
+            from pipelines.exporters.frames import encode_png
+
+            return encode_png(observation)
         return jpeg
     out = dict(observation)
     out[leaf[0]] = _with_frame(out[leaf[0]], leaf[1:], jpeg)
@@ -382,7 +386,7 @@ def episode_example(episode: ExportEpisode, features: Any) -> dict[str, Any]:
     strip = "keys" not in step_features  # the features were built with or without internal metadata
     meta = episode.meta.to_dict()
     ex = {k: meta[k] for k in features.keys() if k != "steps"}
-    leaf = image_leaf_of(features)
+    leaf = jpeg_leaf_of(features, episode)
     ex["steps"] = [_step_example(s, step_features, strip, leaf) for s in episode.steps]
     return ex
 
@@ -467,7 +471,8 @@ def finish_dataset(
 
     The shards are moved where they are (a rename; in a bucket a server-side copy); the metadata files are
     written by TFDS into a local folder and uploaded when `staging_dir` is in a bucket (TensorFlow's file
-    layer has no s3://)."""
+    layer has no s3://). Every split in `splits` is listed, an empty one with one empty shard file and 0
+    examples (TFDS itself refuses to read a split without examples: "corresponds to no data")."""
     from pipelines import storage
 
     require_tfds()
@@ -476,9 +481,12 @@ def finish_dataset(
     total_episodes = total_bytes = 0
     with storage.local_folder(staging_dir, prefix="stepmark-tfds-metadata-") as local_dir:
         for split, indices in splits.items():
-            if not indices:
-                continue
             template = filename_template(local_dir, split)
+            if not indices:  # a split named in --split that no episode hashed into: listed, with 0 examples
+                empty = template.sharded_filepath(shard_index=0, num_shards=1)
+                open(os.fspath(empty), "wb").close()  # uploaded with the metadata when in a bucket
+                infos.append(split_lib.SplitInfo(name=split, shard_lengths=[0], num_bytes=0, filename_template=template))
+                continue
             sizes = []
             for shard, index in enumerate(indices):
                 dest = os.fspath(template.sharded_filepath(shard_index=shard, num_shards=len(indices)))

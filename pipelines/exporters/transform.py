@@ -7,8 +7,9 @@ What happens to an episode on its way into a dataset (reference semantics of `Do
 - every step tag used anywhere in the selection becomes a boolean step field `tag:<label>`.
 - `strip_internal_metadata`: images, pressed keys, environment info, episode tags and notes are dropped;
   ids and statistics stay, so every step has the same fixed-shape fields.
-- statistics: every episode carries return/length/success (from the store, else derived from the steps; a
-  statistic that is neither is an error naming the episode), and `info["episode"] = {r, l, s, mask}` on the
+- statistics: every episode carries return/length/success (length and success from the store, else derived
+  from the steps; a statistic that is neither is an error naming the episode; the return is always the float64
+  sum of the exported rewards), and `info["episode"] = {r, l, s, mask}` on the
   last step, the end of the finished transition (mask false, zeros, on every other step). Field names:
   `schemas/dataset_spec.md`.
 
@@ -213,14 +214,16 @@ def _finite(value: float, what: str, episode: study_pb2.Episode) -> float:
 def compute_stats(episode: study_pb2.Episode, steps: Sequence[Step], cut: int | None) -> EpisodeStats:
     """Return, length (transitions) and success of the exported episode.
 
-    Uncut: the store's figures (`total_reward`, `num_steps`, `metadata["success"]`), each one derived from
-    the steps when the store lacks it: return = sum of the step rewards, length = steps minus the final
-    observation, success = the finished transition's info. Cut at step k: return = rewards of steps 0..k-1,
+    Uncut: the store's figures (`num_steps`, `metadata["success"]`), each one derived from the steps when the
+    store lacks it: length = steps minus the final observation, success = the finished transition's info.
+    The return is always the float64 sum of the transitions' rewards (the store's `total_reward` is a float32:
+    NetHack's 0.78 read back as 0.7799999713897705; `transform_episode` sums the exported rewards once more,
+    so `r` is exactly what a consumer adds up). Cut at step k: return = rewards of steps 0..k-1,
     length = k transitions (in the store's own counting), success = whether any kept transition's info
     reports success. A statistic that can be neither read nor derived raises `MissingStatistic`.
     """
     name = episode_name(episode)
-    stored_r, stored_l, stored_s = _stored_stats(episode)
+    _, stored_l, stored_s = _stored_stats(episode)
     n = len(steps)
     if n == 0:
         raise InconsistentEpisode(f"episode {name}: no steps in its data")
@@ -231,7 +234,7 @@ def compute_stats(episode: study_pb2.Episode, steps: Sequence[Step], cut: int | 
             f"episode {name}: the store says {stored_l} steps but its data holds {n} (expected {n - 1})"
         )
     if cut is None:
-        r = stored_r if stored_r is not None else sum(float(s.reward) for s in steps)
+        r = math.fsum(float(s.reward) for s in steps[:-1])  # the final step's reward is exported as 0
         length = stored_l if stored_l is not None else n - 1
         s_val = stored_s
         if s_val is None:
@@ -244,7 +247,7 @@ def compute_stats(episode: study_pb2.Episode, steps: Sequence[Step], cut: int | 
                 f"episode {name}: success is neither stored (metadata.success) nor in its steps' info"
             )
         return EpisodeStats(r=_finite(float(r), "return", episode), l=int(length), s=bool(s_val))
-    r = sum(float(steps[i].reward) for i in range(cut))
+    r = math.fsum(float(steps[i].reward) for i in range(cut))
     successes = [_info_success(steps[i].info) for i in range(cut)]
     return EpisodeStats(
         r=_finite(r, "return", episode), l=max(cut + 1 - offset, 0), s=any(bool(x) for x in successes)
@@ -337,6 +340,7 @@ def ui_observation(
     padded: int = 0,
     annotations: Sequence[dict[str, Any]] = (),
     windows: Sequence[dict[str, Any]] = (),
+    selected: list[int] | None = None,
 ) -> dict[str, Any]:
     """A UI screen as fixed-named fields: the screenshot bytes, its size, an object table, and the proto.
 
@@ -346,6 +350,7 @@ def ui_observation(
     `annotations` (the step's `object_annotations`) fill the grounding columns `labels`, `human_drawn`,
     `box_corrected`. `windows` (the step's `StepInfo.windows`) give the `windows` table (full form) and each
     object's `window` row (both forms; padded: with the window's type, layer and focus per object row).
+    `selected`: the objects of the padded table (`padded_rows`; default the first `padded`).
     """
     objs = observation.objects
     labels, drawn, corrected = object_grounding(observation, annotations)
@@ -389,7 +394,7 @@ def ui_observation(
         from pipelines.exporters.ui_objects import padded_objects
 
         out["objects_padded"] = padded_objects(
-            observation, padded, grounding=(labels, drawn, corrected), windows=(in_window, wtable)
+            observation, padded, grounding=(labels, drawn, corrected), windows=(in_window, wtable), selected=selected
         )
     else:
         out["objects"] = table
@@ -397,14 +402,41 @@ def ui_observation(
     return out
 
 
-def ui_action(action: ui_episode_pb2.Action | None, *, strip: bool, padded: int = 0) -> dict[str, Any]:
+def padded_rows(
+    observation: episode_pb2.Observation,
+    n: int,
+    action: ui_episode_pb2.Action | None,
+    annotations: Sequence[dict[str, Any]] = (),
+) -> list[int]:
+    """The objects of a screen's padded table (`ui_objects.select_rows`): the action's target and the
+    converter's target, and every object an annotator drew, labelled or corrected, are always kept (or
+    `PaddingOverflow`); the runner-up targets next; then the converter's order."""
+    from pipelines.exporters.ui_objects import select_rows
+
+    labels, drawn, corrected = object_grounding(observation, annotations)
+    keep = [i for i, (lab, d, c) in enumerate(zip(labels, drawn, corrected, strict=True)) if lab or d or c]
+    prefer: list[int] = []
+    if action is not None:
+        if action.HasField("target_index"):
+            keep.append(action.target_index)
+        if action.HasField("converter_target_index"):
+            keep.append(action.converter_target_index)
+        prefer = list(action.target_candidates)
+    return select_rows(len(observation.objects), n, keep, prefer)
+
+
+def ui_action(
+    action: ui_episode_pb2.Action | None, *, strip: bool, padded: int = 0, selected: list[int] | None = None
+) -> dict[str, Any]:
     """A `stepmark.Action` as scalars (and `target_candidates` as int32[4], -1 padded); `target_index` is -1
     when no object was hit; `raw_json` kept unstripped. Object indices are rows of the padded table with
-    `padded`."""
+    `padded` (of its `selected` objects; default the first `padded`)."""
     a = action if action is not None else ui_episode_pb2.Action()
+    if padded and selected is None:
+        selected = list(range(padded))
     candidates = np.full((TARGET_CANDIDATES,), -1, np.int32)
     for i, index in enumerate(list(a.target_candidates)[:TARGET_CANDIDATES]):
-        candidates[i] = _padded_index(index, padded)
+        candidates[i] = _padded_index(index, selected)
     out: dict[str, Any] = {
         "type": np.int32(a.type),
         "type_name": ui_episode_pb2.Action.Type.Name(a.type),
@@ -412,11 +444,11 @@ def ui_action(action: ui_episode_pb2.Action | None, *, strip: bool, padded: int 
         "y": np.int32(a.y),
         "end_x": np.int32(a.end_x),
         "end_y": np.int32(a.end_y),
-        "target_index": np.int32(_target_index(a, padded)),
+        "target_index": np.int32(_target_index(a, selected)),
         "target_id": a.target_id,
         "target_source": a.target_source,
         "converter_target_index": np.int32(
-            _padded_index(a.converter_target_index, padded) if a.HasField("converter_target_index") else -1
+            _padded_index(a.converter_target_index, selected) if a.HasField("converter_target_index") else -1
         ),
         "text": a.text,
         "duration_ms": np.int64(a.duration_ms),
@@ -430,15 +462,15 @@ def ui_action(action: ui_episode_pb2.Action | None, *, strip: bool, padded: int 
     return out
 
 
-def _target_index(action: ui_episode_pb2.Action, padded: int) -> int:
-    return _padded_index(action.target_index if action.HasField("target_index") else -1, padded)
+def _target_index(action: ui_episode_pb2.Action, selected: list[int] | None) -> int:
+    return _padded_index(action.target_index if action.HasField("target_index") else -1, selected)
 
 
-def _padded_index(index: int, padded: int) -> int:
-    if padded:
+def _padded_index(index: int, selected: list[int] | None) -> int:
+    if selected is not None:
         from pipelines.exporters.ui_objects import padded_target
 
-        return padded_target(index, padded)
+        return padded_target(index, selected)
     return index
 
 
@@ -528,13 +560,25 @@ def transform_episode(
         if kind == KIND_UI:
             screen = step.observation if step is not None else placeholder_ui_observation()
             step_info = (step.info or {}) if step is not None else {}
+            notes = step_info.get("object_annotations", [])
+            selected = None
+            if options.ui_objects_padded:
+                try:
+                    selected = padded_rows(screen, options.ui_objects_padded, None if last else step.action, notes)
+                except StepmarkError as exc:
+                    raise type(exc)(f"episode {episode_name(episode)} step {i}: {exc}") from None
             observation = ui_observation(
                 screen,
                 padded=options.ui_objects_padded,
-                annotations=step_info.get("object_annotations", []),
+                annotations=notes,
                 windows=step_info.get("windows", []),
+                selected=selected,
             )
-            action = None if last else ui_action(step.action, strip=strip, padded=options.ui_objects_padded)
+            action = (
+                None
+                if last
+                else ui_action(step.action, strip=strip, padded=options.ui_objects_padded, selected=selected)
+            )
             # Traces do not say whether the task ended: every UI episode ends in a truncation (discount 1).
             reward, discount, terminal = 0.0, (0.0 if last else 1.0), False
         else:
@@ -563,6 +607,9 @@ def transform_episode(
             )
         )
 
+    # The return is the float64 sum of the exported rewards, exactly (math.fsum: correctly rounded).
+    stats = EpisodeStats(r=math.fsum(s.reward for s in out_steps), l=stats.l, s=stats.s)
+    out_steps[-1].episode["r"] = stats.r
     ui_fields: dict[str, str] = {}
     if kind == KIND_UI:
         md = reader_metadata or {}

@@ -1,10 +1,13 @@
 """`--ui-objects padded:N`: a UI screen's objects as fixed-shape, model-ready tensors with a mask.
 
-Pure functions (a `llm4mobile.proto.Observation` in, numpy arrays out). The first N objects of the screen (in
-the converter's order, `index`) fill rows 0..k-1, `mask` is true on them; rows k..N-1 are zeros, empty text
-and mask false; objects beyond N are left out (`num_objects` says how many the screen had). Boxes are
-normalised to 0..1 by the screen size (clipped). The action's `target_index` keeps pointing at its row, or
-becomes -1 when the target was beyond N. Accessibility-forest screens add each object's window (row in the
+Pure functions (a `llm4mobile.proto.Observation` in, numpy arrays out). Which objects fill the N rows
+(`select_rows`): first those that must never be cut silently (the action's target, the converter's target
+when an annotator changed it, every object an annotator drew, labelled or corrected), then the runner-up
+targets, then the rest in the converter's order; the chosen objects fill rows 0..k-1 in the converter's order
+(`object_index` says which object each row holds), `mask` is true on them; rows k..N-1 are zeros, empty text,
+mask false and `object_index` -1. When the objects that must be kept are more than N the episode is refused
+(`PaddingOverflow`, naming the episode and the step: a dead letter `padding_overflow`). Boxes are normalised
+to 0..1 by the screen size (clipped). The action's indices point at rows of this table. Accessibility-forest screens add each object's window (row in the
 step's windows, its type, layer and focus; -1/""/0/false for objects in no window). Fields:
 `schemas/dataset_spec.md` ("Padded UI objects").
 """
@@ -23,6 +26,7 @@ MAX_PADDED = 4096
 _OPTION = re.compile(r"^padded:(\d{1,5})$")
 
 PADDED_FIELDS = (
+    "object_index",
     "mask",
     "bbox",
     "type",
@@ -58,20 +62,49 @@ def parse_ui_objects(text: str) -> int:
     return int(match.group(1))
 
 
+class PaddingOverflow(StepmarkError):
+    """A screen whose objects that must be kept (the action's targets, annotated objects) exceed N rows."""
+
+
+def select_rows(num_objects: int, n: int, keep: list[int], prefer: list[int] = ()) -> list[int]:
+    """The objects (indices into the screen's objects) that fill the `n` rows, in the converter's order: every
+    index of `keep` (raises `PaddingOverflow` when they are more than `n`), then `prefer`'s, then the first
+    others. Indices outside the screen are ignored."""
+    must = sorted({i for i in keep if 0 <= i < num_objects})
+    if len(must) > n:
+        raise PaddingOverflow(
+            f"--ui-objects padded:{n}: {len(must)} objects must be kept (the action's target, annotated objects: "
+            f"{must[:8]}{'...' if len(must) > 8 else ''}); export with a larger N"
+        )
+    chosen = set(must)
+    for i in [*prefer, *range(num_objects)]:
+        if len(chosen) >= min(n, num_objects):
+            break
+        if 0 <= i < num_objects:
+            chosen.add(i)
+    return sorted(chosen)
+
+
 def padded_objects(
     observation: episode_pb2.Observation,
     n: int,
     grounding: tuple[list[str], list[bool], list[bool]] | None = None,
     windows: tuple[list[int], dict[str, list[Any]]] | None = None,
+    selected: list[int] | None = None,
 ) -> dict[str, Any]:
-    """The screen's first `n` objects as fixed-shape arrays (see the module docstring); `grounding` = the
-    per-object (labels, human_drawn, box_corrected) of `transform.object_grounding`; `windows` = each
-    object's window row (-1: none) and the windows table of `transform.window_table`, whose type, layer and
-    focus are repeated on the rows of the window's objects (a fixed shape, unlike a table of windows)."""
-    objs = list(observation.objects)[:n]
+    """The screen's `selected` objects (default: the first `n`) as fixed-shape arrays (see the module
+    docstring); `grounding` = the per-object (labels, human_drawn, box_corrected) of
+    `transform.object_grounding`; `windows` = each object's window row (-1: none) and the windows table of
+    `transform.window_table`, whose type, layer and focus are repeated on the rows of the window's objects (a
+    fixed shape, unlike a table of windows)."""
+    every = list(observation.objects)
+    chosen = list(selected) if selected is not None else list(range(min(n, len(every))))
+    objs = [every[i] for i in chosen]
     k = len(objs)
-    rows, wtable = windows if windows else ([-1] * k, {"type": [], "layer": [], "focused": []})
-    rows = list(rows[:k])
+    rows_all, wtable = windows if windows else ([-1] * len(every), {"type": [], "layer": [], "focused": []})
+    rows = [rows_all[i] for i in chosen]
+    if grounding:
+        grounding = tuple([column[i] for i in chosen] for column in grounding)  # type: ignore[assignment]
 
     def of_window(column: str, none: Any) -> list[Any]:
         return [wtable[column][r] if r >= 0 else none for r in rows]
@@ -96,8 +129,11 @@ def padded_objects(
     def texts(values: list[str]) -> np.ndarray:
         return np.array(values + [""] * (n - k), dtype=np.str_)
 
+    object_index = np.full((n,), -1, np.int32)
+    object_index[:k] = chosen
     return {
         "num_objects": np.int32(len(observation.objects)),
+        "object_index": object_index,
         "mask": flags([True] * k),
         "bbox": bbox,
         "type": ints([int(o.type) for o in objs]),
@@ -120,6 +156,9 @@ def padded_objects(
     }
 
 
-def padded_target(target_index: int, n: int) -> int:
-    """The action's target row in the padded table: itself when < n, else -1 (beyond the padding)."""
-    return target_index if 0 <= target_index < n else -1
+def padded_target(target_index: int, selected: list[int]) -> int:
+    """An object's row in the padded table of the `selected` objects, -1 when none or not in the table."""
+    try:
+        return selected.index(target_index)
+    except ValueError:
+        return -1

@@ -88,7 +88,9 @@ def read_tfds(path: Path) -> list[dict[str, Any]]:
 
     builder = tfds.builder_from_directory(str(path))
     out = []
-    for split in sorted(builder.info.splits):
+    for split, info in sorted(builder.info.splits.items()):
+        if not info.num_examples:  # listed (every --split name is), but TFDS refuses to read an empty split
+            continue
         for episode in tfds.as_numpy(builder.as_dataset(split=split)):
             episode = dict(episode)
             episode["steps"] = list(episode["steps"])

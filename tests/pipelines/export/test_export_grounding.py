@@ -105,3 +105,51 @@ def test_mine_without_a_user_and_an_unknown_mode_are_refused(annotated, tmp_path
     with pytest.raises(StepmarkError, match="choose one of"):
         _export(annotated, tmp_path / "b", "envlogger", "most")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_padding_keeps_annotated_objects_and_targets_or_says_why_not(annotated, tmp_path: Path) -> None:
+    """`--ui-objects padded:3`: step 1's target (Bob's, the newest), the converter's target it replaced and the
+    labelled object, and step 2's drawn box (appended after every converted object), are all in the table;
+    with padded:2 step 1 cannot hold its three: the export refuses, naming the episode and that step (its only
+    episode with a transition; beside other episodes it would be a `padding_overflow` dead letter)."""
+    episode_id = annotated["episode"].id
+    request = export.ExportRequest(
+        data_dir=str(annotated["data_dir"]), out=str(tmp_path / "p3"), study_id=annotated["study"],
+        annotations="all", ui_objects="padded:3",
+    )  # fmt: skip
+    assert not export.export_episodes(request).dead_letters
+    episode = next(e for e in read_envlogger(tmp_path / "p3") if e["metadata"]["episode_id"] == episode_id)
+    records = episode["records"]
+    one, two = records[1]["observation"]["objects_padded"], records[2]["observation"]["objects_padded"]
+    action = records[2]["action"]  # the action taken on step 1 (envlogger: the record it led to)
+    rows = one["object_index"].tolist()
+    assert rows[int(action["target_index"])] == annotated["bob"]
+    assert rows[int(action["converter_target_index"])] == annotated["converter"]
+    assert one["labels"][rows.index(0)] == "decorative"
+    drawn = [i for i, flag in enumerate(two["human_drawn"].tolist()) if flag]
+    assert len(drawn) == 1 and int(two["object_index"][drawn[0]]) == annotated["n_objects_2"]  # the last object
+
+    request = export.ExportRequest(
+        data_dir=str(annotated["data_dir"]), out=str(tmp_path / "p2"), study_id=annotated["study"],
+        annotations="all", ui_objects="padded:2",
+    )  # fmt: skip
+    with pytest.raises(StepmarkError, match=rf"{episode_id} step 1: --ui-objects padded:2: 3 objects must be kept"):
+        export.export_episodes(request)
+
+
+def test_an_overflowing_episode_beside_others_is_a_padding_overflow_dead_letter(annotated, tmp_path: Path) -> None:
+    from tests.pipelines.export.export_data import register_copies
+
+    episode = annotated["episode"]
+    copies = register_copies(annotated["data_dir"], episode, 1)  # the same record, without annotations
+    with open_store(None, annotated["data_dir"]) as repo:
+        (copy,) = repo.list_episodes(study_id=copies)
+        refs = [export.parse_ref(f"{e.study_id}/{e.session_id}/{e.id}") for e in (episode, copy)]
+    summary = export.export_episodes(export.ExportRequest(
+        data_dir=str(annotated["data_dir"]), out=str(tmp_path / "p2"), refs=refs, annotations="all",
+        ui_objects="padded:2",
+    ))  # fmt: skip
+    assert summary.episodes == 1
+    (letter,) = summary.dead_letters
+    assert letter.reason == "padding_overflow" and f"{episode.id} step 1: --ui-objects padded:2" in letter.error
+    assert (tmp_path / "p2" / export.DEAD_LETTERS_FILE).read_text().count("padding_overflow") == 1

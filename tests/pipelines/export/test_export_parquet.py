@@ -51,14 +51,16 @@ def test_env_steps_match_the_envlogger_export(export_data: ExportData, tmp_path:
         assert int(rows["info_episode_l"].iloc[-1]) == meta["episode_length"] == n - 1
         assert rows["keys"].map(list).tolist() == [list(r["custom_data"]["keys"]) for r in records]
         assert rows["truncated_by_tag"].iloc[0] == meta["truncated_by_tag"]
-        # Frames: the recorded JPEG bytes, stored once (no separate image column).
-        assert rows["observation/image"].tolist() == [r["custom_data"]["image"] for r in records]
-        assert "image" not in df.columns
+        # The observation as recorded (flattened uint8 arrays), and the recorded JPEG frame beside it.
+        frames = [np.asarray(v, np.uint8).reshape(64, 64, 3) for v in rows["observation/image"]]
+        for frame, record in zip(frames, records, strict=True):
+            np.testing.assert_array_equal(frame, record["observation"]["image"])
+        assert rows["image"].tolist() == [r["custom_data"]["image"] for r in records]
 
 
-def test_lossless_images_keep_the_arrays(export_data: ExportData, tmp_path: Path) -> None:
+def test_the_observation_is_exported_as_recorded(export_data: ExportData, tmp_path: Path) -> None:
     episode = export_data.procgen[1]
-    _export(export_data, tmp_path / "pq", refs=[export_data.ref(episode)], lossless_images=True)
+    _export(export_data, tmp_path / "pq", refs=[export_data.ref(episode)])
     table = pq.read_table(tmp_path / "pq" / "data")
     shapes = json.loads(table.schema.metadata[b"stepmark_shapes"])
     shape = shapes["observation/image"]
@@ -75,7 +77,7 @@ def test_ui_table_loads_with_hugging_face_datasets(export_data: ExportData, tmp_
     out = tmp_path / "ui"
     summary = _export(export_data, out, study_id=export_data.ui_study_id)
     assert summary.episodes == 1 and len(summary.skipped) == len(export_data.ui) - 1
-    ds = datasets.load_dataset("parquet", data_dir=str(out / "data"), split="train")
+    ds = datasets.load_dataset(str(out), split="train")  # the dataset card names the splits
     n = export_data.ui[0].num_steps + 1  # screens plus the placeholder after the last recorded action
     assert ds.num_rows == n
     first = ds[0]
@@ -94,7 +96,7 @@ def test_repeated_parquet_exports_are_byte_identical(export_data: ExportData, tm
     _export(export_data, tmp_path / "a", refs=refs)
     _export(export_data, tmp_path / "b", refs=refs)
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
-    assert len(files) == 3
+    assert len(files) == 4  # two episodes, the summary, the dataset card (README.md)
     for f in files:
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
 

@@ -48,14 +48,30 @@ def test_spaces_and_specs_describe_the_recorded_data(export_data: ExportData, tm
     assert spaces.space_from_json(_metadata(out / PROCGEN_ENV)["action_space"]).n == 15
 
 
-def test_ui_datasets_carry_their_environment_id_and_no_space(export_data: ExportData, tmp_path: Path) -> None:
-    out = tmp_path / "ui"
-    export.export_episodes(
-        export.ExportRequest(data_dir=str(export_data.data_dir), out=str(out), study_id=export_data.ui_study_id)
-    )
-    info = _metadata(out)
-    assert info["environment_id"] == "android-ui" and info["kind"] == "ui"
-    assert "observation_space" not in info and info["environment_spec"] == ""
+def test_ui_datasets_carry_their_environment_id_and_spaces(export_data: ExportData, tmp_path: Path) -> None:
+    """UI datasets have an action space in the same JSON form as environment datasets (its text fields left
+    out), and an observation space only with padded:N (the full object table varies per screen)."""
+    for mode in ("full", "padded:16"):
+        out = tmp_path / mode.replace(":", "")
+        export.export_episodes(
+            export.ExportRequest(data_dir=str(export_data.data_dir), out=str(out), study_id=export_data.ui_study_id,
+                                 ui_objects=mode)  # fmt: skip
+        )
+        info = _metadata(out)
+        assert info["environment_id"] == "android-ui" and info["kind"] == "ui" and info["environment_spec"] == ""
+        action_space = spaces.space_from_json(info["action_space"])
+        assert json.loads(info["action_spec"])["type"] == "dict"
+        assert set(action_space.spaces) >= {"type", "x", "y", "target_index", "target_candidates"}
+        assert "type_name" not in action_space.spaces  # text has no gymnasium space
+        (episode,) = readback.read_envlogger(out)
+        for record in episode["records"][1:]:
+            numeric = {k: v for k, v in record["action"].items() if k in action_space.spaces}
+            assert action_space.contains(numeric)
+        if mode == "full":
+            assert "observation_space" not in info and "observation_spec" not in info
+        else:
+            observation_space = spaces.space_from_json(info["observation_space"])
+            assert observation_space["objects_padded"]["mask"].shape == (16,)
 
 
 def test_split_by_hashed_episode_id_is_stable_when_episodes_are_added(
@@ -119,8 +135,10 @@ def test_padded_ui_objects_are_fixed_shape_with_a_mask(export_data: ExportData, 
         assert int(table["num_objects"]) == len(screen.objects)
         assert table["mask"].tolist() == [True] * k + [False] * (8 - k)
         assert float(table["bbox"].min()) >= 0.0 and float(table["bbox"].max()) <= 1.0
+        rows = table["object_index"].tolist()
+        assert rows[:k] == sorted(rows[:k]) and rows[k:] == [-1] * (8 - k)  # the converter's order
         for i in range(k):
-            o = screen.objects[i]
+            o = screen.objects[rows[i]]
             assert table["bbox"][i][2] * screen.screen_width == pytest.approx(o.bbox.right, abs=1e-2)
             assert (table["pre_order"][i], table["text"][i]) == (o.dom_position.pre_order_id, o.text)
         if t:  # the action that led here was taken on the previous screen: its target is a real row there

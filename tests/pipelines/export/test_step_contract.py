@@ -18,9 +18,9 @@ from tests.pipelines.export.export_data import NETHACK_ENV, PROCGEN_ENV, ExportD
 
 pytestmark = pytest.mark.tfds
 
-# The only differences between the two paths, on purpose (named in the spec): TFDS hands text back as bytes,
-# and (compact images, the default) TFDS stores the recorded JPEG frame as the observation's frame leaf
-# instead of the raw array plus a separate `image` field.
+# The only difference between the two paths, on purpose (named in the spec): TFDS hands text back as bytes.
+# The observations are the recorded arrays in both (the lossy `--jpeg-frames` is tested in
+# test_observation_as_recorded.py).
 
 
 def _plain(value: Any) -> Any:
@@ -71,28 +71,6 @@ def _envlogger_via_tfds_reader(path: Path) -> list[dict[str, Any]]:
         return list(envlogger_reader.generate_episodes(reader))
 
 
-def _fold_frames(rlds: dict[str, Any], leaf: tuple[str, ...], ours: dict[str, Any]) -> None:
-    """The compact-image difference, applied to the envlogger side: the frame leaf becomes the decoded
-    recorded JPEG (close to the raw frame: it is a JPEG of it) and the separate `image` field goes. Stripped
-    envlogger exports carry no JPEG to decode: there the TFDS frames must be close to the raw ones."""
-    import tensorflow as tf
-
-    frames = rlds["steps"].pop("image", None)
-    holder = rlds["steps"]["observation"]
-    for key in leaf[:-1]:
-        holder = holder[key]
-    tfds_frames = []
-    for step in ours["steps"]:
-        value = step["observation"]
-        for key in leaf:
-            value = value[key]
-        tfds_frames.append(value)
-    decoded = [tf.io.decode_jpeg(j).numpy() for j in frames] if frames is not None else tfds_frames
-    for raw, frame in zip(holder[leaf[-1]], decoded, strict=True):
-        assert frame.shape == raw.shape and np.abs(frame.astype(int) - raw.astype(int)).mean() < 12
-    holder[leaf[-1]] = decoded
-
-
 def _compare_episode(name: str, rlds: dict[str, Any], tfds_episode: dict[str, Any]) -> None:
     """RLDS episode from the envlogger export (field -> list of steps) vs the TFDS export's episode."""
     meta_rlds = {k: v for k, v in rlds.items() if k != "steps"}
@@ -131,19 +109,9 @@ def test_envlogger_through_tfds_reader_equals_the_tfds_export(
     _export(export_data, tmp_path / "el", "envlogger", **kw)
     _export(export_data, tmp_path / "tf", "tfds", **kw)
     folders = [PROCGEN_ENV, NETHACK_ENV] if kw.get("split_by_spec") else ["."]
-    import tensorflow_datasets as tfds
-
-    from pipelines.exporters import tfds_writer
-
-    folded = 0
     for folder in folders:
         rlds = _envlogger_via_tfds_reader(tmp_path / "el" / folder)
         ours = readback.read_tfds(tmp_path / "tf" / folder)
-        leaf = tfds_writer.image_leaf_of(tfds.builder_from_directory(str(tmp_path / "tf" / folder)).info.features)
-        if leaf is not None:
-            folded += 1
-            for episode, mine in zip(rlds, ours, strict=True):
-                _fold_frames(episode, leaf, mine)
         assert [e["episode_id"] for e in rlds] == [e["episode_id"].decode() for e in ours]
         for a, b in zip(rlds, ours, strict=True):
             _compare_episode(f"{folder}/{a['episode_id']}", a, b)
@@ -158,7 +126,6 @@ def test_envlogger_through_tfds_reader_equals_the_tfds_export(
             assert [bool(s["info"]["episode"]["mask"]) for s in steps] == [False] * (len(steps) - 1) + [True]
             if "tags" in episode:
                 assert isinstance(episode["tags"], np.ndarray)
-    assert folded == (1 if selection.startswith("env") else 0)  # Procgen's frames, not NetHack's or UI
 
 
 def test_cut_and_uncut_follow_one_rule(export_data: ExportData, tmp_path: Path) -> None:
@@ -190,7 +157,7 @@ def test_tfds_own_rlds_builder_over_the_envlogger_export(export_data: ExportData
 
     kw = {"refs": [export_data.ref(e) for e in export_data.procgen], "end_of_episode_tags": ["goal"]}
     _export(export_data, tmp_path / "el", "envlogger", **kw)
-    _export(export_data, tmp_path / "tf", "tfds", lossless_images=True, **kw)  # raw frames, as envlogger has
+    _export(export_data, tmp_path / "tf", "tfds", **kw)  # the observation as recorded, as envlogger has it
     features = tfds.builder_from_directory(str(tmp_path / "tf")).info.features
     step_features = features["steps"].feature
     flags = ("is_first", "is_last", "is_terminal", "observation", "action", "reward", "discount")
