@@ -24,6 +24,7 @@ import contextlib
 import io
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -99,12 +100,24 @@ def requests_of(log: Path, fn: Callable[[], object]) -> int:
     return log.read_bytes().count(b"HTTP/1.1") - before
 
 
+def own_cpu() -> float:
+    """CPU seconds of this process and its finished children (the conversion's forked workers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+CPU: dict[str, float] = {}
+
+
 def best_of(repeats: int, runs: dict[str, Callable[[], object]]) -> dict[str, float]:
-    """Each run `repeats` times, alternating; the best time of each."""
+    """Each run `repeats` times, alternating; the best time of each (and its stepmark CPU time in `CPU`)."""
     best = {name: float("inf") for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
-            best[name] = min(best[name], timed(run))
+            cpu = own_cpu()
+            took = timed(run)
+            if took < best[name]:
+                best[name], CPU[name] = took, own_cpu() - cpu
     return best
 
 
@@ -137,16 +150,20 @@ def main_bench() -> None:
             os.makedirs(local_out)
             requests = requests_of(log, lambda: convert("s3://bench/traces", "s3://bench/count"))
             print(f"convert-ui s3 -> s3: {requests} requests to the S3 server, {requests / files_up:.1f} per input file")
+            server_before = cpu_seconds([server])
             times = best_of(
                 args.repeats,
                 {"local": lambda: convert(str(traces), local_out), "s3": lambda: convert("s3://bench/traces", "s3://bench/out")},
             )
+            server_cpu = (cpu_seconds([server]) - server_before) / args.repeats
             summary = next(Path(local_out).glob("conv-*/summary.json")).read_bytes()
             steps = json.loads(summary)["steps"]
             episodes = json.loads(summary)["episodes"]
             print(
                 f"convert-ui FnApiRunner, {episodes} episodes / {steps} steps: local {times['local']:.2f} s, "
-                f"s3 {times['s3']:.2f} s -> s3/local throughput {times['local'] / times['s3']:.2f} (target >= 0.7)"
+                f"s3 {times['s3']:.2f} s -> s3/local throughput {times['local'] / times['s3']:.2f} (target >= 0.7); "
+                f"stepmark's own CPU {CPU['local']:.2f} vs {CPU['s3']:.2f} s ({CPU['local'] / CPU['s3']:.2f}); "
+                f"the S3 server used {server_cpu:.2f} CPU s per s3 run on the same 2 cores"
             )
 
             # export: the same converted episodes, imported once from disk and once from the bucket.
@@ -165,7 +182,8 @@ def main_bench() -> None:
             times = best_of(args.repeats, {"local": lambda: export("local"), "s3": lambda: export("s3")})
             print(
                 f"export envlogger FnApiRunner: local {times['local']:.2f} s, s3 {times['s3']:.2f} s -> "
-                f"s3/local throughput {times['local'] / times['s3']:.2f} (target >= 0.7)"
+                f"s3/local throughput {times['local'] / times['s3']:.2f} (target >= 0.7); "
+                f"stepmark's own CPU {CPU['local']:.2f} vs {CPU['s3']:.2f} s ({CPU['local'] / CPU['s3']:.2f})"
             )
 
             # Dask: a cluster of separate processes, 1 worker then 2; S3 flags on the command line.

@@ -115,14 +115,32 @@ class _CachedBoto3:
         return self
 
     def client(self, **kwargs: Any) -> Any:
-        aws_env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
-        key = (os.getpid(), aws_env, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+        key = (_session_key(), tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
         found = self._clients.get(key)
         if found is None:
-            found = self._real.session.Session().client(**kwargs)
+            found = _boto3_session().client(**kwargs)
             found.meta.events.register("needs-retry", _count_transient)
             self._clients[key] = found
         return found
+
+
+_sessions: dict[tuple, Any] = {}
+
+
+def _session_key() -> tuple:
+    """A boto3 session per process and AWS environment (a forked child makes its own; changed credentials or
+    endpoint in the environment make a new one: a session keeps the credentials it first found)."""
+    return os.getpid(), tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+
+
+def _boto3_session() -> Any:
+    """The process's boto3 session: its first client loads the service model (~0.5 s), later ones reuse it."""
+    import boto3
+
+    key = _session_key()
+    if key not in _sessions:
+        _sessions[key] = boto3.session.Session()
+    return _sessions[key]
 
 
 def _count_transient(response: Any = None, caught_exception: Any = None, **_: Any) -> None:
@@ -389,12 +407,11 @@ def check_location(url: str, *, write: bool = False) -> None:
 def _s3_client() -> Any:
     """A boto3 client made like Beam's (its --s3_* flags, else the AWS_* environment), with few retries: a
     check should answer in seconds."""
-    import boto3
     from apache_beam.options.pipeline_options import PipelineOptions, S3Options
     from botocore.config import Config
 
     o = PipelineOptions(list(settings())).view_as(S3Options)
-    return boto3.session.Session().client(  # a new session: the default one keeps the credentials it found
+    return _boto3_session().client(
         "s3",
         aws_access_key_id=o.s3_access_key_id,
         aws_secret_access_key=o.s3_secret_access_key,
