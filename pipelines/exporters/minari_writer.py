@@ -479,31 +479,27 @@ def finish_dataset(
 ) -> int:
     """Copies the episodes' files (`(index, split, transitions)`, in episode order) into `main_data.hdf5` as
     `episode_0..M-1`, then writes `metadata.json`; returns the number of episodes written. `stepmark_splits`
-    lists every split of `splits` (an empty one as []), `train` holding every episode without `--split`."""
+    lists every split of `splits` (an empty one as []), `train` holding every episode without `--split`.
+
+    Both files are written into a local folder, uploaded when the dataset goes to a bucket: Minari's one
+    `main_data.hdf5` needs local space for the dataset, plus one episode's file downloaded at a time."""
     from minari.serialization import serialize_space
 
     from pipelines import storage
 
     with storage.local_folder(staging_dir, prefix="stepmark-minari-") as local_dir:
-        return _finish_local(
-            Path(local_dir), work_dir, dataset_id, episodes, layout_json, export_info, description, serialize_space,
-            splits,
-        )  # fmt: skip
+        return _write_local(Path(local_dir), work_dir, episodes, splits, serialize_space, {
+            "dataset_id": dataset_id, "layout_json": layout_json, "export_info": export_info,
+            "description": description,
+        })  # fmt: skip
 
 
-def _finish_local(
-    staging: Path,
-    work_dir: str,
-    dataset_id: str,
-    episodes: list[tuple[int, str, int]],
-    layout_json: str,
-    export_info: dict[str, Any],
-    description: str,
-    serialize_space: Any,
-    splits: tuple[str, ...],
-) -> int:
-    """`finish_dataset` into a local folder (uploaded by the caller when the dataset goes to a bucket). Minari's
-    one `main_data.hdf5` is built here: local space is the dataset's, plus one episode's file from a bucket."""
+def _write_local(
+    staging: Path, work_dir: str, episodes: list[tuple[int, str, int]], splits: tuple[str, ...],
+    serialize_space: Any, about: dict[str, Any],
+) -> int:  # fmt: skip
+    """`finish_dataset` into the local folder `staging`; `about`: its dataset id, layout, export info and
+    description."""
     from pipelines import storage
 
     data = staging / DATA_DIR
@@ -520,7 +516,7 @@ def _finish_local(
             split_indices.setdefault(split or "train", []).append(k)
     storage.delete([work_file(work_dir, index) for index, _, _ in ordered])
     size = (data / MAIN_FILE).stat().st_size
-    writer = EpisodeWriter(layout_json)
+    writer = EpisodeWriter(about["layout_json"])
     metadata: dict[str, Any] = {  # Minari's own keys first, in the order Minari writes them
         "total_episodes": len(ordered),
         "total_steps": sum(int(t) for _, _, t in ordered),
@@ -529,11 +525,11 @@ def _finish_local(
         # the one-number bounds of `stepmark_export`'s form under gymnasium 1.x).
         "observation_space": serialize_space(writer.observation_space),
         "action_space": serialize_space(writer.action_space),
-        "dataset_id": dataset_id,
-        "description": description,
+        "dataset_id": about["dataset_id"],
+        "description": about["description"],
         "minari_version": MINARI_VERSION,
         "dataset_size": round(size / 1_000_000, 1),
-        "stepmark_export": export_info,
+        "stepmark_export": about["export_info"],
         "stepmark_splits": split_indices,
     }
     with open(data / METADATA_FILE, "w", encoding="utf-8") as f:
