@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 import numpy as np
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
 from envlogger.proto import storage_pb2
@@ -116,8 +115,10 @@ class _BeamFiles:
     exists = staticmethod(FileSystems.exists)
 
     @staticmethod
-    def create(path: str) -> BinaryIO:
-        return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    def create(path: str):  # noqa: ANN205 - a context manager giving the stream
+        from pipelines import storage
+
+        return storage.create(path)  # one PUT for a small object in a bucket (Beam's: a multipart upload)
 
     @staticmethod
     def rename(sources: list[str], destinations: list[str]) -> None:

@@ -140,9 +140,13 @@ def read_limited(path: str, limit: int, policy: ReadPolicy = ANYWHERE) -> bytes:
     if not _is_local(path):
         # One GET (after the client's own HEAD), capped while reading: a size check first would be one more
         # round trip to the bucket per file (`check_file`), which dominates reading small files remotely.
+        from pipelines import storage
+
         try:
-            with FileSystems.open(path, compression_type="uncompressed") as f:  # CompressionTypes.UNCOMPRESSED
-                return _read_capped(f, path, limit, limit)
+            data = storage.read_object(path, limit)
+            if len(data) > limit:
+                raise _too_large(path, f"more than {limit}", limit)
+            return data
         except FileRefused:
             raise
         except Exception as exc:  # noqa: BLE001 - Beam wraps the client's error: name the file and the cause
