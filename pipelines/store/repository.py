@@ -28,7 +28,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from pipelines.store import mapping, revert, tags
+from pipelines.store import listing, mapping, revert, tags
 from pipelines.store.audit import AuditAction, AuditEntry
 from pipelines.store.database import WRITE
 from pipelines.store.errors import (
@@ -42,6 +42,7 @@ from pipelines.store.errors import (
     StoreError,
     StudyDisabled,
 )
+from pipelines.store.listing import Cursor, EpisodeQuery, Sort
 from pipelines.store.migrations import source_key
 from pipelines.store.models import (
     AuditRow,
@@ -572,9 +573,7 @@ class Repository(StudyRoles):
 
     @staticmethod
     def _valid_sessions_only(query: sa.Select) -> sa.Select:
-        return query.outerjoin(SessionRow, SessionRow.id == EpisodeRow.session_id).where(
-            sa.or_(SessionRow.id.is_(None), SessionRow.state != _INVALID)
-        )
+        return listing.valid_sessions_only(query)
 
     def list_episodes(
         self,
@@ -588,40 +587,59 @@ class Repository(StudyRoles):
         notes_query: str | None = None,
         include_invalid_sessions: bool = False,
     ) -> list[Episode]:
-        """Episodes matching every given filter, in registration order.
+        """Episodes matching every given filter, in registration order: all of them in memory, for small
+        selections (a session, an export's explicit choice). Lists a page shows use `page_episodes`.
 
         `tag` matches an episode tag or a tag on any of its steps; `notes_query` is a case-insensitive
         substring of the notes. Episodes of INVALID sessions are left out unless `include_invalid_sessions`.
         """
-        query = sa.select(EpisodeRow).options(
+        q = EpisodeQuery(
+            study_id, session_id, env_id, None if states is None else tuple(states), tag, user, notes_query,
+            include_invalid_sessions,
+        )  # fmt: skip
+        query = listing.where(sa.select(EpisodeRow), q).options(
             selectinload(EpisodeRow.tags), selectinload(EpisodeRow.step_tags)
         )
-        if study_id is not None:
-            query = query.where(EpisodeRow.study_id == study_id)
-        if session_id is not None:
-            query = query.where(EpisodeRow.session_id == session_id)
-        if env_id is not None:
-            query = query.where(EpisodeRow.environment_id == env_id)
-        if states is not None:
-            query = query.where(EpisodeRow.state.in_(list(states)))
-        if user is not None:
-            query = query.where(EpisodeRow.user == user)
-        if tag is not None:
-            query = query.where(
-                sa.or_(
-                    sa.exists().where(EpisodeTagRow.episode_id == EpisodeRow.id, EpisodeTagRow.label == tag),
-                    sa.exists().where(StepTagRow.episode_id == EpisodeRow.id, StepTagRow.label == tag),
-                )
-            )
-        if notes_query:
-            query = query.where(
-                sa.func.lower(EpisodeRow.notes).contains(notes_query.lower(), autoescape=True)
-            )
-        if not include_invalid_sessions:
-            query = self._valid_sessions_only(query)
         with self._read() as s:
             rows = s.scalars(query.order_by(EpisodeRow.registered_time, EpisodeRow.id)).all()
             return [mapping.episode_proto(row) for row in rows]
+
+    def page_episodes(
+        self, q: EpisodeQuery, sort: Sort | None = None, after: Cursor | None = None, limit: int = 50
+    ) -> list[tuple[Episode, Cursor]]:
+        """One page of a filtered, sorted list (keyset: the rows after `after`), each episode with its cursor;
+        tags and step tags of the page's episodes only."""
+        with self._read() as s:
+            ids = listing.page_ids(s, q, sort or Sort(), after, limit)
+            if not ids:
+                return []
+            rows = s.scalars(
+                sa.select(EpisodeRow)
+                .where(EpisodeRow.id.in_([i for i, _ in ids]))
+                .options(selectinload(EpisodeRow.tags), selectinload(EpisodeRow.step_tags))
+            ).all()
+            by_id = {row.id: row for row in rows}
+            return [(mapping.episode_proto(by_id[i]), cursor) for i, cursor in ids if i in by_id]
+
+    def count_episodes(self, q: EpisodeQuery) -> int:
+        """How many episodes match (aggregates only)."""
+        with self._read() as s:
+            return listing.count(s, q)
+
+    def episode_cursor(self, q: EpisodeQuery, sort: Sort, offset: int) -> Cursor | None:
+        """The cursor that starts the page beginning at row `offset` of the list (jump to a page)."""
+        with self._read() as s:
+            return listing.cursor_at(s, q, sort, offset)
+
+    def iter_episode_ids(self, q: EpisodeQuery, batch: int = listing.BATCH) -> Iterator[list[str]]:
+        """Every matching episode id, `batch` at a time (select all across pages; bounded memory)."""
+        with self._read() as s:
+            yield from listing.iter_ids(s, q, batch)
+
+    def episode_states(self, q: EpisodeQuery) -> dict[int, int]:
+        """Matching episodes per state (one GROUP BY)."""
+        with self._read() as s:
+            return listing.states(s, q)
 
     # -- tags, notes and state --------------------------------------------------------------------------------
 
