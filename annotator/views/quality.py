@@ -124,7 +124,7 @@ def render() -> None:
     st.dataframe(tables["pairs"], hide_index=True, key="agree_pairs")
     st.subheader(f"Disagreements ({len(report.disagreements)})")
     st.dataframe(tables["disagreements"], hide_index=True, width="stretch", key="agree_disagreements")
-    adjudication(ops, report, queue_ops.episode_keys(ops, study_id))
+    adjudication(ops, report, queue_ops.episode_keys(ops, {d.episode_id for d in report.disagreements}))
 
 
 if __name__ == "__main__":  # run as a Streamlit page (importing it, e.g. in tests, renders nothing)

@@ -571,6 +571,21 @@ class Repository(StudyRoles):
                 result.append(mapping.episode_proto(row))
             return result
 
+    def refs_of(self, episode_ids: Iterable[str]) -> dict[str, EpisodeRef]:
+        """The full references of these episodes (absent ones left out), 500 ids per query."""
+        ids = list(dict.fromkeys(episode_ids))
+        out: dict[str, EpisodeRef] = {}
+        with self._read() as s:
+            for start in range(0, len(ids), 500):
+                query = sa.select(EpisodeRow.id, EpisodeRow.study_id, EpisodeRow.session_id).where(
+                    EpisodeRow.id.in_(ids[start : start + 500])
+                )
+                for episode_id, study_id, session_id in s.execute(query):
+                    out[episode_id] = EpisodeRef(
+                        study_id=study_id, session_id=session_id or "", episode_id=episode_id
+                    )
+        return out
+
     @staticmethod
     def _valid_sessions_only(query: sa.Select) -> sa.Select:
         return listing.valid_sessions_only(query)
