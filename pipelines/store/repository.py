@@ -19,7 +19,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from pipelines.store import listing, mapping, revert, tags
+from pipelines.store import access, listing, mapping, revert, tags
+from pipelines.store.access import now
 from pipelines.store.audit import AuditAction, AuditEntry
 from pipelines.store.database import WRITE
 from pipelines.store.errors import (
@@ -55,12 +55,12 @@ from pipelines.store.models import (
 )
 from pipelines.store.roles import StudyRoles
 from pipelines.store.roles import label as _label
-from protos.rlds_creator import client_pb2, study_pb2
+from protos.rlds_creator import study_pb2
 
 StudySpec = study_pb2.StudySpec
 Episode = study_pb2.Episode
 SessionProto = study_pb2.Session
-EpisodeRef = client_pb2.EpisodeRef
+EpisodeRef = access.EpisodeRef
 
 _ENABLED = StudySpec.STATE_ENABLED
 _DISABLED = StudySpec.STATE_DISABLED
@@ -74,8 +74,7 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
+_now = now  # the store's clock (`access.now`)
 
 
 def _state_name(enum: Any, value: int) -> str:
