@@ -541,6 +541,20 @@ class Repository(StudyRoles):
             )
             return {key: episode_id for key, episode_id in rows.all()}
 
+    def known_sources(self, study_id: str, keys: Sequence[str]) -> set[str]:
+        """Which of these import keys the study has already (one indexed query per 500 keys)."""
+        found: set[str] = set()
+        with self._read() as s:
+            for start in range(0, len(keys), 500):
+                found.update(
+                    s.scalars(
+                        sa.select(EpisodeRow.source_key).where(
+                            EpisodeRow.study_id == study_id, EpisodeRow.source_key.in_(keys[start : start + 500])
+                        )
+                    )
+                )
+        return found
+
     def get_episode(self, ref: EpisodeRef) -> Episode:
         """The episode with its tags, notes and step_metadata."""
         with self._read() as s:
