@@ -237,6 +237,9 @@ def render() -> None:
         width="stretch",
         column_config={"can delete": None},
     )
+    first = (page - 1) * PAGE_SIZE + 1
+    order = f"by {SORT_LABELS[sort.key]}" + (" (descending)" if sort.descending else "")
+    st.caption(f"Showing {first:,}–{first + len(table) - 1:,} of {total:,}, {order}")
     selected = selected_keys(ops, chosen, table, list(event.selection.rows), everything)
     if everything and total > MAX_BULK:
         st.warning(

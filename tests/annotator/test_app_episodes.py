@@ -180,6 +180,7 @@ def test_the_table_pages_sorts_jumps_and_selects_across_pages(tmp_path, monkeypa
     assert table(at)["episode"].tolist() == listed[50:100]
     at.button(key="ep_next").click().run()
     assert table(at)["episode"].tolist() == listed[100:]
+    assert "Showing 101–120 of 120, by registration" in [c.value for c in at.caption]
     assert at.button(key="ep_next").disabled
     at.button(key="ep_prev").click().run()
     assert table(at)["episode"].tolist() == listed[50:100]
