@@ -81,25 +81,18 @@ def store_stats(repo: Repository, study_id: str) -> StoreStats:
     count = sa.func.count()
     with Session(repo.engine) as s, s.begin():
         stats.episodes = listing.count(s, q)
-        for state, n in s.execute(
-            listing.where(sa.select(EpisodeRow.state, count), q).group_by(EpisodeRow.state)
-        ):
+        for state, n in listing.grouped(s, q, EpisodeRow.state).items():
             stats.by_state[state_name(state)] += n
-        for user, n in s.execute(
-            listing.where(sa.select(EpisodeRow.user, count), q).group_by(EpisodeRow.user)
-        ):
+        for user, n in listing.grouped(s, q, EpisodeRow.user).items():
             stats.by_annotator[user or "(unknown)"] += n
-        stats.ui_episodes = s.scalar(
-            listing.where(sa.select(count).select_from(EpisodeRow), q).where(_is_ui())
-        )
+        stats.ui_episodes = listing.grouped(s, q, _is_ui()).get(True, 0)
         env_rows = listing.where(
             sa.select(EpisodeRow.environment_id, EpisodeRow.total_reward, EpisodeRow.num_steps,
                       EpisodeRow.meta["success"]),
             q,
         ).where(sa.or_(EpisodeRow.meta["kind"].as_string().is_(None), ~_is_ui()))  # fmt: skip
         success: dict[str, list[int]] = {}
-        result = s.execute(env_rows.order_by(EpisodeRow.registered_time, EpisodeRow.id).execution_options(
-            yield_per=STREAM_BATCH))  # fmt: skip
+        result = s.execute(env_rows.execution_options(yield_per=STREAM_BATCH))
         for env_id, reward, steps, verdict in result:
             env = env_id or "(none)"
             stats.returns.setdefault(env, array("d")).append(reward or 0.0)
@@ -109,13 +102,13 @@ def store_stats(repo: Repository, study_id: str) -> StoreStats:
                 counted[0] += verdict
                 counted[1] += 1
         stats.success = {env: (ok, n) for env, (ok, n) in success.items()}
-        listed = listing.where(sa.select(EpisodeRow.id), q)
-        for table in (EpisodeTagRow, StepTagRow):
-            rows = s.execute(
-                sa.select(table.label, table.user, count)
-                .where(table.episode_id.in_(listed))
-                .group_by(table.label, table.user)
-            )
+        invalid = listing.invalid_sessions(s, study_id)
+        for table in (EpisodeTagRow, StepTagRow):  # from the tags, each episode looked up by key
+            query = sa.select(table.label, table.user, count).where(listing.in_study(table.episode_id, study_id))
+            if invalid:
+                session = sa.select(EpisodeRow.session_id).where(EpisodeRow.id == table.episode_id).scalar_subquery()
+                query = query.where(sa.or_(session.is_(None), session.not_in(invalid)))
+            rows = s.execute(query.group_by(table.label, table.user))
             for label, user, n in rows:
                 stats.tags_by_label[label] += n
                 stats.tags_by_annotator[user or "(unknown)"] += n

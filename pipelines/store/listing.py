@@ -80,6 +80,12 @@ def valid_sessions_only(query: sa.Select) -> sa.Select:
     return query.where(sa.or_(EpisodeRow.session_id.is_(None), ~invalid))
 
 
+def in_study(episode_id: Any, study_id: str) -> sa.ColumnElement[bool]:
+    """Rows of a table keyed by episode (tags, labels, adjudications) whose episode is in the study: a look-up
+    of each row's episode by key, so the work follows the (few) rows of that table, never the study's episodes."""
+    return sa.select(EpisodeRow.study_id).where(EpisodeRow.id == episode_id).scalar_subquery() == study_id
+
+
 def _tagged(tag: str) -> sa.ColumnElement[bool]:
     """Episodes with the tag on the episode or any step, found through the tag tables' label indexes."""
     ids = sa.union(
@@ -113,23 +119,26 @@ def where(query: sa.Select, q: EpisodeQuery, *, sessions: bool = True) -> sa.Sel
     return query
 
 
+def invalid_sessions(s: Session, study_id: str | None) -> list[str]:
+    """Ids of the INVALID sessions (of one study); few, whatever the number of episodes."""
+    query = sa.select(SessionRow.id).where(SessionRow.state == _INVALID)
+    if study_id is not None:
+        query = query.where(SessionRow.study_id == study_id)
+    return list(s.scalars(query))
+
+
 def count(s: Session, q: EpisodeQuery) -> int:
-    """How many episodes match: one count over the filter's index, minus those of INVALID sessions (a join
-    from the few invalid sessions), so the count never evaluates a per-row subquery."""
+    """How many episodes match: one count over the filter's index, minus those of INVALID sessions (counted
+    through the session index, 500 invalid sessions at a time), so no row is checked against its session."""
     total = s.scalar(where(sa.select(sa.func.count()).select_from(EpisodeRow), q, sessions=False)) or 0
     if q.include_invalid_sessions:
         return int(total)
-    invalid = s.scalar(
-        where(
-            sa.select(sa.func.count())
-            .select_from(EpisodeRow)
-            .join(SessionRow, SessionRow.id == EpisodeRow.session_id)
-            .where(SessionRow.state == _INVALID),
-            q,
-            sessions=False,
-        )
-    )
-    return int(total) - int(invalid or 0)
+    invalid = invalid_sessions(s, q.study_id)
+    for start in range(0, len(invalid), 500):
+        query = sa.select(sa.func.count()).select_from(EpisodeRow)
+        query = where(query.where(EpisodeRow.session_id.in_(invalid[start : start + 500])), q, sessions=False)
+        total -= s.scalar(query) or 0
+    return int(total)
 
 
 def _ordered(query: sa.Select, column: Any, descending: bool) -> sa.Select:
@@ -201,7 +210,21 @@ def iter_ids(s: Session, q: EpisodeQuery, batch: int = BATCH) -> Iterator[list[s
         after = rows[-1][1]
 
 
+def grouped(s: Session, q: EpisodeQuery, column: Any) -> dict[Any, int]:
+    """Matching episodes per value of `column` (GROUP BY), INVALID sessions' episodes subtracted as in `count`."""
+    query = where(sa.select(column, sa.func.count()).select_from(EpisodeRow), q, sessions=False)
+    out: dict[Any, int] = {key: int(n) for key, n in s.execute(query.group_by(column))}
+    if q.include_invalid_sessions:
+        return out
+    invalid = invalid_sessions(s, q.study_id)
+    for start in range(0, len(invalid), 500):
+        query = sa.select(column, sa.func.count()).select_from(EpisodeRow)
+        query = where(query.where(EpisodeRow.session_id.in_(invalid[start : start + 500])), q, sessions=False)
+        for key, n in s.execute(query.group_by(column)):
+            out[key] -= int(n)
+    return {key: n for key, n in out.items() if n}
+
+
 def states(s: Session, q: EpisodeQuery) -> dict[int, int]:
     """Matching episodes per state (one GROUP BY)."""
-    query = where(sa.select(EpisodeRow.state, sa.func.count()).select_from(EpisodeRow), q)
-    return {int(state): int(n) for state, n in s.execute(query.group_by(EpisodeRow.state))}
+    return {int(state): n for state, n in grouped(s, q, EpisodeRow.state).items()}

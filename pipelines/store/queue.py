@@ -367,7 +367,7 @@ def progress(repo: Repository, study_id: str) -> QueueProgress:
     with _read(repo) as s:
         config = _config(s, study_id)
         q = queue_query(config)
-        queued = listing.count(s, q)
+        count = listing.count(s, q)
         done = (
             sa.select(QueueAssignmentRow.episode_id, sa.func.count().label("n"))
             .where(QueueAssignmentRow.study_id == study_id, QueueAssignmentRow.state == DONE)
@@ -375,15 +375,13 @@ def progress(repo: Repository, study_id: str) -> QueueProgress:
             .subquery()
         )
         overlap = config.overlap
-        totals = listing.where(
-            sa.select(
-                sa.func.sum(sa.case((done.c.n > overlap, overlap), else_=done.c.n)),
-                sa.func.sum(sa.case((done.c.n >= overlap, 1), else_=0)),
-            ).select_from(done.join(EpisodeRow, EpisodeRow.id == done.c.episode_id)),
-            q,
-        )
+        queued = listing.where(sa.select(EpisodeRow.id).where(EpisodeRow.id == done.c.episode_id), q).exists()
+        totals = sa.select(  # per done episode, one look-up of the episode by key: the work, not the study
+            sa.func.sum(sa.case((done.c.n > overlap, overlap), else_=done.c.n)),
+            sa.func.sum(sa.case((done.c.n >= overlap, 1), else_=0)),
+        ).where(queued)
         slots_done, complete = s.execute(totals).one()
-    return QueueProgress(config, queued, int(slots_done or 0), int(complete or 0))
+    return QueueProgress(config, count, int(slots_done or 0), int(complete or 0))
 
 
 def episode_progress(
@@ -479,8 +477,7 @@ def done_labels(repo: Repository, study_id: str) -> list[EpisodeLabels]:
                 AnnotatorStepLabelRow.step_index,
                 AnnotatorStepLabelRow.label,
             )
-            .join(EpisodeRow, EpisodeRow.id == AnnotatorStepLabelRow.episode_id)
-            .where(EpisodeRow.study_id == study_id)
+            .where(listing.in_study(AnnotatorStepLabelRow.episode_id, study_id))
         ).all()
     sets: dict[tuple[str, str], dict[int, set[str]]] = {}
     for episode_id, user, step, label in labels:

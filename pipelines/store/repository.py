@@ -363,12 +363,10 @@ class Repository(StudyRoles):
             return mapping.environment_spec(row)
 
     def episode_counts(self, *, include_invalid_sessions: bool = False) -> dict[str, int]:
-        """Number of episodes per study id (studies without episodes are absent)."""
+        """Number of episodes per study id (studies without episodes are absent); aggregates only."""
         with self._read() as s:
-            query = sa.select(EpisodeRow.study_id, sa.func.count()).group_by(EpisodeRow.study_id)
-            if not include_invalid_sessions:
-                query = self._valid_sessions_only(query)
-            return {study_id: count for study_id, count in s.execute(query).all()}
+            q = EpisodeQuery(include_invalid_sessions=include_invalid_sessions)
+            return listing.grouped(s, q, EpisodeRow.study_id)
 
     # -- sessions ---------------------------------------------------------------------------------------------
 
@@ -852,15 +850,11 @@ class Repository(StudyRoles):
 
     def recent_tags(self, study_id: str, limit: int = 10) -> list[str]:
         """Labels used in a study (episode and step tags), most recently added first."""
-        episode_tags = (
-            sa.select(EpisodeTagRow.label.label("label"), EpisodeTagRow.created_time.label("t"))
-            .join(EpisodeRow, EpisodeRow.id == EpisodeTagRow.episode_id)
-            .where(EpisodeRow.study_id == study_id)
-        )
-        step_tags = (
-            sa.select(StepTagRow.label.label("label"), StepTagRow.created_time.label("t"))
-            .join(EpisodeRow, EpisodeRow.id == StepTagRow.episode_id)
-            .where(EpisodeRow.study_id == study_id)
+        episode_tags = sa.select(
+            EpisodeTagRow.label.label("label"), EpisodeTagRow.created_time.label("t")
+        ).where(listing.in_study(EpisodeTagRow.episode_id, study_id))
+        step_tags = sa.select(StepTagRow.label.label("label"), StepTagRow.created_time.label("t")).where(
+            listing.in_study(StepTagRow.episode_id, study_id)
         )
         tags = sa.union_all(episode_tags, step_tags).subquery()
         latest = sa.func.max(tags.c.t)
