@@ -13,8 +13,8 @@ queue of overlap 2 with one episode in 500 labelled by two annotators), to each 
     warm reload (median of 3), and each of: choose the study, next page, jump to the middle page, sort by
     steps descending, filter by state, search notes; until the page says what it shows and Streamlit's run
     is over. The server's RSS (process tree) after them.
-PostgreSQL is started by the bench as the tests start it (tests/pg_fixture.py); its tables are ANALYZEd after
-each growth (autovacuum would do it within a minute); the SQLite file is not (the app does not either).
+PostgreSQL is started by the bench as the tests start it (tests/pg_fixture.py). After each growth the bench
+calls `Repository.analyze()`, as import-ui does after registering episodes.
 The UI records the episodes point at are a real convert-ui output of ../shared/fixtures (the report reads it);
 their offsets are not (no page here opens a record). Nothing is asserted: figures are printed.
 
@@ -117,9 +117,7 @@ def grow(repo, study_id: str, session_id: str, shard: str, start: int, stop: int
                                 (AnnotatorStepLabelRow, labels)):  # fmt: skip
                 if rows:
                     conn.execute(sa.insert(table.__table__), rows)
-    if repo.engine.dialect.name == "postgresql":
-        with repo.engine.connect() as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
+    repo.analyze()  # what import-ui does after registering episodes
 
 
 def timed(fn) -> tuple[float, object]:

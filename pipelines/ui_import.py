@@ -240,6 +240,7 @@ def import_records(
         result.skipped += len(new) - len(added)  # imported concurrently by someone else
     if session is not None:
         repo.end_session(session.id, user)
+        repo.analyze()  # the study grew: the planner's statistics follow (Repository.analyze)
     return result
 
 

@@ -539,6 +539,22 @@ class Repository(StudyRoles):
             )
             return {key: episode_id for key, episode_id in rows.all()}
 
+    def analyze(self) -> None:
+        """Refresh the planner's statistics of the tables lists filter (after a bulk import). Without them
+        SQLite takes `study_id = ?` for a selective condition and, e.g., walks a million-episode study to
+        find a tag's few episodes (2.6 s) instead of starting from the tag (36 ms). SQLite: ANALYZE with an
+        analysis limit (milliseconds at a million rows); PostgreSQL: ANALYZE of those tables (autovacuum does
+        it too, later)."""
+        tables = ("episodes", "episode_tags", "step_tags", "queue_assignments", "annotator_step_labels")
+        with self.engine.connect() as conn:
+            if self.engine.dialect.name == "sqlite":
+                conn.exec_driver_sql("PRAGMA analysis_limit = 1000")
+                for table in tables:
+                    conn.exec_driver_sql(f"ANALYZE {table}")
+            elif self.engine.dialect.name == "postgresql":
+                conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(f"ANALYZE {', '.join(tables)}")
+            conn.commit()
+
     def known_sources(self, study_id: str, keys: Sequence[str]) -> set[str]:
         """Which of these import keys the study has already (one indexed query per 500 keys)."""
         found: set[str] = set()

@@ -196,3 +196,27 @@ def listing_ids(repo: Repository, q: EpisodeQuery, sort: Sort, after) -> None:  
 
     with repo._read() as s:
         listing.page_ids(s, q, sort, after, 5)
+
+
+def test_analyze_gives_the_planner_statistics_so_a_tag_starts_from_its_few_episodes(repo: Repository) -> None:
+    """2,000 episodes in one study, 3 tagged: with statistics the tag filter's count starts from the tag's
+    rows (episodes looked up by key); without them SQLite walked the whole study's index."""
+    study = repo.create_study(study_spec(), "alice@example.com")
+    session = repo.create_session(study.id, "bob@example.com")
+    added = repo.add_episodes(env_episode(study.id, session) for _ in range(2000))
+    for e in added[:3]:
+        repo.add_step_tag(Repository.ref(e), 1, "rare", "bob@example.com")
+    repo.analyze()
+    q = EpisodeQuery(study_id=study.id, tag="rare")
+    if repo.engine.dialect.name == "sqlite":
+        with repo.engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM sqlite_stat1 WHERE tbl = 'episodes'").scalar()
+        plans = _plans(repo, lambda: repo.count_episodes(q))
+        assert not any("ix_episodes_study" in p for p in plans), plans
+    else:
+        with repo.engine.connect() as conn:
+            analyzed = conn.exec_driver_sql(
+                "SELECT last_analyze FROM pg_stat_user_tables WHERE relname = 'episodes'"
+            ).scalar()
+        assert analyzed is not None
+    assert repo.count_episodes(q) == 3
