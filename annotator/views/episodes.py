@@ -9,6 +9,7 @@ when an action needs them, up to `MAX_BULK`."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 
 import pandas as pd
@@ -72,6 +73,20 @@ def rows(episodes: client_pb2.EpisodesResponse) -> pd.DataFrame:
     return pd.DataFrame(data, columns=columns)
 
 
+TAGS_TTL_S = 30.0
+
+
+def tag_options(ops, study_ids: list[str]) -> list[str]:
+    """The Tag filter's options (each study's 50 most recent labels), read at most every TAGS_TTL_S seconds
+    per session: they read every tag of each study, and a label added since shows up within the TTL."""
+    cached = st.session_state.get("_ep_tags")
+    now = time.monotonic()
+    if cached is None or cached[0] != study_ids or now - cached[1] > TAGS_TTL_S:
+        cached = (study_ids, now, sorted({t for sid in study_ids for t in ops.recent_tags(sid, limit=50)}))
+        st.session_state["_ep_tags"] = cached
+    return cached[2]
+
+
 def filters(ops) -> EpisodeFilter:
     studies = ops.all_studies()
     names = {s.id: s.name for s in studies}
@@ -82,7 +97,7 @@ def filters(ops) -> EpisodeFilter:
     env_id = c2.selectbox("Environment", [ANY, *env_ids], key="f_env", on_change=_first_page)
     statuses = c3.multiselect("Status", [STATE_LABELS[s] for s in sorted(STATE_LABELS) if s], key="f_status",
                               on_change=_first_page)  # fmt: skip
-    tags = sorted({t for s in studies for t in ops.recent_tags(s.id, limit=50)})
+    tags = tag_options(ops, [s.id for s in studies])
     tag = c4.selectbox("Tag", [ANY, *tags], key="f_tag", on_change=_first_page)
     c5, c6, c7, c8 = st.columns([3, 1, 1, 1])
     notes = c5.text_input("Search in notes", key="f_notes", placeholder="words in the notes", on_change=_first_page)
