@@ -11,7 +11,7 @@ queue of overlap 2 with one episode in 500 labelled by two annotators), to each 
     wall time and peak RSS (ratio to the smallest size printed beside);
   - the Episodes page in chromium (Playwright at /usr/bin/chromium) against `stepmark annotate`: cold load,
     warm reload (median of 3), and each of: choose the study, next page, jump to the middle page, sort by
-    steps descending, filter by state, search notes; until the page says what it shows and Streamlit's run
+    steps, descending, filter by state, search notes; until the page says what it shows and Streamlit's run
     is over. The server's RSS (process tree) after them.
 PostgreSQL is started by the bench as the tests start it (tests/pg_fixture.py). After each growth the bench
 calls `Repository.analyze()`, as import-ui does after registering episodes.
@@ -248,18 +248,22 @@ def browser_figures(url: str | None, data_dir: Path, study_id: str, total: int) 
             page = browser.new_page(viewport={"width": 1600, "height": 1200})
 
             def until(text: str, action) -> float:
+                """Seconds from the action until `text` (which only the new state shows) is on the page, the run
+                is over and no element of the previous run is left (Streamlit marks those stale)."""
                 t = time.perf_counter()
                 action()
                 page.get_by_text(text).first.wait_for(timeout=600_000)
                 page.wait_for_function(
-                    "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=600_000
+                    "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+                    " && !document.querySelector('[data-stale=\"true\"]')",
+                    timeout=600_000,
                 )
                 return time.perf_counter() - t
 
             shown = f"Showing 1–50 of {total:,}, by registration"
             out["cold load"] = until(shown, lambda: page.goto(address))
             out["warm reload"] = statistics.median(until(shown, page.reload) for _ in range(3))
-            out["choose the study"] = until(shown, lambda: _choose(page, "Study", "scale"))
+            out["choose the study"] = until("labellings done", lambda: _choose(page, "Study", "scale"))
             out["next page"] = until(f"Showing 51–100 of {total:,}",
                                      lambda: page.get_by_role("button", name="Next", exact=True).click())  # fmt: skip
             middle = total // 2 // 50 + 1
@@ -271,8 +275,8 @@ def browser_figures(url: str | None, data_dir: Path, study_id: str, total: int) 
                 box.press("Enter")
 
             out["jump to middle page"] = until(f"Showing {first:,}–{first + 49:,} of {total:,}", jump)
-            out["sort steps desc"] = until("by steps (descending)", lambda: (
-                _choose(page, "Sort by", "steps"), page.get_by_text("Descending").click()))  # fmt: skip
+            out["sort by steps"] = until("by steps", lambda: _choose(page, "Sort by", "steps"))
+            out["descending"] = until("by steps (descending)", lambda: page.get_by_text("Descending").click())
             rejected = sum(1 for i in range(total) if i % 50 == 7)
             out["filter state=rejected"] = until(f"of {rejected:,}, by steps",
                                                  lambda: _choose(page, "Status", "Rejected", "stMultiSelect"))  # fmt: skip
