@@ -320,6 +320,7 @@ def main() -> None:
                 server = get_server()
                 url = server.url(server.create_database())
             data_dir = tmp / backend
+            data_dir.mkdir()
             repo, study_id, session_id, shard = setup(url, data_dir, converted)
             grown = 0
             results[backend] = {}
