@@ -220,3 +220,16 @@ def test_analyze_gives_the_planner_statistics_so_a_tag_starts_from_its_few_episo
             ).scalar()
         assert analyzed is not None
     assert repo.count_episodes(q) == 3
+
+
+def test_the_notes_search_reads_the_annotated_episodes_only(listed) -> None:
+    repo, study_id, _ = listed
+    q = EpisodeQuery(study_id=study_id, notes_query="pit")
+    assert repo.count_episodes(q) == 1
+    if repo.engine.dialect.name != "sqlite":
+        return  # PostgreSQL chooses by its own statistics
+    plans = _plans(repo, lambda: (repo.count_episodes(q), repo.page_episodes(q, Sort("steps"), None, 5)))
+    notes = [p for p in plans if "annotated" in p]
+    assert len(notes) >= 3 and all("SCAN annotated USING INDEX ix_episodes_study_notes" in p for p in notes), plans
+    for plan in plans:  # the episodes themselves by key (or through an invalid session), never a walk of the study
+        assert "SCAN episodes" not in plan and "ix_episodes_study_" not in plan.replace("ix_episodes_study_notes", ""), plan
