@@ -22,6 +22,7 @@ from annotator.readers import ReaderCache, SharedReader
 from annotator.step_data import to_data
 from pipelines.errors import StepmarkError
 from pipelines.store.errors import Conflict, NotFound
+from pipelines.store.listing import EpisodeQuery
 from protos.rlds_creator import client_pb2, study_pb2
 
 Progress = Callable[[float], None]
@@ -149,6 +150,14 @@ class EpisodeFilter:
     tag: str | None = None
     user: str | None = None
     notes_query: str | None = None
+
+    def query(self) -> EpisodeQuery:
+        """The store's query for these filters."""
+        return EpisodeQuery(
+            study_id=self.study_id or None, env_id=self.env_id or None,
+            states=tuple(self.states) if self.states else None, tag=self.tag or None, user=self.user or None,
+            notes_query=self.notes_query or None,
+        )  # fmt: skip
 
 
 @dataclass
@@ -290,6 +299,18 @@ class Operations:
         for episode in found:
             response.episodes.append(self.episode_metadata(episode, studies))
         return response
+
+    def episodes_page(
+        self, filters: EpisodeFilter, sort: Any, after: Any = None, size: int = 50
+    ) -> tuple[client_pb2.EpisodesResponse, Any]:
+        """One page of the Episodes table (keyset after the cursor `after`; `Repository.page_episodes`) and the
+        cursor the next page starts after (None on an empty page)."""
+        page = self.repo.page_episodes(filters.query(), sort, after, size)
+        studies = {s.id: s for s in self.repo.list_studies()}
+        response = client_pb2.EpisodesResponse()
+        for episode, _ in page:
+            response.episodes.append(self.episode_metadata(episode, studies))
+        return response, (page[-1][1] if page else None)
 
     def replay_episode(self, request: client_pb2.ReplayEpisodeRequest) -> client_pb2.ReplayEpisodeResponse:
         """Open an episode for replay: its metadata and the reward of every step."""

@@ -6,7 +6,7 @@ pages (episode keys as the other pages use them, pandas tables); every store cha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 import sqlalchemy as sa
@@ -22,17 +22,25 @@ from pipelines.store.queue import Assignment, QueueConfig, QueueProgress
 from protos.rlds_creator import client_pb2
 
 
-def episode_keys(ops, study_id: str) -> dict[str, str]:
-    """Episode id -> the key the Replay page opens (study/session/episode)."""
-    return {e.id: ref_key(ref_of(e)) for e in ops.repo.list_episodes(study_id=study_id)}
+def episode_keys(ops, episode_ids: Iterable[str]) -> dict[str, str]:
+    """Episode id -> the key the Replay page opens (study/session/episode), for these episodes only."""
+    return {i: ref_key(ref) for i, ref in ops.repo.refs_of(episode_ids).items()}
 
 
 def progress(ops, study_id: str) -> QueueProgress:
+    """The queue's totals (SQL aggregates)."""
     return work_queue.progress(ops.repo, study_id)
 
 
-def progress_rows(ops, state: QueueProgress) -> pd.DataFrame:
-    keys = episode_keys(ops, state.config.study_id)
+def progress_rows(ops, study_id: str, page: int, size: int) -> pd.DataFrame:
+    """Page `page` (0-based) of the queued episodes' progress: one jump (OFFSET over the index) and one page."""
+    cursor = work_queue.progress_cursor(ops.repo, study_id, page * size)
+    rows = (
+        [p for p, _ in work_queue.episode_progress(ops.repo, study_id, cursor, size)]
+        if page == 0 or cursor
+        else []
+    )
+    keys = episode_keys(ops, (p.episode_id for p in rows))
     return pd.DataFrame(
         [
             {
@@ -42,7 +50,7 @@ def progress_rows(ops, state: QueueProgress) -> pd.DataFrame:
                 "done by": ", ".join(p.done_by),
                 "in progress by": ", ".join(p.open_by),
             }
-            for p in state.episodes.values()
+            for p in rows
         ],
         columns=["episode", "done", "complete", "done by", "in progress by"],
     )
@@ -157,8 +165,13 @@ def agreement_tables(report: AgreementReport) -> dict[str, pd.DataFrame]:
         ),
         "pairs": pd.DataFrame(
             [
-                {"label": p.label, "annotator A": p.user_a, "annotator B": p.user_b, "kappa": p.kappa,
-                 "steps": p.units}
+                {
+                    "label": p.label,
+                    "annotator A": p.user_a,
+                    "annotator B": p.user_b,
+                    "kappa": p.kappa,
+                    "steps": p.units,
+                }
                 for p in report.pairs
             ],
             columns=["label", "annotator A", "annotator B", "kappa", "steps"],

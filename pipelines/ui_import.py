@@ -4,25 +4,117 @@ Nothing is copied: each store episode points at its record (`metadata.ui_record`
 UI episode id) and `pipelines.episodes.open_episode` reads the record from the shard when needed. Importing is
 idempotent: a record already in the study (same UI episode id) is skipped, so re-running an import after a
 conversion grew only adds the new episodes.
+
+Importing streams: records are read one at a time and registered `BATCH` at a time (one transaction each,
+which sees what earlier batches and concurrent imports registered), so memory does not grow with the
+number of records. A record is not parsed whole to be registered: `record_header` reads the four fields the
+store needs (id, step count, app, source) from the wire bytes and skips the rest (the screenshots and objects
+that make a record large); the TFRecord reader has checked the record's CRC.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import chain, islice
 from pathlib import Path
 
+from pipelines.errors import StepmarkError
 from pipelines.store import AlreadyExists, NotFound, PermissionDenied, Repository, StoreError
 from protos.rlds_creator import study_pb2
 
 UI_ENV_ID = "android-ui"
 UI_ENV_NAME = "Android UI"
+BATCH = 1000  # records registered per transaction
 
 
 @dataclass
 class ImportResult:
     study: study_pb2.StudySpec
-    added: list[study_pb2.Episode] = field(default_factory=list)
+    added: int = 0  # episodes registered
     skipped: int = 0  # records already in the study
+
+
+@dataclass(frozen=True)
+class RecordHeader:
+    """What the store registers of one record (`pipelines.ui_records.RecordRef`'s fields)."""
+
+    episode_id: str
+    shard: str
+    offset: int
+    num_steps: int
+    app_package: str
+    source: str
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, wire type, value start, value end) of each field in data[start:end]; varints and
+    fixed-width values are skipped, length-delimited ones delimited, nothing is decoded."""
+    pos = start
+    while pos < end:
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, after = _varint(data, pos)
+        elif wire == 1:
+            after = pos + 8
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            after = pos + length
+        elif wire == 5:
+            after = pos + 4
+        else:
+            raise ValueError(f"wire type {wire} of field {number}")
+        if after > end or number == 0:
+            raise ValueError(f"field {number} runs past its message")
+        yield number, wire, pos, after
+        pos = after
+
+
+# UiEpisode (protos/stepmark/ui_episode.proto): episode_id = 1, episode = 2, app_package = 5, source = 6;
+# llm4mobile Episode: time_steps = 4.
+_ID, _EPISODE, _APP, _SOURCE, _TIME_STEPS = 1, 2, 5, 6, 4
+
+
+def record_header(data: bytes, shard: str, offset: int) -> RecordHeader:
+    """The fields of a serialized UiEpisode the store needs, read off the wire (the time steps are counted,
+    not parsed). StepmarkError naming the shard and byte when the bytes are not a UiEpisode."""
+    found: dict[int, str] = {}
+    steps = 0
+    try:
+        for number, wire, start, end in _fields(data, 0, len(data)):
+            if wire != 2:
+                continue
+            if number in (_ID, _APP, _SOURCE):
+                found[number] = data[start:end].decode("utf-8")
+            elif number == _EPISODE:
+                steps += sum(
+                    n == _TIME_STEPS and w == 2 for n, w, _, _ in _fields(data, start, end)
+                )
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StepmarkError(f"{shard} at byte {offset}: not a serialized UiEpisode ({exc})") from exc
+    return RecordHeader(found.get(_ID, ""), shard, offset, steps, found.get(_APP, ""), found.get(_SOURCE, ""))
+
+
+def iter_headers(output_path: str | Path) -> Iterator[RecordHeader]:
+    """Every record's header under a convert-ui output folder or shard, one record in memory at a time."""
+    from pipelines.ui_records import iter_records  # the CONVERT helper's reader
+
+    for shard, offset, data in iter_records(str(output_path)):
+        yield record_header(data, shard, offset)
 
 
 def _ui_environment() -> study_pb2.EnvironmentSpec:
@@ -87,7 +179,7 @@ def _absolute(shard: str) -> str:
 
 
 def ui_episode(study_id: str, session: study_pb2.Session, record) -> study_pb2.Episode:  # noqa: ANN001
-    """The store episode of one converted record (a `pipelines.ui_records.RecordRef`)."""
+    """The store episode of one converted record (a `RecordHeader` or `pipelines.ui_records.RecordRef`)."""
     episode = study_pb2.Episode(
         study_id=study_id,
         session_id=session.id,
@@ -113,25 +205,42 @@ def ui_episode(study_id: str, session: study_pb2.Session, record) -> study_pb2.E
     return episode
 
 
-def import_records(repo: Repository, output_path: str | Path, study_name: str, user: str) -> ImportResult:
-    """Import every record under `output_path` (a convert-ui output folder or one shard)."""
-    from pipelines.ui_records import index_records  # the CONVERT helper's reader
+def _batches(items: Iterable[RecordHeader], size: int) -> Iterator[list[RecordHeader]]:
+    it = iter(items)
+    while batch := list(islice(it, size)):
+        yield batch
 
+
+def import_records(
+    repo: Repository, output_path: str | Path, study_name: str, user: str, *, batch: int = BATCH
+) -> ImportResult:
+    """Import every record under `output_path` (a convert-ui output folder or one shard), `batch` at a time."""
     local = Path(output_path) if "://" not in str(output_path) else None
     if local is not None and local.is_dir() and not any(local.iterdir()):
         raise StoreError(
             f"{output_path}: empty folder, not a convert-ui output (run stepmark convert-ui first)"
         )
-    records = index_records(str(output_path))  # StepmarkError naming the path if it is not an output
+    headers = iter_headers(output_path)  # StepmarkError naming the path if it is not an output
+    first = next(headers, None)  # the output is checked before a study is created for it
     study = find_or_create_study(repo, study_name, user)
-    known = repo.source_keys(study.id)
-    new = [r for r in records if f"ui:{r.episode_id}" not in known]
-    result = ImportResult(study=study, skipped=len(records) - len(new))
-    if new:
-        session = repo.create_session(study.id, user)
-        result.added = repo.add_episodes(ui_episode(study.id, session, r) for r in new)
-        result.skipped += len(new) - len(result.added)  # imported concurrently by someone else
+    result = ImportResult(study=study)
+    if first is None:
+        return result
+    session = None
+    for part in _batches(chain([first], headers), batch):
+        known = repo.known_sources(study.id, [f"ui:{r.episode_id}" for r in part])
+        new = [r for r in part if f"ui:{r.episode_id}" not in known]
+        result.skipped += len(part) - len(new)
+        if not new:
+            continue
+        if session is None:
+            session = repo.create_session(study.id, user)
+        added = repo.add_episodes(ui_episode(study.id, session, r) for r in new)
+        result.added += len(added)
+        result.skipped += len(new) - len(added)  # imported concurrently by someone else
+    if session is not None:
         repo.end_session(session.id, user)
+        repo.analyze()  # the study grew: the planner's statistics follow (Repository.analyze)
     return result
 
 

@@ -95,7 +95,7 @@ def import_ui_command(args: argparse.Namespace) -> int:
     with _open(args) as repo:
         result = import_records(repo, args.output, args.study, args.user)
     print(
-        f"imported {len(result.added)} episode(s) into study {result.study.name!r}"
+        f"imported {result.added} episode(s) into study {result.study.name!r}"
         f" ({result.skipped} already there)"
     )
     print(result.study.id)

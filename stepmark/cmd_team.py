@@ -74,22 +74,23 @@ def queue_set(args: argparse.Namespace) -> int:
 
 
 def queue_show(args: argparse.Namespace) -> int:
+    """The queue's totals (aggregates); with --episodes every queued episode's row, printed a page at a time."""
     with open_store(args.store, args.data) as repo:
         progress = work_queue.progress(repo, args.study)
-    c = progress.config
-    filters = [f"environment {c.environment_id}"] if c.environment_id else []
-    filters += [f"state {'|'.join(c.states)}"] if c.states else []
-    filters += [f"tag {c.tag}"] if c.tag else []
-    print(
-        f"queue of study {c.study_id}: overlap {c.overlap}, {', '.join(filters) or 'all episodes'}; "
-        f"{len(progress.episodes)} episode(s), {progress.episodes_complete} complete, "
-        f"{progress.slots_done} of {progress.slots_total} labellings done"
-    )
-    if args.episodes:
-        rows = [["EPISODE", "DONE", "DONE BY", "OPEN BY"]]
-        for p in progress.episodes.values():
-            rows.append([p.episode_id, f"{p.done}/{p.overlap}", ",".join(p.done_by), ",".join(p.open_by)])
-        print(_table(rows))
+        c = progress.config
+        filters = [f"environment {c.environment_id}"] if c.environment_id else []
+        filters += [f"state {'|'.join(c.states)}"] if c.states else []
+        filters += [f"tag {c.tag}"] if c.tag else []
+        print(
+            f"queue of study {c.study_id}: overlap {c.overlap}, {', '.join(filters) or 'all episodes'}; "
+            f"{progress.episodes} episode(s), {progress.episodes_complete} complete, "
+            f"{progress.slots_done} of {progress.slots_total} labellings done"
+        )
+        if args.episodes:
+            print("EPISODE  DONE  DONE BY  OPEN BY")
+            for p in work_queue.iter_episode_progress(repo, args.study):
+                print(f"{p.episode_id}  {p.done}/{p.overlap}  {','.join(p.done_by) or '-'}  "
+                      f"{','.join(p.open_by) or '-'}")  # fmt: skip
     return 0
 
 

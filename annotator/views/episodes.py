@@ -1,9 +1,16 @@
 """Episodes: one table across studies and sessions, filters, notes search, many-select for export or delete,
-and the audit log of one episode."""
+and the audit log of one episode.
+
+The table is a page of the store's list (`Repository.page_episodes`: filtered, sorted and keyset-paged in SQL);
+the count is an aggregate; nothing here holds more than a page of episodes, so a rerun costs the same at a
+thousand episodes and at a million. "All N matching" selects across pages: their ids are read in batches
+when an action needs them, up to `MAX_BULK`."""
 
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import replace
 
 import pandas as pd
 import streamlit as st
@@ -21,10 +28,22 @@ from annotator.operations import (
 from annotator.plain import md_escape
 from annotator.views import queue_panel, session
 from pipelines.errors import StepmarkError
+from pipelines.store.listing import Sort
 from protos.rlds_creator import client_pb2
 
 ANY = "(any)"
 TABLE_KEY = "episodes_table"
+PAGE_SIZE = 50
+MAX_BULK = 10_000  # episodes one export or delete from this page takes; more: `stepmark export --study/--tag`
+SORT_LABELS = {
+    "registered": "registration",
+    "user": "user",
+    "environment": "environment",
+    "status": "status",
+    "steps": "steps",
+    "total reward": "total reward",
+}
+FILTER_KEYS = ("f_study", "f_env", "f_status", "f_tag", "f_notes", "f_mine", "f_sort", "f_desc")
 
 
 def rows(episodes: client_pb2.EpisodesResponse) -> pd.DataFrame:
@@ -54,19 +73,37 @@ def rows(episodes: client_pb2.EpisodesResponse) -> pd.DataFrame:
     return pd.DataFrame(data, columns=columns)
 
 
+TAGS_TTL_S = 30.0
+
+
+def tag_options(ops, study_ids: list[str]) -> list[str]:
+    """The Tag filter's options (each study's 50 most recent labels), read at most every TAGS_TTL_S seconds
+    per session: they read every tag of each study, and a label added since shows up within the TTL."""
+    cached = st.session_state.get("_ep_tags")
+    now = time.monotonic()
+    if cached is None or cached[0] != study_ids or now - cached[1] > TAGS_TTL_S:
+        cached = (study_ids, now, sorted({t for sid in study_ids for t in ops.recent_tags(sid, limit=50)}))
+        st.session_state["_ep_tags"] = cached
+    return cached[2]
+
+
 def filters(ops) -> EpisodeFilter:
     studies = ops.all_studies()
     names = {s.id: s.name for s in studies}
     env_ids = sorted({e.id for s in studies for e in s.environment_specs})
     c1, c2, c3, c4 = st.columns(4)
-    study_id = c1.selectbox("Study", [ANY, *names], format_func=lambda k: names.get(k, k), key="f_study")
-    env_id = c2.selectbox("Environment", [ANY, *env_ids], key="f_env")
-    statuses = c3.multiselect("Status", [STATE_LABELS[s] for s in sorted(STATE_LABELS) if s], key="f_status")
-    tags = sorted({t for s in studies for t in ops.recent_tags(s.id, limit=50)})
-    tag = c4.selectbox("Tag", [ANY, *tags], key="f_tag")
-    c5, c6 = st.columns([3, 1])
-    notes = c5.text_input("Search in notes", key="f_notes", placeholder="words in the notes")
-    mine = c6.checkbox("Only mine", key="f_mine")
+    study_id = c1.selectbox("Study", [ANY, *names], format_func=lambda k: names.get(k, k), key="f_study",
+                            on_change=_first_page)  # fmt: skip
+    env_id = c2.selectbox("Environment", [ANY, *env_ids], key="f_env", on_change=_first_page)
+    statuses = c3.multiselect("Status", [STATE_LABELS[s] for s in sorted(STATE_LABELS) if s], key="f_status",
+                              on_change=_first_page)  # fmt: skip
+    tags = tag_options(ops, [s.id for s in studies])
+    tag = c4.selectbox("Tag", [ANY, *tags], key="f_tag", on_change=_first_page)
+    c5, c6, c7, c8 = st.columns([3, 1, 1, 1])
+    notes = c5.text_input("Search in notes", key="f_notes", placeholder="words in the notes", on_change=_first_page)
+    mine = c6.checkbox("Only mine", key="f_mine", on_change=_first_page)
+    c7.selectbox("Sort by", list(SORT_LABELS), format_func=SORT_LABELS.get, key="f_sort", on_change=_first_page)
+    c8.toggle("Descending", key="f_desc", on_change=_first_page)
     return EpisodeFilter(
         study_id=None if study_id == ANY else study_id,
         env_id=None if env_id == ANY else env_id,
@@ -75,6 +112,56 @@ def filters(ops) -> EpisodeFilter:
         user=ops.user if mine else None,
         notes_query=notes.strip() or None,
     )
+
+
+def _first_page() -> None:
+    """A filter or the sort changed: back to page 1, no row selected, no cursor of the old list kept."""
+    st.session_state["ep_page"] = 1
+    st.session_state.pop(TABLE_KEY, None)
+    st.session_state.pop("ep_cursors", None)
+    st.session_state["ep_all"] = False
+
+
+def _page_changed() -> None:
+    st.session_state.pop(TABLE_KEY, None)
+
+
+def _step_page(delta: int) -> None:
+    st.session_state["ep_page"] = max(1, int(st.session_state.get("ep_page", 1)) + delta)
+    _page_changed()
+
+
+def page_of(ops, chosen: EpisodeFilter, sort: Sort, page: int) -> client_pb2.EpisodesResponse:
+    """Page `page` (1-based): from the cursor the previous page ended at when it was shown (keyset), else from
+    one jump (OFFSET over the index). Cursors are remembered per list, filters and sort included."""
+    cursors = st.session_state.setdefault("ep_cursors", {})
+    signature = repr((chosen, sort))
+    known = cursors.get(signature, {})
+    if page == 1:
+        after = None
+    elif page in known:
+        after = known[page]
+    else:
+        after = ops.repo.episode_cursor(chosen.query(), sort, (page - 1) * PAGE_SIZE)
+    found, last = ops.episodes_page(chosen, sort, after, PAGE_SIZE)
+    if last is not None:
+        if signature not in cursors:  # another list now: the old one's cursors are of no use
+            cursors.clear()
+        cursors.setdefault(signature, {})[page + 1] = last
+    return found
+
+
+def selected_keys(ops, chosen: EpisodeFilter, table: pd.DataFrame, rows: list[int], everything: bool):
+    """The keys the actions apply to: the rows picked on this page, or every matching episode (in batches of
+    ids, at most MAX_BULK)."""
+    if not everything:
+        return [table.iloc[i]["episode"] for i in rows if i < len(table)]
+    keys: list[str] = []
+    for batch in ops.repo.iter_episode_ids(chosen.query()):
+        keys += [ref_key(ref) for ref in ops.repo.refs_of(batch).values()]
+        if len(keys) >= MAX_BULK:
+            return keys[:MAX_BULK]
+    return keys
 
 
 def audit_table(entries) -> pd.DataFrame:
@@ -92,6 +179,20 @@ def audit_table(entries) -> pd.DataFrame:
         ],
         columns=["when", "who", "action", "step", "before", "after"],
     )
+
+
+def deletable_keys(ops, chosen: EpisodeFilter, table: pd.DataFrame, keys: list[str], everything: bool):
+    """The keys this user may delete (own episodes, or the study's creator): from the page's rows, or for
+    "select all" from the same query restricted to their own episodes (one batched read, no query per key)."""
+    if not everything:
+        return [k for k in keys if bool(table.loc[table["episode"] == k, "can delete"].iloc[0])]
+    creator_of = {s.id for s in ops.all_studies() if s.creator.email == ops.user}
+    mine: set[str] = set()
+    for batch in ops.repo.iter_episode_ids(replace(chosen, user=ops.user).query()):
+        mine.update(batch)
+        if len(mine) >= MAX_BULK:
+            break
+    return [k for k in keys if parse_ref_key(k).study_id in creator_of or parse_ref_key(k).episode_id in mine]
 
 
 def delete_plan(ops, keys: list[str]) -> None:
@@ -117,19 +218,31 @@ def render() -> None:
     ops = session.operations()
     st.title("Episodes")
     chosen = filters(ops)
+    sort = Sort(st.session_state.get("f_sort", "registered"), bool(st.session_state.get("f_desc", False)))
     try:
-        found = ops.episodes(chosen)
+        total = ops.repo.count_episodes(chosen.query())
     except StepmarkError as exc:
         st.error(md_escape(str(exc)))
         return
     queue_panel.render(ops, chosen.study_id)  # the study's work queue: progress, Next episode (N), done
-    table = rows(found)
-    st.caption(f"{len(table)} episode(s)")
-    if table.empty:
+    pages = max(1, -(-total // PAGE_SIZE))
+    if int(st.session_state.get("ep_page", 1)) > pages:
+        st.session_state["ep_page"] = pages
+    c1, c2, c3, c4 = st.columns([2, 1, 1, 3])
+    page = int(c1.number_input(f"Page (of {pages:,})", 1, pages, key="ep_page", on_change=_page_changed))
+    c2.button("Previous", icon=":material/chevron_left:", key="ep_prev", disabled=page <= 1,
+              on_click=_step_page, args=(-1,))  # fmt: skip
+    c3.button("Next", icon=":material/chevron_right:", key="ep_next", disabled=page >= pages,
+              on_click=_step_page, args=(1,))  # fmt: skip
+    everything = c4.checkbox(f"Select all {total:,} matching", key="ep_all", disabled=not total,
+                             help=f"across pages, for export or delete (at most {MAX_BULK:,})")  # fmt: skip
+    st.caption(f"{total:,} episode(s)")
+    if not total:
         st.info(
             "No episode matches. Import UI traces (`stepmark import-ui`) or record one on the Record page."
         )
         return
+    table = rows(page_of(ops, chosen, sort, page))
     event = st.dataframe(
         table,
         key=TABLE_KEY,
@@ -139,7 +252,15 @@ def render() -> None:
         width="stretch",
         column_config={"can delete": None},
     )
-    selected = [table.iloc[i]["episode"] for i in event.selection.rows if i < len(table)]
+    first = (page - 1) * PAGE_SIZE + 1
+    order = f"by {SORT_LABELS[sort.key]}" + (" (descending)" if sort.descending else "")
+    st.caption(f"Showing {first:,}–{first + len(table) - 1:,} of {total:,}, {order}")
+    selected = selected_keys(ops, chosen, table, list(event.selection.rows), everything)
+    if everything and total > MAX_BULK:
+        st.warning(
+            f"{total:,} episodes match; export or delete takes the first {MAX_BULK:,} from here. For all of "
+            "them use `stepmark export --study ID [--tag T] [--state S]`."
+        )
     st.caption(
         md_escape(
             f"Selected: {len(selected)}"
@@ -153,28 +274,34 @@ def render() -> None:
         st.session_state["export_refs"] = selected
         st.switch_page("views/export.py")
     with c3.popover("Delete selected", icon=":material/delete:", disabled=not selected):
-        deletable = [k for k in selected if bool(table.loc[table["episode"] == k, "can delete"].iloc[0])]
-        refused = [k for k in selected if k not in deletable]
+        deletable = deletable_keys(ops, chosen, table, selected, everything)
+        refused = len(selected) - len(deletable)
         if refused:
-            st.warning(
-                f"You may not delete {len(refused)} of them (only your own episodes, or as study creator)."
-            )
-        if deletable:
+            st.warning(f"You may not delete {refused} of them (only your own episodes, or as study creator).")
+        if deletable and not everything:
             delete_plan(ops, deletable)
+        elif deletable:  # a plan per episode would read each of thousands of episodes on every rerun
+            st.caption(
+                "Each episode's files under the data directory go with it (unless another episode uses them); "
+                "UI records stay in their convert-ui shards."
+            )
         if st.button(
             f"Delete {len(deletable)} episode(s)", disabled=not deletable, key="ep_delete", type="primary"
         ):
-            deleted, removed = 0, 0
+            deleted, removed, notes = 0, 0, []
             for key in deletable:
                 try:
                     result = ops.delete_with_files(parse_ref_key(key))
                 except StepmarkError as exc:
-                    st.error(md_escape(f"{key}: {exc}"))
+                    notes.append(f"{key}: {exc}")
                     continue
                 deleted += int(result.success)
                 removed += len(result.removed)
-                for line in [*result.kept, *result.problems]:
-                    session.confirm(md_escape(line), ":material/info:")
+                notes += [*result.kept, *result.problems]
+            for line in notes[:10]:
+                session.confirm(md_escape(line), ":material/info:")
+            if len(notes) > 10:
+                session.confirm(f"… and {len(notes) - 10} more note(s) like these", ":material/info:")
             session.confirm(
                 f"Deleted {deleted} episode(s) and {removed} folder(s) of files", ":material/delete:"
             )
@@ -182,6 +309,7 @@ def render() -> None:
             st.rerun()
 
     st.subheader("Audit log")
+    selected = [k for k in selected if k in set(table["episode"])]  # of this page's episodes
     labels = {
         row["episode"]: f"{row['study']} · {row['environment'] or row['kind']} · {row['steps']} steps · "
         f"{row['user']} · {row['episode'].rsplit('/', 1)[-1]}"

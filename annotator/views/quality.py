@@ -150,7 +150,7 @@ def render() -> None:
     st.caption(KAPPA_MEANS)
     st.subheader(f"Disagreements ({len(report.disagreements)})")
     st.dataframe(tables["disagreements"], hide_index=True, width="stretch", key="agree_disagreements")
-    adjudication(ops, report, queue_ops.episode_keys(ops, study_id))
+    adjudication(ops, report, queue_ops.episode_keys(ops, {d.episode_id for d in report.disagreements}))
 
 
 if __name__ == "__main__":  # run as a Streamlit page (importing it, e.g. in tests, renders nothing)

@@ -14,6 +14,7 @@ from pipelines.store.queue import MAX_OVERLAP, QueueConfig
 from protos.rlds_creator import study_pb2
 
 ALL = "(all)"
+PROGRESS_PAGE = 50
 
 
 def _settings(ops, study: study_pb2.StudySpec, config: QueueConfig) -> None:
@@ -54,7 +55,7 @@ def render(ops, study_id: str | None) -> None:
     st.progress(
         state.slots_done / total if total else 0.0,
         text=f"{state.slots_done} of {total} labellings done · {state.episodes_complete} of "
-        f"{len(state.episodes)} episodes complete · {config.overlap} annotator(s) per episode",
+        f"{state.episodes} episodes complete · {config.overlap} annotator(s) per episode",
     )
     mine = queue_ops.my_open(ops, study_id)
     c1, c2, _ = st.columns(3)
@@ -73,7 +74,11 @@ def render(ops, study_id: str | None) -> None:
             queue_ops.release(ops, mine.episode_id)
             session.confirm(f"Episode {mine.episode_id[:8]} given back")
             st.rerun()
-    with st.expander("Progress per episode"):
-        st.dataframe(queue_ops.progress_rows(ops, state), hide_index=True, width="stretch", key="q_table")
+    # A toggle, not an expander: an expander's body runs collapsed too, and this one reads the queue.
+    if st.toggle("Progress per episode", key="q_show_rows") and state.episodes:
+        pages = -(-state.episodes // PROGRESS_PAGE)
+        page = st.number_input(f"Page (of {pages})", 1, pages, 1, key="q_page")
+        table = queue_ops.progress_rows(ops, study_id, int(page) - 1, PROGRESS_PAGE)
+        st.dataframe(table, hide_index=True, width="stretch", key="q_table")
     if study.creator.email == ops.user:
         _settings(ops, study, config)

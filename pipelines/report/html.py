@@ -59,7 +59,7 @@ def numbers(ui: UiStats | None, store: StoreStats | None) -> dict[str, tuple[str
         if store.queue is not None:
             out |= {
                 "queue-overlap": ("queue overlap", store.queue.config.overlap),
-                "queue-episodes": ("queued episodes", len(store.queue.episodes)),
+                "queue-episodes": ("queued episodes", store.queue.episodes),
                 "queue-complete": ("episodes done by all their annotators", store.queue.episodes_complete),
                 "queue-done": ("labellings done", store.queue.slots_done),
                 "queue-total": ("labellings planned", store.queue.slots_total),

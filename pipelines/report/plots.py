@@ -7,7 +7,7 @@ annotator's Quality page shows the same figures with `st.pyplot`.
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,8 +84,12 @@ def histogram(values: list[float], xlabel: str, bins: int = 20) -> Figure:
     return fig
 
 
-def per_group(groups: Mapping[str, list[float]], ylabel: str) -> Figure:
-    """One box (with the points over it) per group, e.g. returns per environment."""
+MAX_POINTS = 2000  # points drawn over a box; the box itself is computed from every value
+
+
+def per_group(groups: Mapping[str, Sequence[float]], ylabel: str) -> Figure:
+    """One box (with the points over it, at most MAX_POINTS of them, evenly spread) per group, e.g. returns
+    per environment."""
     fig = _figure(6.0, 3.4)
     ax = fig.add_subplot()
     names = sorted(groups)
@@ -93,10 +97,12 @@ def per_group(groups: Mapping[str, list[float]], ylabel: str) -> Figure:
         ax.text(0.5, 0.5, "no environment episodes", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return fig
-    ax.boxplot([groups[n] for n in names], showfliers=False)
+    ax.boxplot([np.asarray(groups[n], dtype=float) for n in names], showfliers=False)
     rng = np.random.default_rng(0)
     for i, name in enumerate(names, start=1):
-        ys = groups[name]
+        ys = np.asarray(groups[name], dtype=float)
+        if len(ys) > MAX_POINTS:
+            ys = ys[np.linspace(0, len(ys) - 1, MAX_POINTS).astype(int)]
         ax.scatter(i + rng.uniform(-0.12, 0.12, len(ys)), ys, s=10, alpha=0.6, color="#d8603b")
     ax.set_xticks(range(1, len(names) + 1), [f"{n}\n({len(groups[n])})" for n in names], fontsize=8)
     ax.set_ylabel(ylabel)

@@ -1,12 +1,15 @@
 """A study's shape as the store sees it, counted for the quality report: episodes per state and annotator,
 returns, lengths and success per environment, tags per label and annotator, queue progress and agreement.
 
-Episodes are the study's listing (`Repository.list_episodes`: INVALID sessions left out); tags are those of
-the same episodes, episode and step tags together, counted under the user who added them.
+Episodes are the study's listing (INVALID sessions left out); tags are those of the same episodes, episode and
+step tags together, counted under the user who added them. Counts are SQL aggregates; the returns and lengths
+of environment episodes (the box plots) are streamed in batches into compact arrays, so a study of a million
+UI episodes is counted without a row per episode in Python.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,11 +17,14 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from pipelines.store import Repository
+from pipelines.store import Repository, listing
 from pipelines.store.agreement import AgreementReport, study_agreement
+from pipelines.store.listing import EpisodeQuery
 from pipelines.store.models import EpisodeRow, EpisodeTagRow, StepTagRow
 from pipelines.store.queue import QueueProgress, progress
 from protos.rlds_creator import study_pb2
+
+STREAM_BATCH = 5000
 
 
 @dataclass
@@ -29,8 +35,8 @@ class StoreStats:
     ui_episodes: int = 0
     by_state: Counter[str] = field(default_factory=Counter)
     by_annotator: Counter[str] = field(default_factory=Counter)
-    returns: dict[str, list[float]] = field(default_factory=dict)  # environment id -> total rewards
-    lengths: dict[str, list[int]] = field(default_factory=dict)  # environment id -> num_steps
+    returns: dict[str, array] = field(default_factory=dict)  # environment id -> total rewards ("d")
+    lengths: dict[str, array] = field(default_factory=dict)  # environment id -> num_steps ("q")
     success: dict[str, tuple[int, int]] = field(default_factory=dict)  # env -> (succeeded, with a verdict)
     tags_by_label: Counter[str] = field(default_factory=Counter)
     tags_by_annotator: Counter[str] = field(default_factory=Counter)
@@ -42,17 +48,25 @@ class StoreStats:
         return {env: ok / n for env, (ok, n) in self.success.items() if n}
 
 
+def _is_ui() -> sa.ColumnElement[bool]:
+    return EpisodeRow.meta["kind"].as_string() == "ui"
+
+
 def import_folders(repo: Repository, study_id: str, data_dir: str | Path | None) -> list[str]:
     """The convert-ui output folders a study's UI episodes were imported from (`metadata.ui_record.shard`;
-    a relative shard path is under the data directory)."""
+    a relative shard path is under the data directory). One DISTINCT over the shards, which are few."""
+    shard = EpisodeRow.meta["ui_record"]["shard"].as_string()
+    query = listing.where(sa.select(shard).distinct(), EpisodeQuery(study_id=study_id)).where(
+        shard.is_not(None)
+    )
+    with Session(repo.engine) as s, s.begin():
+        shards = list(s.scalars(query))
     folders = set()
-    for e in repo.list_episodes(study_id=study_id):
-        record = e.metadata["ui_record"] if "ui_record" in e.metadata else None
-        if record is not None and "shard" in record:
-            shard = str(record["shard"])
-            if "://" not in shard and not Path(shard).is_absolute() and data_dir is not None:
-                shard = str(Path(data_dir) / shard)
-            folders.add(shard.rsplit("/", 1)[0] if "/" in shard else ".")
+    for shard_path in shards:
+        path = str(shard_path)
+        if "://" not in path and not Path(path).is_absolute() and data_dir is not None:
+            path = str(Path(data_dir) / path)
+        folders.add(path.rsplit("/", 1)[0] if "/" in path else ".")
     return sorted(folders)
 
 
@@ -63,34 +77,41 @@ def state_name(state: int) -> str:
 def store_stats(repo: Repository, study_id: str) -> StoreStats:
     study = repo.get_study(study_id)
     stats = StoreStats(study.id, study.name)
-    episodes = repo.list_episodes(study_id=study_id)
-    success: dict[str, list[int]] = {}
-    for e in episodes:
-        stats.episodes += 1
-        stats.by_state[state_name(e.state)] += 1
-        stats.by_annotator[e.user.email or "(unknown)"] += 1
-        if "kind" in e.metadata and e.metadata["kind"] == "ui":
-            stats.ui_episodes += 1
-            continue
-        env = e.environment_id or "(none)"
-        stats.returns.setdefault(env, []).append(e.total_reward)
-        stats.lengths.setdefault(env, []).append(e.num_steps)
-        verdict = success.setdefault(env, [0, 0])
-        if "success" in e.metadata and isinstance(e.metadata["success"], bool):
-            verdict[0] += bool(e.metadata["success"])
-            verdict[1] += 1
-    stats.success = {env: (ok, n) for env, (ok, n) in success.items()}
-    listed = Repository._valid_sessions_only(
-        sa.select(EpisodeRow.id).where(EpisodeRow.study_id == study_id)
-    ).subquery()
+    q = EpisodeQuery(study_id=study_id)
+    count = sa.func.count()
     with Session(repo.engine) as s, s.begin():
-        for table in (EpisodeTagRow, StepTagRow):
-            rows = s.execute(
-                sa.select(table.label, table.user).where(table.episode_id.in_(sa.select(listed.c.id)))
-            ).all()
-            for label, user in rows:
-                stats.tags_by_label[label] += 1
-                stats.tags_by_annotator[user or "(unknown)"] += 1
+        stats.episodes = listing.count(s, q)
+        for state, n in listing.grouped(s, q, EpisodeRow.state).items():
+            stats.by_state[state_name(state)] += n
+        for user, n in listing.grouped(s, q, EpisodeRow.user).items():
+            stats.by_annotator[user or "(unknown)"] += n
+        stats.ui_episodes = listing.grouped(s, q, _is_ui()).get(True, 0)
+        env_rows = listing.where(
+            sa.select(EpisodeRow.environment_id, EpisodeRow.total_reward, EpisodeRow.num_steps,
+                      EpisodeRow.meta["success"]),
+            q,
+        ).where(sa.or_(EpisodeRow.meta["kind"].as_string().is_(None), ~_is_ui()))  # fmt: skip
+        success: dict[str, list[int]] = {}
+        result = s.execute(env_rows.execution_options(yield_per=STREAM_BATCH))
+        for env_id, reward, steps, verdict in result:
+            env = env_id or "(none)"
+            stats.returns.setdefault(env, array("d")).append(reward or 0.0)
+            stats.lengths.setdefault(env, array("q")).append(steps or 0)
+            counted = success.setdefault(env, [0, 0])
+            if isinstance(verdict, bool):
+                counted[0] += verdict
+                counted[1] += 1
+        stats.success = {env: (ok, n) for env, (ok, n) in success.items()}
+        invalid = listing.invalid_sessions(s, study_id)
+        for table in (EpisodeTagRow, StepTagRow):  # from the tags, each episode looked up by key
+            query = sa.select(table.label, table.user, count).where(listing.in_study(table.episode_id, study_id))
+            if invalid:
+                session = sa.select(EpisodeRow.session_id).where(EpisodeRow.id == table.episode_id).scalar_subquery()
+                query = query.where(sa.or_(session.is_(None), session.not_in(invalid)))
+            rows = s.execute(query.group_by(table.label, table.user))
+            for label, user, n in rows:
+                stats.tags_by_label[label] += n
+                stats.tags_by_annotator[user or "(unknown)"] += n
     stats.queue = progress(repo, study_id)
     stats.agreement = study_agreement(repo, study_id)
     return stats

@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from sklearn.metrics import cohen_kappa_score
 from sqlalchemy.orm import Session
 
+from pipelines.store import listing
 from pipelines.store.database import WRITE
 from pipelines.store.errors import NotFound
 from pipelines.store.models import AdjudicationRow, AuditRow, EpisodeRow
@@ -214,9 +215,9 @@ def compute(
 def adjudications(repo: Repository, study_id: str) -> dict[tuple[str, int], list[str]]:
     with Session(repo.engine) as s, s.begin():
         rows = s.execute(
-            sa.select(AdjudicationRow.episode_id, AdjudicationRow.step_index, AdjudicationRow.labels)
-            .join(EpisodeRow, EpisodeRow.id == AdjudicationRow.episode_id)
-            .where(EpisodeRow.study_id == study_id)
+            sa.select(AdjudicationRow.episode_id, AdjudicationRow.step_index, AdjudicationRow.labels).where(
+                listing.in_study(AdjudicationRow.episode_id, study_id)
+            )
         ).all()
     return {(e, i): list(labels) for e, i, labels in rows}
 

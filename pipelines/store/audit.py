@@ -7,6 +7,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from pipelines.store import grounding_kinds as grounding
+
 
 class AuditAction(StrEnum):
     STUDY_CREATE = "study.create"
@@ -104,8 +106,6 @@ def describe(entry: AuditEntry, episode_label: str | None = None) -> str:
         if entry.action == AuditAction.UNDO:
             original = AuditEntry(**{**entry.__dict__, "before": entry.after, "after": entry.before})
     if action.startswith("grounding."):  # grounding annotations (issue 11) say themselves what they are
-        from pipelines.store import grounding  # imports this module: imported here, when needed
-
         value = original.after if action == grounding.ADD else original.before
         where = episode_label or f"episode {_short(entry.episode_id)}"
         return f"{prefix}{grounding.describe(action, value, entry.step_index)} ({where})"

@@ -22,27 +22,30 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from pipelines.store import mapping
+from pipelines.store.access import EpisodeAccess, EpisodeRef, now
 from pipelines.store.errors import Conflict, StoreError
+from pipelines.store.grounding_kinds import (  # noqa: F401 (part of this module's interface)
+    ADD,
+    AUDIT_ACTIONS,
+    BOX,
+    KINDS,
+    LABEL,
+    NO_TARGET,
+    REMOVE,
+    TARGET,
+    WRONG_BOX,
+    describe,
+)  # fmt: skip
 from pipelines.store.models import EpisodeRow, GroundingAnnotationRow
 from protos.llm4mobile import episode_pb2
 
-if TYPE_CHECKING:
-    from pipelines.store.repository import EpisodeRef, Repository
-
-ADD = "grounding.add"
-REMOVE = "grounding.remove"
-#: Audit actions of this module; revert.py undoes and redoes them through `swap`.
-AUDIT_ACTIONS = (ADD, REMOVE)
-
-TARGET, NO_TARGET, LABEL, BOX, WRONG_BOX = "target", "no_target", "label", "box", "wrong_box"
-KINDS = (TARGET, NO_TARGET, LABEL, BOX, WRONG_BOX)
 #: The label set a study offers when it defines none (`label_set`).
 DEFAULT_LABELS = ("goal_element", "wrong_box", "decorative", "missing_text")
 MAX_LABEL = 256
@@ -227,8 +230,6 @@ def _insert(s: Session, episode_id: str, value: dict[str, Any]) -> int | None:
 
 
 def _now() -> datetime:
-    from pipelines.store.repository import _now as now
-
     return now()
 
 
@@ -269,11 +270,11 @@ def swap(
     return removed, created
 
 
-# -- operations over a Repository ------------------------------------------------------------------------------
+# -- operations over a Repository (typed by its EpisodeAccess part) ------------------------------------------
 
 
 def add(
-    repo: Repository, ref: EpisodeRef, step: int, kind: str, user: str, **fields: Any
+    repo: EpisodeAccess, ref: EpisodeRef, step: int, kind: str, user: str, **fields: Any
 ) -> Annotation:
     """Store one annotation by `user` on step `step` (fields: see `build`); it replaces `user`'s earlier
     annotation of the same slot. Audited; undone by `Repository.undo_last`."""
@@ -302,7 +303,7 @@ def add(
         return _annotation(new)
 
 
-def remove(repo: Repository, ref: EpisodeRef, annotation_id: int, user: str) -> Annotation | None:
+def remove(repo: EpisodeAccess, ref: EpisodeRef, annotation_id: int, user: str) -> Annotation | None:
     """Remove one annotation (None if it is gone already); someone else's needs the review right."""
     with repo._write() as s:
         row = repo._episode_row(s, ref, lock=True)
@@ -319,7 +320,7 @@ def remove(repo: Repository, ref: EpisodeRef, annotation_id: int, user: str) -> 
         return gone
 
 
-def for_step(repo: Repository, ref: EpisodeRef, step: int) -> list[Annotation]:
+def for_step(repo: EpisodeAccess, ref: EpisodeRef, step: int) -> list[Annotation]:
     """The step's annotations, oldest first (every author)."""
     with repo._read() as s:
         row = repo._episode_row(s, ref)
@@ -329,7 +330,7 @@ def for_step(repo: Repository, ref: EpisodeRef, step: int) -> list[Annotation]:
         return [_annotation(r) for r in s.scalars(query.order_by(GroundingAnnotationRow.id))]
 
 
-def for_episodes(repo: Repository, episode_ids: Iterable[str]) -> dict[str, list[Annotation]]:
+def for_episodes(repo: EpisodeAccess, episode_ids: Iterable[str]) -> dict[str, list[Annotation]]:
     """Every annotation of these store episodes (by store episode id), oldest first; episodes without any are
     left out. Read in chunks so a long list never makes one huge IN clause."""
     ids = list(dict.fromkeys(episode_ids))
@@ -342,7 +343,7 @@ def for_episodes(repo: Repository, episode_ids: Iterable[str]) -> dict[str, list
     return out
 
 
-def label_set(repo: Repository, study_id: str) -> list[str]:
+def label_set(repo: EpisodeAccess, study_id: str) -> list[str]:
     """The labels the player offers in a study: the defaults, then labels annotators of the study already used
     (free text becomes a choice for the next annotator), in first-use order."""
     with repo._read() as s:
@@ -381,19 +382,3 @@ def orphans(annotations: Sequence[Annotation], ui_episode: Any) -> list[Orphan]:
         if a.object_id not in ids[a.step]:
             out.append(Orphan(a, f"object {a.object_id} is not on step {a.step} any more"))
     return out
-
-
-def describe(action: str, value: dict[str, Any] | None, step: int | None) -> str:
-    """A grounding change in plain words (audit.describe knows only the action's name)."""
-    if not value:
-        return f"nothing left to change on step {step}"
-    kind, oid = value.get("kind"), value.get("object_id")
-    what = {
-        TARGET: f"target set to object {oid}",
-        NO_TARGET: "marked as having no valid target",
-        LABEL: f"label {value.get('payload', {}).get('label')!r} on object {oid}",
-        BOX: f"box drawn ({value.get('payload', {}).get('type')})",
-        WRONG_BOX: f"box of object {oid} corrected",
-    }.get(kind, str(kind))
-    verb = "removed: " if action == REMOVE else ""
-    return f"{verb}{what} (step {step})"

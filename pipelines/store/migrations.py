@@ -374,6 +374,36 @@ def _v6_grounding_annotations(conn: Connection) -> None:
     table.create(conn)
 
 
+# v7 (issue 21): an index for every filter and sort of the Episodes page and for the queue's aggregates.
+# (name, table, columns); `ix_episodes_study_notes` is partial (episodes that have notes), built apart.
+LIST_INDEXES = (
+    ("ix_episodes_study_registered", "episodes", "study_id, registered_time, id"),
+    ("ix_episodes_registered", "episodes", "registered_time, id"),
+    ("ix_episodes_study_user", "episodes", 'study_id, "user", id'),
+    ("ix_episodes_study_env", "episodes", "study_id, environment_id, id"),
+    ("ix_episodes_study_state", "episodes", "study_id, state, id"),
+    ("ix_episodes_study_steps", "episodes", "study_id, num_steps, id"),
+    ("ix_episodes_study_reward", "episodes", "study_id, total_reward, id"),
+    ("ix_episode_tags_label", "episode_tags", "label, episode_id"),
+    ("ix_step_tags_label", "step_tags", "label, episode_id"),
+    ("ix_queue_assignments_study_state", "queue_assignments", "study_id, state, episode_id"),
+)
+
+
+def _v7_list_indexes(conn: Connection) -> None:
+    """Version 7 (issue 21): lists page in SQL. Indexes only, no data changes: (study_id, column, id) for
+    each sort of the Episodes table (keyset paging walks them), (label, episode_id) on both tag tables (the
+    tag filter starts from the label), a partial index of the episodes that have notes (the notes search
+    reads those only), and (study_id, state, episode_id) on queue assignments (progress by aggregates).
+    `ix_episodes_study` is dropped: `ix_episodes_study_registered` starts with the same column."""
+    conn.execute(sa.text("DROP INDEX ix_episodes_study"))
+    for name, table, columns in LIST_INDEXES:
+        conn.execute(sa.text(f"CREATE INDEX {name} ON {table} ({columns})"))
+    conn.execute(
+        sa.text("CREATE INDEX ix_episodes_study_notes ON episodes (study_id, id) WHERE notes IS NOT NULL")
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _v1_initial),
     Migration(
@@ -389,6 +419,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "work queues, per-annotator step labels, adjudications", _v5_queue_agreement),
     # Version 5 comes from another branch (issue 12); this one is self-contained and applies after it.
     Migration(6, "grounding annotations on UI steps", _v6_grounding_annotations),
+    Migration(7, "indexes for paged, filtered and sorted episode lists", _v7_list_indexes),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy import (
     JSON,
     DateTime,
@@ -114,10 +115,21 @@ class SessionRow(Base):
 class EpisodeRow(Base):
     __tablename__ = "episodes"
     __table_args__ = (
-        Index("ix_episodes_study", "study_id"),
         Index("ix_episodes_session", "session_id"),
         # v2: an imported record is registered once per study (idempotent imports).
         Index("ux_episodes_study_source", "study_id", "source_key", unique=True),
+        # v7: lists page in SQL; one index per sort and filter of the Episodes page (`listing.py`).
+        Index("ix_episodes_study_registered", "study_id", "registered_time", "id"),
+        Index("ix_episodes_registered", "registered_time", "id"),
+        Index("ix_episodes_study_user", "study_id", "user", "id"),
+        Index("ix_episodes_study_env", "study_id", "environment_id", "id"),
+        Index("ix_episodes_study_state", "study_id", "state", "id"),
+        Index("ix_episodes_study_steps", "study_id", "num_steps", "id"),
+        Index("ix_episodes_study_reward", "study_id", "total_reward", "id"),
+        Index(
+            "ix_episodes_study_notes", "study_id", "id",
+            sqlite_where=sa.text("notes IS NOT NULL"), postgresql_where=sa.text("notes IS NOT NULL"),
+        ),  # fmt: skip
     )
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
@@ -152,7 +164,10 @@ class EpisodeRow(Base):
 
 class EpisodeTagRow(Base):
     __tablename__ = "episode_tags"
-    __table_args__ = (UniqueConstraint("episode_id", "label", name="uq_episode_tags_episode_label"),)
+    __table_args__ = (
+        UniqueConstraint("episode_id", "label", name="uq_episode_tags_episode_label"),
+        Index("ix_episode_tags_label", "label", "episode_id"),  # v7: the tag filter
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     episode_id: Mapped[str] = mapped_column(ID, ForeignKey("episodes.id", ondelete="CASCADE"))
@@ -165,6 +180,7 @@ class StepTagRow(Base):
     __tablename__ = "step_tags"
     __table_args__ = (
         UniqueConstraint("episode_id", "step_index", "label", name="uq_step_tags_episode_step_label"),
+        Index("ix_step_tags_label", "label", "episode_id"),  # v7: the tag filter
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -237,6 +253,7 @@ class QueueAssignmentRow(Base):
         UniqueConstraint("episode_id", "user", name="uq_queue_assignments_episode_user"),
         UniqueConstraint("episode_id", "slot", name="uq_queue_assignments_episode_slot"),
         Index("ix_queue_assignments_study_user", "study_id", "user"),
+        Index("ix_queue_assignments_study_state", "study_id", "state", "episode_id"),  # v7: progress
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

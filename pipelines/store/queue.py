@@ -24,14 +24,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from pipelines.store import listing
 from pipelines.store.database import WRITE
 from pipelines.store.errors import NotFound, PermissionDenied, StoreError
+from pipelines.store.listing import Cursor, EpisodeQuery, Sort
 from pipelines.store.mapping import utc
 from pipelines.store.models import (
     AnnotatorStepLabelRow,
     AuditRow,
     EpisodeRow,
-    EpisodeTagRow,
     QueueAssignmentRow,
     StepTagRow,
     StudyQueueRow,
@@ -87,20 +88,16 @@ class EpisodeProgress:
 
 @dataclass(frozen=True)
 class QueueProgress:
+    """A queue's totals, counted by aggregate queries (per-episode rows: `episode_progress`)."""
+
     config: QueueConfig
-    episodes: dict[str, EpisodeProgress]  # queued episodes, in queue order
+    episodes: int  # queued episodes
+    slots_done: int  # done labellings, at most `overlap` per episode
+    episodes_complete: int  # episodes with `overlap` done labellings
 
     @property
     def slots_total(self) -> int:
-        return self.config.overlap * len(self.episodes)
-
-    @property
-    def slots_done(self) -> int:
-        return sum(min(p.done, p.overlap) for p in self.episodes.values())
-
-    @property
-    def episodes_complete(self) -> int:
-        return sum(p.complete for p in self.episodes.values())
+        return self.config.overlap * self.episodes
 
 
 def _now() -> datetime:
@@ -198,23 +195,12 @@ def _as_json(config: QueueConfig) -> dict[str, Any]:
     }
 
 
-def _queued(config: QueueConfig) -> sa.Select:
-    """Episode rows of the queue (valid sessions only), in registration order."""
-    query = sa.select(EpisodeRow.id).where(EpisodeRow.study_id == config.study_id)
-    if config.environment_id:
-        query = query.where(EpisodeRow.environment_id == config.environment_id)
-    if config.states:
-        query = query.where(EpisodeRow.state.in_([study_pb2.Episode.State.Value(n) for n in config.states]))
-    if config.tag:
-        query = query.where(
-            sa.or_(
-                sa.exists().where(
-                    EpisodeTagRow.episode_id == EpisodeRow.id, EpisodeTagRow.label == config.tag
-                ),
-                sa.exists().where(StepTagRow.episode_id == EpisodeRow.id, StepTagRow.label == config.tag),
-            )
-        )
-    return Repository._valid_sessions_only(query)
+def queue_query(config: QueueConfig) -> EpisodeQuery:
+    """The queue's filter as an episode list's (valid sessions only)."""
+    states = tuple(study_pb2.Episode.State.Value(n) for n in config.states) if config.states else None
+    return EpisodeQuery(
+        study_id=config.study_id, env_id=config.environment_id or None, states=states, tag=config.tag or None
+    )
 
 
 def next_episode(repo: Repository, study_id: str, user: str) -> Assignment | None:
@@ -235,29 +221,44 @@ def next_episode(repo: Repository, study_id: str, user: str) -> Assignment | Non
         ).first()
         if mine is not None:
             return _assignment(mine)
-        taken = (
-            sa.select(QueueAssignmentRow.episode_id, sa.func.count().label("n"))
-            .group_by(QueueAssignmentRow.episode_id)
-            .subquery()
-        )
-        count = sa.func.coalesce(taken.c.n, 0)
-        candidates = (
-            _queued(config)
-            .add_columns(count)
-            .outerjoin(taken, taken.c.episode_id == EpisodeRow.id)
-            .where(
-                count < config.overlap,
-                ~sa.exists().where(
-                    QueueAssignmentRow.episode_id == EpisodeRow.id, QueueAssignmentRow.user == user
-                ),
-            )
-            .order_by(count.desc(), EpisodeRow.registered_time, EpisodeRow.id)
-        )
-        for episode_id, _ in s.execute(candidates).all():
+        for episode_id in _candidates(s, config, user):
             assignment = _take(s, config, episode_id, user)
             if assignment is not None:
                 return assignment
         return None
+
+
+def _candidates(s: Session, config: QueueConfig, user: str, batch: int = 50) -> Iterator[str]:
+    """Queued episodes `user` has no slot on, nearest their overlap first: those others started (read from the
+    assignments, which grow with the work done), then untouched ones in registration order, `batch` at a
+    time from the index, so taking an episode never reads the whole study."""
+    q = queue_query(config)
+    mine = sa.exists().where(QueueAssignmentRow.episode_id == EpisodeRow.id, QueueAssignmentRow.user == user)
+    taken = (
+        sa.select(QueueAssignmentRow.episode_id, sa.func.count().label("n"))
+        .where(QueueAssignmentRow.study_id == config.study_id)
+        .group_by(QueueAssignmentRow.episode_id)
+        .subquery()
+    )
+    started = listing.where(
+        sa.select(EpisodeRow.id).join(taken, taken.c.episode_id == EpisodeRow.id), q
+    ).where(taken.c.n < config.overlap, ~mine)
+    yield from s.scalars(
+        started.order_by(taken.c.n.desc(), EpisodeRow.registered_time, EpisodeRow.id)
+    ).all()
+    untouched = listing.where(sa.select(EpisodeRow.id, EpisodeRow.registered_time), q).where(
+        ~sa.exists().where(QueueAssignmentRow.episode_id == EpisodeRow.id)
+    )
+    after: tuple | None = None
+    while True:
+        query = untouched
+        if after is not None:
+            query = query.where(sa.tuple_(EpisodeRow.registered_time, EpisodeRow.id) > after)
+        rows = s.execute(query.order_by(EpisodeRow.registered_time, EpisodeRow.id).limit(batch)).all()
+        if not rows:
+            return
+        yield from (episode_id for episode_id, _ in rows)
+        after = (rows[-1][1], rows[-1][0])
 
 
 def _take(s: Session, config: QueueConfig, episode_id: str, user: str) -> Assignment | None:
@@ -361,24 +362,62 @@ def assignments(repo: Repository, study_id: str, user: str | None = None) -> lis
 
 
 def progress(repo: Repository, study_id: str) -> QueueProgress:
-    """Per queued episode: who is done and who holds an open slot; and the queue's totals."""
+    """The queue's totals: queued episodes (one count), done labellings and complete episodes (one aggregate
+    over the done assignments, which grow with the annotators' work, not with the study)."""
     with _read(repo) as s:
         config = _config(s, study_id)
-        ids = list(s.scalars(_queued(config).order_by(EpisodeRow.registered_time, EpisodeRow.id)))
-        rows = s.scalars(
-            sa.select(QueueAssignmentRow)
-            .where(QueueAssignmentRow.study_id == study_id)
+        q = queue_query(config)
+        count = listing.count(s, q)
+        done = (
+            sa.select(QueueAssignmentRow.episode_id, sa.func.count().label("n"))
+            .where(QueueAssignmentRow.study_id == study_id, QueueAssignmentRow.state == DONE)
+            .group_by(QueueAssignmentRow.episode_id)
+            .subquery()
+        )
+        overlap = config.overlap
+        queued = listing.where(sa.select(EpisodeRow.id).where(EpisodeRow.id == done.c.episode_id), q).exists()
+        totals = sa.select(  # per done episode, one look-up of the episode by key: the work, not the study
+            sa.func.sum(sa.case((done.c.n > overlap, overlap), else_=done.c.n)),
+            sa.func.sum(sa.case((done.c.n >= overlap, 1), else_=0)),
+        ).where(queued)
+        slots_done, complete = s.execute(totals).one()
+    return QueueProgress(config, count, int(slots_done or 0), int(complete or 0))
+
+
+def episode_progress(
+    repo: Repository, study_id: str, after: Cursor | None = None, limit: int = 50
+) -> list[tuple[EpisodeProgress, Cursor]]:
+    """One page of the queued episodes (registration order, keyset after `after`): who is done, who holds
+    an open slot."""
+    with _read(repo) as s:
+        config = _config(s, study_id)
+        ids = listing.page_ids(s, queue_query(config), Sort(), after, limit)
+        rows = s.execute(
+            sa.select(QueueAssignmentRow.episode_id, QueueAssignmentRow.user, QueueAssignmentRow.state)
+            .where(QueueAssignmentRow.episode_id.in_([i for i, _ in ids]))
             .order_by(QueueAssignmentRow.slot)
         ).all()
-    done: dict[str, list[str]] = {i: [] for i in ids}
-    open_: dict[str, list[str]] = {i: [] for i in ids}
-    for row in rows:
-        if row.episode_id in done:
-            (done if row.state == DONE else open_)[row.episode_id].append(row.user)
-    return QueueProgress(
-        config,
-        {i: EpisodeProgress(i, tuple(done[i]), tuple(open_[i]), config.overlap) for i in ids},
-    )
+    done: dict[str, list[str]] = {i: [] for i, _ in ids}
+    open_: dict[str, list[str]] = {i: [] for i, _ in ids}
+    for episode_id, user, state in rows:
+        (done if state == DONE else open_)[episode_id].append(user)
+    return [
+        (EpisodeProgress(i, tuple(done[i]), tuple(open_[i]), config.overlap), cursor) for i, cursor in ids
+    ]
+
+
+def progress_cursor(repo: Repository, study_id: str, offset: int) -> Cursor | None:
+    """The cursor that starts the queued episodes' page beginning at row `offset` (jump to a page)."""
+    with _read(repo) as s:
+        return listing.cursor_at(s, queue_query(_config(s, study_id)), Sort(), offset)
+
+
+def iter_episode_progress(repo: Repository, study_id: str, batch: int = 500) -> Iterator[EpisodeProgress]:
+    """Every queued episode's progress, a page at a time (`queue show --episodes`)."""
+    after: Cursor | None = None
+    while page := episode_progress(repo, study_id, after, batch):
+        yield from (p for p, _ in page)
+        after = page[-1][1]
 
 
 def set_step_label(
@@ -438,8 +477,7 @@ def done_labels(repo: Repository, study_id: str) -> list[EpisodeLabels]:
                 AnnotatorStepLabelRow.step_index,
                 AnnotatorStepLabelRow.label,
             )
-            .join(EpisodeRow, EpisodeRow.id == AnnotatorStepLabelRow.episode_id)
-            .where(EpisodeRow.study_id == study_id)
+            .where(listing.in_study(AnnotatorStepLabelRow.episode_id, study_id))
         ).all()
     sets: dict[tuple[str, str], dict[int, set[str]]] = {}
     for episode_id, user, step, label in labels:

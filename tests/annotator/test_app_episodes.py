@@ -157,3 +157,52 @@ def test_tags_notes_and_names_are_shown_verbatim(tmp_path, monkeypatch):
     assert audit["who"].tolist()[:2] == [PAYLOAD, PAYLOAD]
     for element in [*at.markdown, *at.caption, *at.info, *at.warning]:
         assert "**x**" not in element.value and ":material/" not in element.value
+
+
+def test_the_table_pages_sorts_jumps_and_selects_across_pages(tmp_path, monkeypatch):
+    """120 episodes: pages of 50 from the store (keyset: Next, Previous; a jump straight to page 3), every sort
+    in both directions, filters back to page 1, and "select all" reaching episodes of other pages."""
+    from tests.pipelines.store.conftest import env_episode, study_spec
+
+    repo = open_store(None, tmp_path)
+    study = repo.create_study(study_spec("Big"), ALICE)
+    sessions = {u: repo.create_session(study.id, u) for u in (ALICE, BOB)}
+    batch = []
+    for i in range(120):
+        e = env_episode(study.id, sessions[(ALICE, BOB)[i % 3 == 0]], num_steps=i % 17, reward=float(i % 5))
+        batch.append(e)
+    repo.add_episodes(batch)
+    listed = [ref_key(ref_of(e)) for e in repo.list_episodes(study_id=study.id)]
+    at = episodes_page(tmp_path, BOB, monkeypatch)
+    assert "120 episode(s)" in [c.value for c in at.caption]
+    assert table(at)["episode"].tolist() == listed[:50]
+    at.button(key="ep_next").click().run()
+    assert table(at)["episode"].tolist() == listed[50:100]
+    at.button(key="ep_next").click().run()
+    assert table(at)["episode"].tolist() == listed[100:]
+    assert "Showing 101–120 of 120, by registration" in [c.value for c in at.caption]
+    assert at.button(key="ep_next").disabled
+    at.button(key="ep_prev").click().run()
+    assert table(at)["episode"].tolist() == listed[50:100]
+
+    at = episodes_page(tmp_path, BOB, monkeypatch)  # a fresh session: no cursor known, page 3 by one jump
+    at.number_input(key="ep_page").set_value(3).run()
+    assert table(at)["episode"].tolist() == listed[100:]
+
+    by_steps = sorted(repo.list_episodes(study_id=study.id), key=lambda e: (e.num_steps, e.id), reverse=True)
+    at.selectbox(key="f_sort").set_value("steps").run()
+    at.toggle(key="f_desc").set_value(True).run()
+    assert at.number_input(key="ep_page").value == 1  # a new order starts on its first page
+    assert table(at)["episode"].tolist() == [ref_key(ref_of(e)) for e in by_steps[:50]]
+    at.button(key="ep_next").click().run()
+    assert table(at)["episode"].tolist() == [ref_key(ref_of(e)) for e in by_steps[50:100]]
+
+    at.checkbox(key="f_mine").check().run()  # Bob's own: every third episode
+    assert "40 episode(s)" in [c.value for c in at.caption] and len(table(at)) == 40
+    at.checkbox(key="f_mine").uncheck().run()
+    at.checkbox(key="ep_all").check().run()
+    assert any(md_unescape(c.value).startswith("Selected: 120 — ") for c in at.caption)
+    assert "You may not delete 80 of them" in at.warning[0].value  # Bob owns 40 and did not create the study
+    at.button(key="ep_export").click().run()
+    assert at.title[0].value == "Export"
+    assert sorted(at.session_state["export_refs"]) == sorted(listed)

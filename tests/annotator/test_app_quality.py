@@ -87,6 +87,8 @@ def test_queue_label_page_agreement_and_adjudication(data, monkeypatch):
     assert not env.repo.get_episode(client_pb2.EpisodeRef(episode_id=first.id)).step_metadata
 
     at = episodes_of(open_app(env.data_dir, BOB, monkeypatch), env.study.id)
+    assert not [d for d in at.dataframe if "done by" in d.value.columns]  # off: no per-episode rows read
+    at.toggle(key="q_show_rows").set_value(True).run()
     rows = frame(at, "done by")
     assert rows["done"].tolist() == ["2 of 2", "0 of 2"] and rows["done by"].tolist()[0] == f"{ALICE}, {BOB}"
     assert rows["in progress by"].tolist() == ["", ALICE]

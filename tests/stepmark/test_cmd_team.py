@@ -43,7 +43,9 @@ def test_queue_agreement_and_adjudication(capsys, tmp_path: Path) -> None:
     code, out, _ = run(capsys, "queue", "show", "--study", study.id, "--episodes", "--data", data)
     lines = out.strip().splitlines()
     assert "1 complete, 2 of 4 labellings done" in lines[0]
-    assert lines[2].split() == [episodes[0].id, "2/2", "ann,bea"]
+    assert lines[1].split() == ["EPISODE", "DONE", "DONE", "BY", "OPEN", "BY"]
+    assert lines[2].split() == [episodes[0].id, "2/2", "ann,bea", "-"]  # streamed: "-" for nobody
+    assert lines[3].split() == [episodes[1].id, "0/2", "-", "-"]
 
     code, out, _ = run(capsys, "agreement", "--study", study.id, "--json", "--data", data)
     report = json.loads(out)

@@ -12,9 +12,9 @@ import pytest
 
 from pipelines import convert
 from pipelines.report.html import numbers, render
-from pipelines.report.store_stats import store_stats
+from pipelines.report.store_stats import import_folders, store_stats
 from pipelines.report.ui_stats import UiStats, ui_stats
-from pipelines.store import open_store, queue
+from pipelines.store import Repository, open_store, queue
 from pipelines.store.queue import QueueConfig
 from pipelines.ui_import import import_ui
 from protos.rlds_creator import client_pb2, study_pb2
@@ -86,14 +86,32 @@ def test_store_figures_equal_the_store(study) -> None:
     assert stats.episodes == len(listed) == 3
     assert stats.by_state == Counter(study_pb2.Episode.State.Name(e.state)[6:].lower() for e in listed)
     assert stats.by_state["rejected"] == 1 and stats.by_annotator == Counter({ALICE: 3})
-    assert stats.lengths == {"coinrun": [e.num_steps for e in listed]}
-    assert stats.returns == {"coinrun": [e.total_reward for e in listed]}
+    assert {k: list(v) for k, v in stats.lengths.items()} == {"coinrun": [e.num_steps for e in listed]}
+    assert {k: list(v) for k, v in stats.returns.items()} == {"coinrun": [e.total_reward for e in listed]}
     tags = sum(len(e.tags) + sum(len(m.tags) for m in e.step_metadata.values()) for e in listed)
     assert sum(stats.tags_by_label.values()) == tags == 4  # clean + jump on steps 1, 2, 5
     assert stats.tags_by_annotator == Counter({ALICE: 3, BOB: 1})
     assert (stats.queue.slots_done, stats.queue.slots_total, stats.queue.episodes_complete) == (2, 6, 1)
     assert stats.agreement.units == listed[0].num_steps + 1
     assert len(stats.agreement.disagreements) == 2  # steps 1 and 5
+
+
+def test_ui_study_is_counted_by_aggregates(converted: str, tmp_path: Path) -> None:
+    """A study of imported UI records: counted as UI episodes (no returns/lengths rows), its convert-ui folder
+    found from the shards, and its tags counted per label and user; an INVALID session's episodes left out."""
+    repo = open_store(None, tmp_path)
+    spec = import_ui(repo, converted, "ui study", ALICE)
+    listed = repo.list_episodes(study_id=spec.id)
+    repo.add_step_tag(Repository.ref(listed[0]), 0, "tap", BOB)
+    stats = store_stats(repo, spec.id)
+    assert stats.episodes == stats.ui_episodes == len(listed) > 1
+    assert stats.returns == {} and stats.lengths == {}
+    assert stats.tags_by_label == Counter({"tap": 1}) and stats.tags_by_annotator == Counter({BOB: 1})
+    assert import_folders(repo, spec.id, tmp_path) == [str(Path(converted).resolve())]
+    repo.set_session_state(listed[0].session_id, study_pb2.Session.STATE_INVALID)
+    stats = store_stats(repo, spec.id)
+    assert stats.episodes == stats.ui_episodes == 0 and not stats.tags_by_label
+    assert import_folders(repo, spec.id, tmp_path) == []
 
 
 def test_report_command_writes_one_self_contained_file(converted: str, study, tmp_path: Path, capsys) -> None:

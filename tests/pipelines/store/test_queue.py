@@ -55,9 +55,16 @@ def test_overlap_spreads_episodes_and_each_user_labels_an_episode_once(repo: Rep
     assert queue.next_episode(repo, study_id, "ann") is None
 
     progress = queue.progress(repo, study_id)
-    assert [p.done for p in progress.episodes.values()] == [1, 1, 1]
-    assert progress.episodes[ids[0]].open_by == ("bea",)
-    assert (progress.slots_done, progress.slots_total, progress.episodes_complete) == (3, 6, 0)
+    assert (progress.episodes, progress.slots_done, progress.slots_total, progress.episodes_complete) == (
+        3, 3, 6, 0,
+    )  # fmt: skip
+    per_episode = [p for p, _ in queue.episode_progress(repo, study_id)]
+    assert [p.episode_id for p in per_episode] == ids
+    assert [p.done for p in per_episode] == [1, 1, 1]
+    assert per_episode[0].open_by == ("bea",)
+    queue.mark_done(repo, ids[0], "bea")
+    progress = queue.progress(repo, study_id)
+    assert (progress.slots_done, progress.episodes_complete) == (4, 1)
 
 
 def test_filter_done_release_and_rules(repo: Repository) -> None:
@@ -71,9 +78,10 @@ def test_filter_done_release_and_rules(repo: Repository) -> None:
         queue.set_queue(repo, QueueConfig(study_id, states=("STATE_NOPE",)), "lead")
 
     queue.set_queue(repo, QueueConfig(study_id, overlap=1, environment_id="pong"), "lead")
-    assert list(queue.progress(repo, study_id).episodes) == [ids[1], ids[3]]
+    assert list(p.episode_id for p in queue.iter_episode_progress(repo, study_id)) == [ids[1], ids[3]]
+    assert queue.progress(repo, study_id).episodes == 2
     queue.set_queue(repo, QueueConfig(study_id, overlap=1, tag="hard", states=("STATE_COMPLETED",)), "lead")
-    assert list(queue.progress(repo, study_id).episodes) == [ids[3]]
+    assert list(p.episode_id for p in queue.iter_episode_progress(repo, study_id)) == [ids[3]]
 
     taken = queue.next_episode(repo, study_id, "ann")
     assert taken.episode_id == ids[3]
@@ -183,3 +191,25 @@ def test_a_taker_racing_an_uncommitted_slot_gets_nothing(repo: Repository) -> No
     racer.join(timeout=60)
     assert result == [None]
     assert [(a.user, a.slot) for a in queue.assignments(repo, study_id)] == [("ann", 0)]
+
+
+def test_progress_pages_and_totals_follow_the_filter_and_the_overlap(repo: Repository) -> None:
+    """Totals come from aggregates and per-episode rows a page at a time; lowering the overlap after work
+    was done counts at most `overlap` labellings per episode."""
+    study_id, ids = _study_with_episodes(repo, 7)
+    queue.set_queue(repo, QueueConfig(study_id, overlap=2), "lead")
+    for user in ("ann", "bea"):
+        for _ in range(3):
+            a = queue.next_episode(repo, study_id, user)
+            queue.mark_done(repo, a.episode_id, user)
+    progress = queue.progress(repo, study_id)
+    assert (progress.episodes, progress.slots_done, progress.episodes_complete) == (7, 6, 3)
+    pages, after = [], None
+    while page := queue.episode_progress(repo, study_id, after, 3):
+        pages.append([p.episode_id for p, _ in page])
+        after = page[-1][1]
+    assert [len(p) for p in pages] == [3, 3, 1] and sum(pages, []) == ids
+    assert [p.done for p in queue.iter_episode_progress(repo, study_id, batch=2)] == [2, 2, 2, 0, 0, 0, 0]
+    queue.set_queue(repo, QueueConfig(study_id, overlap=1, environment_id="maze"), "lead")
+    progress = queue.progress(repo, study_id)  # maze: ids 0, 2, 4, 6; ids 0 and 2 done twice
+    assert (progress.episodes, progress.slots_done, progress.episodes_complete) == (4, 2, 2)

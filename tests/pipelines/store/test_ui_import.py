@@ -10,6 +10,7 @@ import pytest
 from pipelines import ui_records
 from pipelines.errors import StepmarkError
 from pipelines.store import PermissionDenied, Repository, StoreError, StudyDisabled
+from pipelines.store.listing import EpisodeQuery
 from pipelines.ui_import import UI_ENV_ID, import_records, import_ui
 from protos.rlds_creator import study_pb2
 from stepmark.cli import main
@@ -63,14 +64,14 @@ def test_import_registers_one_episode_per_record(repo: Repository, ui_output: Pa
 def test_reimport_adds_nothing_and_a_partial_import_is_completed(repo: Repository, ui_output: Path) -> None:
     shards = ui_records.shard_paths(str(ui_output))
     first = import_records(repo, shards[0], "traces", "ann")
-    assert len(first.added) == len(ui_records.index_records(shards[0])) > 0
+    assert first.added == len(ui_records.index_records(shards[0])) > 0
     rest = import_records(repo, ui_output, "traces", "ann")
     assert rest.study.id == first.study.id
-    assert rest.skipped == len(first.added)
+    assert rest.skipped == first.added
     total = len(ui_records.index_records(str(ui_output)))
-    assert len(first.added) + len(rest.added) == total
+    assert first.added + rest.added == total
     again = import_records(repo, ui_output, first.study.id, "bob")  # by id this time
-    assert (len(again.added), again.skipped) == (0, total)
+    assert (again.added, again.skipped) == (0, total)
     assert len(repo.list_episodes(study_id=first.study.id)) == total
     assert len(repo.list_sessions(first.study.id)) == 2  # no session for an import that added nothing
 
@@ -132,3 +133,50 @@ def test_concurrent_imports_of_one_study_name_make_one_study(
     episodes = repo.list_episodes(study_id=study.id)
     assert len(episodes) == len(ui_records.index_records(str(ui_output)))
     assert len({e.metadata["ui_record"]["episode_id"] for e in episodes}) == len(episodes)
+
+
+def test_record_headers_equal_the_parsed_records(ui_output: Path) -> None:
+    """The wire-level header gives what a full parse gives, for every record of the real conversion."""
+    from pipelines.ui_import import iter_headers
+
+    headers = list(iter_headers(ui_output))
+    parsed = ui_records.index_records(str(ui_output))
+    assert [(h.episode_id, h.shard, h.offset, h.num_steps, h.app_package, h.source) for h in headers] == [
+        (r.episode_id, r.shard, r.offset, r.num_steps, r.app_package, r.source) for r in parsed
+    ]
+    assert any(h.num_steps > 1 for h in headers) and all(h.episode_id for h in headers)
+
+
+@pytest.mark.parametrize("data", [b"\x0a\x05ab", b"\xff", b"\x0a\x02\xc3\x28", b"\x13"])
+def test_a_record_that_is_not_a_ui_episode_is_named(data: bytes) -> None:
+    from pipelines.ui_import import record_header
+
+    with pytest.raises(StepmarkError, match=r"^shard-7 at byte 42: not a serialized UiEpisode"):
+        record_header(data, "shard-7", 42)
+
+
+def test_import_streams_in_bounded_batches_without_parsing_records(
+    repo: Repository, ui_output: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Registered `batch` records per transaction, never a whole record parsed; a re-import (its keys looked
+    up per batch) adds nothing."""
+    total = len(ui_records.index_records(str(ui_output)))
+    sizes: list[int] = []
+    add = repo.add_episodes
+
+    def add_batch(episodes, **kw):  # noqa: ANN001, ANN003
+        batch = list(episodes)
+        sizes.append(len(batch))
+        return add(batch, **kw)
+
+    def no_full_parse(*_a, **_k):  # noqa: ANN002, ANN003
+        raise AssertionError("a record was parsed whole")
+
+    monkeypatch.setattr(repo, "add_episodes", add_batch)
+    monkeypatch.setattr(ui_records, "parse_episode", no_full_parse)
+    result = import_records(repo, ui_output, "batched", "ann", batch=4)
+    assert result.added == total and result.skipped == 0
+    assert max(sizes) == 4 and sum(sizes) == total and len(sizes) == -(-total // 4)
+    again = import_records(repo, ui_output, "batched", "ann", batch=3)
+    assert (again.added, again.skipped) == (0, total)
+    assert repo.count_episodes(EpisodeQuery(study_id=result.study.id)) == total

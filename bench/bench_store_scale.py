@@ -1,0 +1,362 @@
+"""The store and the annotator at a million episodes, on SQLite and on PostgreSQL, side by side.
+
+Grows one study of imported UI episodes itself (bulk inserts of the rows `import-ui` writes: 5 annotators,
+one episode in 50 rejected, a step tag on one in 100, an episode tag on one in 250, notes on one in 200 (of
+the rejected ones), a
+queue of overlap 2 with one episode in 500 labelled by two annotators), to each size given (default 10k,
+100k, 1M), and at each size measures:
+  - the repository's list queries in process (count, first page, a jump to the middle page, the page after
+    it, sort by steps descending, filters by state, tag and notes text, queue progress), in ms;
+  - `stepmark report --study`, `stepmark agreement` and `stepmark queue show` under `/usr/bin/time -v`:
+    wall time and peak RSS (ratio to the smallest size printed beside);
+  - the Episodes page in chromium (Playwright at /usr/bin/chromium) against `stepmark annotate`: cold load,
+    warm reload (median of 3), and each of: choose the study, next page, jump to the middle page, sort by
+    steps, descending, filter by state, search notes; until the page says what it shows and Streamlit's run
+    is over. The server's RSS (process tree) after them.
+PostgreSQL is started by the bench as the tests start it (tests/pg_fixture.py). After each growth the bench
+calls `Repository.analyze()`, as import-ui does after registering episodes.
+The UI records the episodes point at are a real convert-ui output of ../shared/fixtures (the report reads it);
+their offsets are not (no page here opens a record). Nothing is asserted: figures are printed.
+
+    .venv/bin/python bench/bench_store_scale.py [--sizes 10000 100000 1000000] [--backends sqlite postgresql]
+        [--no-browser]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+FIXTURES = Path(os.environ.get("STEPMARK_FIXTURES", REPO.parent / "shared" / "fixtures"))
+USERS = [f"annotator{i}@example.com" for i in range(5)]
+LEAD = USERS[0]
+TAGS = ["crash", "wrong_target", "slow", "loop", "login", "ad", "done"]
+APPS = [f"com.example.app{i}" for i in range(20)]
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+INSERT_BATCH = 20_000
+
+
+def _hex(i: int) -> str:
+    return hashlib.md5(str(i).encode()).hexdigest()
+
+
+def setup(url: str | None, data_dir: Path, converted: Path):
+    """The study (an `android-ui` environment, overlap-2 queue) and one import session."""
+    from pipelines.store import open_store
+    from pipelines.store import queue as work_queue
+    from pipelines.ui_import import find_or_create_study
+
+    repo = open_store(url, data_dir)
+    study = find_or_create_study(repo, "scale", LEAD)
+    work_queue.set_queue(repo, work_queue.QueueConfig(study.id, overlap=2), LEAD)
+    session = repo.create_session(study.id, LEAD)
+    shard = next(converted.glob("episodes-*.tfrecord"))
+    return repo, study.id, session.id, str(shard.resolve())
+
+
+def grow(repo, study_id: str, session_id: str, shard: str, start: int, stop: int) -> None:
+    """Rows start..stop-1, as import-ui registers them, with tags, notes, queue work and labels."""
+    import sqlalchemy as sa
+
+    from pipelines.store.models import (
+        AnnotatorStepLabelRow,
+        EpisodeRow,
+        EpisodeTagRow,
+        QueueAssignmentRow,
+        StepTagRow,
+    )
+    from protos.rlds_creator import study_pb2
+
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    completed, rejected = study_pb2.Episode.STATE_COMPLETED, study_pb2.Episode.STATE_REJECTED
+    for lo in range(start, stop, INSERT_BATCH):
+        hi = min(stop, lo + INSERT_BATCH)
+        episodes, step_tags, tags, work, labels = [], [], [], [], []
+        for i in range(lo, hi):
+            h = _hex(i)
+            when = base + timedelta(milliseconds=i)
+            steps = 1 + int(h[:4], 16) % 30
+            episodes.append({
+                "id": h, "study_id": study_id, "session_id": session_id, "environment_id": "android-ui",
+                "user": LEAD, "state": rejected if i % 50 == 7 else completed, "start_time": None,
+                "end_time": None, "num_steps": steps, "total_reward": 0.0, "storage_kind": None,
+                "storage_tag_directory": None, "storage_index": None, "storage_pickle_path": None,
+                "notes": f"checked {i}: target looks wrong" if i % 200 == 7 else None, "controller_id": None,
+                "registered_time": when, "source_key": f"ui:ep{i}",
+                "metadata": {"kind": "ui", "ui_record": {"shard": shard, "offset": i * 1000, "episode_id": f"ep{i}"},
+                             "app_package": APPS[i % len(APPS)], "source": "aitw", "success": False},
+            })  # fmt: skip
+            if i % 100 == 5:
+                step_tags.append({"episode_id": h, "step_index": 0, "label": TAGS[i % len(TAGS)],
+                                  "user": USERS[i % 5], "created_time": when})  # fmt: skip
+            if i % 250 == 11:
+                tags.append({"episode_id": h, "label": "hard", "user": USERS[i % 5], "created_time": when})
+            if i % 500 == 13:
+                for slot, user in enumerate(USERS[1:3]):
+                    work.append({"study_id": study_id, "episode_id": h, "user": user, "slot": slot, "state": "done",
+                                 "assigned_time": when, "done_time": when})  # fmt: skip
+                    for step in range(min(steps, 4)):
+                        label = TAGS[(i + step + (slot if step == 2 else 0)) % len(TAGS)]
+                        labels.append({"episode_id": h, "user": user, "step_index": step, "label": label,
+                                       "created_time": when})  # fmt: skip
+        with repo.engine.begin() as conn:
+            conn.execute(sa.insert(EpisodeRow.__table__), episodes)
+            for table, rows in ((StepTagRow, step_tags), (EpisodeTagRow, tags), (QueueAssignmentRow, work),
+                                (AnnotatorStepLabelRow, labels)):  # fmt: skip
+                if rows:
+                    conn.execute(sa.insert(table.__table__), rows)
+    repo.analyze()  # what import-ui does after registering episodes
+
+
+def timed(fn) -> tuple[float, object]:
+    t = time.perf_counter()
+    out = fn()
+    return (time.perf_counter() - t) * 1000, out
+
+
+def repo_figures(url: str | None, data_dir: Path, study_id: str) -> dict[str, float]:
+    """The list queries the pages run, in a freshly opened store (ms; the best of 3 after a first run)."""
+    from pipelines.store import open_store
+    from pipelines.store import queue as work_queue
+    from pipelines.store.listing import EpisodeQuery, Sort
+    from protos.rlds_creator import study_pb2
+
+    out: dict[str, float] = {}
+    with open_store(url, data_dir) as repo:
+        q = EpisodeQuery(study_id=study_id)
+        total = repo.count_episodes(q)
+        middle = (total // 2 // 50) * 50
+
+        def page_after_jump():
+            return repo.page_episodes(q, Sort(), repo.episode_cursor(q, Sort(), middle), 50)
+
+        jumped = page_after_jump()
+        cases = {
+            "count": lambda: repo.count_episodes(q),
+            "first page": lambda: repo.page_episodes(q, Sort(), None, 50),
+            "jump to middle page": page_after_jump,
+            "next page after it": lambda: repo.page_episodes(q, Sort(), jumped[-1][1], 50),
+            "sort steps desc": lambda: repo.page_episodes(q, Sort("steps", True), None, 50),
+            "state=rejected count+page": lambda: (
+                repo.count_episodes(s := EpisodeQuery(study_id=study_id, states=(study_pb2.Episode.STATE_REJECTED,))),
+                repo.page_episodes(s, Sort(), None, 50),
+            ),
+            "tag=crash count+page": lambda: (
+                repo.count_episodes(s := EpisodeQuery(study_id=study_id, tag="crash")),
+                repo.page_episodes(s, Sort(), None, 50),
+            ),
+            "notes search count+page": lambda: (
+                repo.count_episodes(s := EpisodeQuery(study_id=study_id, notes_query="looks WRONG")),
+                repo.page_episodes(s, Sort(), None, 50),
+            ),
+            "queue progress": lambda: work_queue.progress(repo, study_id),
+        }
+        for name, fn in cases.items():
+            fn()
+            out[name] = min(timed(fn)[0] for _ in range(3))
+    return out
+
+
+def time_v(args: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS MB) of one command under /usr/bin/time -v."""
+    run = subprocess.run(["/usr/bin/time", "-v", *args], capture_output=True, text=True, cwd=REPO)
+    if run.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed:\n{run.stderr[-2000:]}")
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", run.stderr).group(1)) / 1024
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", run.stderr).group(1)
+    seconds = sum(float(x) * 60**i for i, x in enumerate(reversed(wall.split(":"))))
+    return seconds, rss
+
+
+def command_figures(url: str | None, data_dir: Path, study_id: str, tmp: Path) -> dict[str, tuple[float, float]]:
+    store = ["--store", url] if url else []
+    base = [sys.executable, "-m", "stepmark"]
+    where = ["--data", str(data_dir), *store]
+    return {
+        "report": time_v([*base, "report", "--study", study_id, "--out", str(tmp / "report.html"), *where]),
+        "agreement": time_v([*base, "agreement", "--study", study_id, *where]),
+        "queue show": time_v([*base, "queue", "show", "--study", study_id, *where]),
+    }
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and its children (MB)."""
+    total = 0
+    pids = [pid]
+    while pids:
+        p = pids.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                pids += [int(c) for c in f.read().split()]
+        except (OSError, StopIteration):
+            continue
+    return total / 1024
+
+
+def _choose(page, label: str, option: str, kind: str = "stSelectbox") -> None:
+    """Pick an option of a Streamlit selectbox (or multiselect) by its label; a click that lands while the
+    page is still settling may not open the list, so it is tried again."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    box = page.locator(f'[data-testid="{kind}"]').filter(has=page.get_by_text(label, exact=True))
+    choice = page.get_by_role("option", name=option, exact=True)
+    for _ in range(5):
+        box.locator("input").click()
+        try:
+            choice.wait_for(timeout=5_000)
+            break
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+    choice.click()
+    page.keyboard.press("Escape")
+
+
+def browser_figures(url: str | None, data_dir: Path, study_id: str, total: int) -> dict[str, float]:
+    from playwright.sync_api import sync_playwright
+
+    from annotator.launch import free_port
+    from tests.e2e.browser import wait_healthy
+
+    port = free_port()
+    store = ["--store", url] if url else []
+    log = (data_dir / "annotate.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stepmark", "annotate", "--data", str(data_dir), "--port", str(port),
+         "--user", LEAD, *store],
+        stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+    )  # fmt: skip
+    out: dict[str, float] = {}
+    address = f"http://127.0.0.1:{port}/"
+    try:
+        wait_healthy(address, proc, timeout=180)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
+            page = browser.new_page(viewport={"width": 1600, "height": 1200})
+
+            def until(text: str, action) -> float:
+                """Seconds from the action until `text` (which only the new state shows) is on the page, the run
+                is over and no element of the previous run is left (Streamlit marks those stale)."""
+                t = time.perf_counter()
+                action()
+                page.get_by_text(text).first.wait_for(timeout=600_000)
+                page.wait_for_function(
+                    "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+                    " && !document.querySelector('[data-stale=\"true\"]')",
+                    timeout=600_000,
+                )
+                return time.perf_counter() - t
+
+            shown = f"Showing 1–50 of {total:,}, by registration"
+            out["cold load"] = until(shown, lambda: page.goto(address))
+            out["warm reload"] = statistics.median(until(shown, page.reload) for _ in range(3))
+            out["choose the study"] = until("labellings done", lambda: _choose(page, "Study", "scale"))
+            out["next page"] = until(f"Showing 51–100 of {total:,}",
+                                     lambda: page.get_by_role("button", name="Next", exact=True).click())  # fmt: skip
+            middle = total // 2 // 50 + 1
+            first = (middle - 1) * 50 + 1
+
+            def jump():
+                box = page.get_by_label(re.compile(r"^Page \(of"))
+                box.fill(str(middle))
+                box.press("Enter")
+
+            out["jump to middle page"] = until(f"Showing {first:,}–{first + 49:,} of {total:,}", jump)
+            out["sort by steps"] = until("by steps", lambda: _choose(page, "Sort by", "steps"))
+            out["descending"] = until("by steps (descending)", lambda: page.get_by_text("Descending").click())
+            rejected = sum(1 for i in range(total) if i % 50 == 7)
+            out["filter state=rejected"] = until(f"of {rejected:,}, by steps",
+                                                 lambda: _choose(page, "Status", "Rejected", "stMultiSelect"))  # fmt: skip
+            noted = sum(1 for i in range(total) if i % 200 == 7)  # all of them rejected
+
+            def notes():
+                box = page.get_by_label("Search in notes")
+                box.fill("looks WRONG")
+                box.press("Enter")
+
+            out["search notes"] = until(f"{noted:,} episode(s)", notes) if noted else float("nan")
+            browser.close()
+        out["server RSS MB"] = tree_rss_mb(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--backends", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"])
+    parser.add_argument("--no-browser", action="store_true", help="skip the chromium measurements")
+    args = parser.parse_args()
+    os.environ.setdefault("MUJOCO_GL", "osmesa")
+    from pipelines import convert
+
+    with tempfile.TemporaryDirectory(prefix="bench-store-scale-") as tmp_name:
+        tmp = Path(tmp_name)
+        converted = tmp / "converted"
+        convert.run([str(FIXTURES / "droidbot"), str(converted), "--runner=FnApiRunner"])
+        results: dict[str, dict[int, dict]] = {}
+        for backend in args.backends:
+            server = None
+            url = None
+            if backend == "postgresql":
+                from tests.pg_fixture import get_server
+
+                server = get_server()
+                url = server.url(server.create_database())
+            data_dir = tmp / backend
+            data_dir.mkdir()
+            repo, study_id, session_id, shard = setup(url, data_dir, converted)
+            grown = 0
+            results[backend] = {}
+            for size in sorted(args.sizes):
+                t = time.perf_counter()
+                grow(repo, study_id, session_id, shard, grown, size)
+                grown = size
+                print(f"[{backend}] grew to {size:,} episodes in {time.perf_counter() - t:.1f} s", flush=True)
+                figures = {"repo": repo_figures(url, data_dir, study_id),
+                           "commands": command_figures(url, data_dir, study_id, tmp)}  # fmt: skip
+                if not args.no_browser:
+                    figures["browser"] = browser_figures(url, data_dir, study_id, size)
+                results[backend][size] = figures
+                print(f"[{backend}] {size:,}: {figures}", flush=True)
+            repo.close()
+        report(results)
+
+
+def report(results: dict[str, dict[int, dict]]) -> None:
+    for backend, by_size in results.items():
+        sizes = sorted(by_size)
+        head = "".join(f"{s:>14,}" for s in sizes)
+        print(f"\n== {backend} ==\n{'repository queries (ms)':34}{head}")
+        for name in by_size[sizes[0]]["repo"]:
+            print(f"  {name:32}" + "".join(f"{by_size[s]['repo'][name]:14.1f}" for s in sizes))
+        print(f"{'commands: s / peak RSS MB':34}{head}   (largest/smallest: time, RSS)")
+        for name in by_size[sizes[0]]["commands"]:
+            cells = "".join(f"{by_size[s]['commands'][name][0]:7.2f}/{by_size[s]['commands'][name][1]:6.0f}"
+                            for s in sizes)  # fmt: skip
+            (t0, r0), (t1, r1) = by_size[sizes[0]]["commands"][name], by_size[sizes[-1]]["commands"][name]
+            print(f"  {name:32}{cells}   {t1 / t0:5.2f}x {r1 / r0:5.2f}x")
+        if "browser" in by_size[sizes[0]]:
+            print(f"{'Episodes page in chromium (s)':34}{head}")
+            for name in by_size[sizes[0]]["browser"]:
+                print(f"  {name:32}" + "".join(f"{by_size[s]['browser'][name]:14.2f}" for s in sizes))
+
+
+if __name__ == "__main__":
+    main()
