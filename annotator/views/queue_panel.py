@@ -50,6 +50,15 @@ def render(ops, study_id: str | None) -> None:
     except StepmarkError as exc:
         st.error(str(exc))
         return
+    if study_id not in queue_ops.queued_studies(ops, [study_id]):
+        st.caption(
+            "This study has no work queue, so no episode is handed out. Its creator sets one up below, or with "
+            "`stepmark queue set --study ID --overlap K`."
+        )
+        if study.creator.email == ops.user:
+            _settings(ops, study, state.config)
+        return
+    session.follow_study(ops, study_id)  # the numbers follow the team: redrawn when someone takes or finishes
     config = state.config
     total = state.slots_total
     st.progress(

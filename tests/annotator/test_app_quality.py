@@ -49,8 +49,9 @@ def test_queue_label_page_agreement_and_adjudication(data, monkeypatch):
     env, _ = data
     first, second = env.episodes
     at = episodes_of(open_app(env.data_dir, ALICE, monkeypatch), env.study.id)
-    progress = at.get("progress")[0].proto.text
-    assert "0 of 2 labellings done · 0 of 2 episodes complete · 1 annotator(s) per episode" in progress
+    # No work queue yet: the panel says so and hands nothing out (its creator gets the settings).
+    assert not at.get("progress") and not [b for b in at.button if b.key == "q_next"]
+    assert any("has no work queue" in md_unescape(c.value) for c in at.caption)
 
     # The study's creator sets overlap 2.
     at.number_input(key="q_overlap").set_value(2).run()
