@@ -1,7 +1,11 @@
 """Protobuf wire-format pieces for the writers that assemble serialized messages by hand (episode records,
-envlogger steps, Riegeli chunks, hierarchy object templates), where building messages would cost too much."""
+envlogger steps, Riegeli chunks, hierarchy object templates), where building messages would cost too much, and
+for the readers that look at a message's fields before (or instead of) parsing it (counts checked before the
+parser allocates, a record's id read without decoding its screenshots)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 _SMALL = [bytes([n]) for n in range(128)]
 
@@ -22,3 +26,43 @@ def varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+def read_varint(data: bytes, pos: int, end: int | None = None) -> tuple[int, int]:
+    """(value, position after it) of the varint at `pos`; ValueError when it runs past `end` or 10 bytes."""
+    end = len(data) if end is None else end
+    value = shift = 0
+    while pos < end and shift < 70:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+    raise ValueError("truncated varint")
+
+
+def fields(data: bytes, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, wire type, payload start, payload end) of each field of the message in data[start:end];
+    scalars are skipped and length-delimited values delimited, nothing is decoded. ValueError when the bytes
+    are not protobuf wire format."""
+    end = len(data) if end is None else end
+    pos = start
+    while pos < end:
+        key, pos = read_varint(data, pos, end)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, after = read_varint(data, pos, end)
+        elif wire == 1:
+            after = pos + 8
+        elif wire == 2:
+            length, pos = read_varint(data, pos, end)
+            after = pos + length
+        elif wire == 5:
+            after = pos + 4
+        else:
+            raise ValueError(f"wire type {wire} of field {number}")
+        if after > end or number == 0:
+            raise ValueError(f"field {number} runs past its message")
+        yield number, wire, pos, after
+        pos = after

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from itertools import chain, islice
 from pathlib import Path
 
+from pipelines import protowire
 from pipelines.errors import StepmarkError
 from pipelines.store import AlreadyExists, NotFound, PermissionDenied, Repository, StoreError
+from pipelines.ui_records import RecordRef
 from protos.rlds_creator import study_pb2
 
 UI_ENV_ID = "android-ui"
@@ -35,81 +37,32 @@ class ImportResult:
     skipped: int = 0  # records already in the study
 
 
-@dataclass(frozen=True)
-class RecordHeader:
-    """What the store registers of one record (`pipelines.ui_records.RecordRef`'s fields)."""
-
-    episode_id: str
-    shard: str
-    offset: int
-    num_steps: int
-    app_package: str
-    source: str
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
-def _fields(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """(field number, wire type, value start, value end) of each field in data[start:end]; varints and
-    fixed-width values are skipped, length-delimited ones delimited, nothing is decoded."""
-    pos = start
-    while pos < end:
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            _, after = _varint(data, pos)
-        elif wire == 1:
-            after = pos + 8
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            after = pos + length
-        elif wire == 5:
-            after = pos + 4
-        else:
-            raise ValueError(f"wire type {wire} of field {number}")
-        if after > end or number == 0:
-            raise ValueError(f"field {number} runs past its message")
-        yield number, wire, pos, after
-        pos = after
-
-
 # UiEpisode (protos/stepmark/ui_episode.proto): episode_id = 1, episode = 2, app_package = 5, source = 6;
 # llm4mobile Episode: time_steps = 4.
 _ID, _EPISODE, _APP, _SOURCE, _TIME_STEPS = 1, 2, 5, 6, 4
 
 
-def record_header(data: bytes, shard: str, offset: int) -> RecordHeader:
+def record_header(data: bytes, shard: str, offset: int) -> RecordRef:
     """The fields of a serialized UiEpisode the store needs, read off the wire (the time steps are counted,
     not parsed). StepmarkError naming the shard and byte when the bytes are not a UiEpisode."""
     found: dict[int, str] = {}
     steps = 0
     try:
-        for number, wire, start, end in _fields(data, 0, len(data)):
+        for number, wire, start, end in protowire.fields(data, 0, len(data)):
             if wire != 2:
                 continue
             if number in (_ID, _APP, _SOURCE):
                 found[number] = data[start:end].decode("utf-8")
             elif number == _EPISODE:
                 steps += sum(
-                    n == _TIME_STEPS and w == 2 for n, w, _, _ in _fields(data, start, end)
+                    n == _TIME_STEPS and w == 2 for n, w, _, _ in protowire.fields(data, start, end)
                 )
     except (ValueError, UnicodeDecodeError) as exc:
         raise StepmarkError(f"{shard} at byte {offset}: not a serialized UiEpisode ({exc})") from exc
-    return RecordHeader(found.get(_ID, ""), shard, offset, steps, found.get(_APP, ""), found.get(_SOURCE, ""))
+    return RecordRef(found.get(_ID, ""), shard, offset, steps, found.get(_APP, ""), found.get(_SOURCE, ""))
 
 
-def iter_headers(output_path: str | Path) -> Iterator[RecordHeader]:
+def iter_headers(output_path: str | Path) -> Iterator[RecordRef]:
     """Every record's header under a convert-ui output folder or shard, one record in memory at a time."""
     from pipelines.ui_records import iter_records  # the CONVERT helper's reader
 
@@ -179,7 +132,7 @@ def _absolute(shard: str) -> str:
 
 
 def ui_episode(study_id: str, session: study_pb2.Session, record) -> study_pb2.Episode:  # noqa: ANN001
-    """The store episode of one converted record (a `RecordHeader` or `pipelines.ui_records.RecordRef`)."""
+    """The store episode of one converted record (a `pipelines.ui_records.RecordRef`)."""
     episode = study_pb2.Episode(
         study_id=study_id,
         session_id=session.id,
@@ -205,7 +158,7 @@ def ui_episode(study_id: str, session: study_pb2.Session, record) -> study_pb2.E
     return episode
 
 
-def _batches(items: Iterable[RecordHeader], size: int) -> Iterator[list[RecordHeader]]:
+def _batches(items: Iterable[RecordRef], size: int) -> Iterator[list[RecordRef]]:
     it = iter(items)
     while batch := list(islice(it, size)):
         yield batch

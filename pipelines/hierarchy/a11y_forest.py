@@ -13,6 +13,7 @@ from __future__ import annotations
 from android_env.proto.a11y import android_accessibility_forest_pb2, android_accessibility_window_info_pb2
 from google.protobuf import json_format, message, text_format
 
+from pipelines import protowire
 from protos.stepmark import ui_episode_pb2
 
 from .bounds import Box
@@ -69,43 +70,6 @@ MAX_NODE_PARTS = 20 * MAX_OBJECTS
 _HIGH = bytes(range(128, 256))
 
 
-def _fields(data: bytes, start: int = 0, end: int | None = None):
-    """(field number, wire type, payload start, payload end) of each field of one message; ValueError when
-    the bytes are not protobuf wire format. Scalars are skipped, not decoded."""
-    end = len(data) if end is None else end
-    pos = start
-    while pos < end:
-        key, pos = _varint(data, pos, end)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            _, after = _varint(data, pos, end)
-        elif wire == 1:
-            after = pos + 8
-        elif wire == 2:
-            length, pos = _varint(data, pos, end)
-            after = pos + length
-        elif wire == 5:
-            after = pos + 4
-        else:
-            raise ValueError(f"wire type {wire}")
-        if after > end:
-            raise ValueError("field runs past its message")
-        yield number, wire, pos, after
-        pos = after
-
-
-def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while pos < end and shift < 70:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-    raise ValueError("truncated varint")
-
-
 def check_counts(data: bytes) -> None:
     """Count nodes, child links and node sub-messages on the wire before the protobuf parser allocates them
     (an empty node is 2 bytes on the wire and hundreds in memory; a packed child list 1 byte per id and 8 in
@@ -113,19 +77,19 @@ def check_counts(data: bytes) -> None:
     wire format are left to the parser (`malformed`)."""
     nodes = links = parts = 0
     try:
-        for number, wire, start, end in _fields(data):
+        for number, wire, start, end in protowire.fields(data):
             if number != _WINDOWS or wire != 2:
                 continue
-            for w_number, w_wire, t_start, t_end in _fields(data, start, end):
+            for w_number, w_wire, t_start, t_end in protowire.fields(data, start, end):
                 if w_number != _TREE or w_wire != 2:
                     continue
-                for t_number, t_wire, n_start, n_end in _fields(data, t_start, t_end):
+                for t_number, t_wire, n_start, n_end in protowire.fields(data, t_start, t_end):
                     if t_number != _NODES or t_wire != 2:
                         continue
                     nodes += 1
                     if nodes > MAX_OBJECTS:
                         raise too_large()
-                    for f_number, f_wire, f_start, f_end in _fields(data, n_start, n_end):
+                    for f_number, f_wire, f_start, f_end in protowire.fields(data, n_start, n_end):
                         if f_number == _CHILD_IDS:  # packed: one id per byte below 0x80; unpacked: one
                             chunk = data[f_start:f_end]
                             links += len(chunk.translate(None, _HIGH)) if f_wire == 2 else 1
