@@ -4,14 +4,15 @@ Every data path a command takes may be a local path or a URL of any Beam filesys
 this module is where Beam's `FileSystems` is configured and called from. The clients' own environment variables
 work with no flag (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ..., `STORAGE_EMULATOR_HOST`,
 `GOOGLE_APPLICATION_CREDENTIALS`); Beam's `--s3_*` and Google Cloud flags override them. `configure(beam_args)`
-is called once by each command, and the same flags travel with the pipeline's DoFns (`settings()` on the
-driver, `apply()` in the DoFn's `setup`), because workers of a real cluster are other processes that never saw
-the command line: Beam's DaskRunner does not hand the pipeline options to `FileSystems` on its workers.
+is called once by each command, and the same flags travel inside the pipeline's pickled DoFns
+(`FileSystemsDoFn`: `settings()` on the driver, `apply()` where they are unpickled), because workers of a real
+cluster are other processes that never saw the command line: Beam's DaskRunner does not hand the pipeline
+options to `FileSystems` on its workers.
 
 Publishing (schemas/storage.md): object stores have no rename, so an output is complete when its summary file
 exists, and that file is written last (`summary.json` of convert-ui, `stepmark_export.json` of an export).
-On a local disk an export still appears with one folder rename; on an object store `publish_folder` moves
-every other object first and the summary last. Readers of stepmark's outputs honour the summary.
+On a local disk an export still appears with one folder rename (`publish_folder`); in a bucket it is written
+in place and its summary published it. Readers of stepmark's outputs honour the summary.
 
 Beam is imported on first use: reading a local study spec must not pay ~1 s for it.
 """
@@ -98,17 +99,15 @@ def _reuse_s3_clients() -> None:
         from apache_beam.io.aws.clients.s3 import boto3_client
     except ImportError:  # no boto3: s3:// paths fail with Beam's own message
         return
-    real = getattr(boto3_client, "boto3", None)
-    if real is None or isinstance(real, _CachedBoto3):
+    if getattr(boto3_client, "boto3", None) is None or isinstance(boto3_client.boto3, _CachedBoto3):
         return
-    boto3_client.boto3 = _CachedBoto3(real)
+    boto3_client.boto3 = _CachedBoto3()
 
 
 class _CachedBoto3:
     """Stands in for the `boto3` module inside Beam's S3 client module: `session.Session().client(**kw)`."""
 
-    def __init__(self, real: Any) -> None:
-        self._real = real
+    def __init__(self) -> None:
         self._clients: dict[tuple, Any] = {}
         self.session = self
 
@@ -163,7 +162,7 @@ def settings() -> tuple[str, ...]:
 
 
 def apply(flags: Sequence[str]) -> None:
-    """A worker's side of `settings()` (a DoFn's `setup`): the driver's filesystem flags, once per process."""
+    """A worker's side of `settings()` (an unpickled DoFn): the driver's filesystem flags, once per process."""
     if _configured != tuple(flags):
         configure(flags)
 
@@ -210,11 +209,6 @@ def split(path: str) -> tuple[str, str]:
 def strip_slash(path: str) -> str:
     stripped = path.rstrip("/\\")
     return stripped or path
-
-
-def absolute(path: str) -> str:
-    """A URL as it is; a local path made absolute (workers may run elsewhere)."""
-    return path if is_remote(path) else os.path.abspath(path)
 
 
 # --- reading and writing ----------------------------------------------------------------------------------------
@@ -264,15 +258,22 @@ def open_read(path: str) -> BinaryIO:
 SMALL_OBJECT = 16 * 2**20
 
 
+_data_clients: dict[tuple, Any] = {}
+
+
 def _s3_for_data() -> Any | None:
-    """Beam's own boto3 client for the configured flags (cached per process), or None without boto3."""
+    """Beam's own boto3 client for the configured flags, or None without boto3. Kept per process, settings and
+    AWS environment: making it parses the flags again (~0.6 ms, on every file read)."""
     _filesystems()
-    try:
-        from apache_beam.io.aws.clients.s3 import boto3_client
-        from apache_beam.options.pipeline_options import PipelineOptions
-    except ImportError:
-        return None
-    return boto3_client.Client(PipelineOptions(list(settings()))).client
+    key = (_session_key(), settings())
+    if key not in _data_clients:
+        try:
+            from apache_beam.io.aws.clients.s3 import boto3_client
+            from apache_beam.options.pipeline_options import PipelineOptions
+        except ImportError:
+            return None
+        _data_clients[key] = boto3_client.Client(PipelineOptions(list(settings()))).client
+    return _data_clients[key]
 
 
 def read_object(path: str, limit: int) -> bytes:
@@ -587,6 +588,10 @@ def process_start(pid: int) -> str:
 
 
 def pid_alive(pid: int) -> bool:
+    """True if a process with this id exists on this machine (signal 0 checks without sending). Never true
+    for 0 or a negative id, which `kill` reads as a process group (0: our own)."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -626,9 +631,9 @@ def write_owner(folder: str) -> None:
     write_bytes(join(folder, OWNER_FILE), Owner.me().to_json().encode("utf-8"))
 
 
-def read_owner(folder: str) -> Owner | None:
-    """The owner recorded in `folder`, or None when it has none (or an unreadable one)."""
-    path = join(folder, OWNER_FILE)
+def read_owner(folder: str, name: str = OWNER_FILE) -> Owner | None:
+    """The owner recorded in `folder` (its owner file `name`), or None when it has none (or an unreadable one)."""
+    path = join(folder, name)
     try:
         data = json.loads(read_all(path, 4096))
         return Owner(str(data["host"]), int(data["pid"]), str(data.get("start", "")))
@@ -636,40 +641,20 @@ def read_owner(folder: str) -> Owner | None:
         return None
 
 
-def publish_folder(staging: str, out: str, summary_name: str, skip: Sequence[str] = (OWNER_FILE,)) -> None:
-    """Makes the finished output at `staging` appear at `out`, its summary file last.
-
-    Local disk: one rename of the folder (a rename never replaces a non-empty folder; an `out` that appeared
-    meanwhile is refused). Object store: every object is moved (copy, delete) to the same key under `out`,
-    the summary file last: until it exists, readers take `out` for unfinished."""
-    if not is_remote(out):
-        if os.path.lexists(out):
-            raise _appeared(out)
-        try:
-            os.rename(staging, out)
-        except OSError as exc:
-            if os.path.exists(out):
-                raise _appeared(out) from exc
-            raise
-        return
-    if files_below(out):
+def publish_folder(staging: str, out: str) -> None:
+    """Makes the finished local folder `staging` appear at `out` with one rename (a rename never replaces a
+    non-empty folder; an `out` that appeared meanwhile is refused). A bucket has no folder rename: an output
+    there is written in place and published by its summary, written last (schemas/storage.md)."""
+    if is_remote(out):
+        raise ValueError(f"{out}: a bucket has no folder rename; write the output in place, its summary last")
+    if os.path.lexists(out):
         raise _appeared(out)
-    root = strip_slash(staging)
-    sources, targets, last = [], [], None
-    for m in files_below(root):
-        rel = m.path[len(root) :].lstrip("/")
-        if rel in skip:
-            continue
-        if rel == summary_name:
-            last = m.path
-            continue
-        sources.append(m.path)
-        targets.append(join(strip_slash(out), *rel.split("/")))
-    rename(sources, targets)
-    if last is None:
-        raise StepmarkError(f"{staging}: no {summary_name}; nothing was published")
-    rename([last], [join(strip_slash(out), summary_name)])
-    delete_tree(root)
+    try:
+        os.rename(staging, out)
+    except OSError as exc:
+        if os.path.exists(out):
+            raise _appeared(out) from exc
+        raise
 
 
 def publish_file(local: str, out: str) -> None:

@@ -36,6 +36,7 @@ from google.protobuf import json_format
 
 from pipelines.episodes import layout, stats
 from pipelines.errors import StepmarkError
+from pipelines.storage import pid_alive
 from pipelines.store import errors as store_errors
 from protos.rlds_creator import client_pb2, study_pb2
 
@@ -44,19 +45,6 @@ if TYPE_CHECKING:
 
 State = study_pb2.Episode.State
 STARTED_FILE = "episode.started.json"
-
-
-def pid_alive(pid: int) -> bool:
-    """True if a process with this id exists on this machine (signal 0 checks without sending)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 def write_pending(folder: Path, episode: study_pb2.Episode, name: str = layout.PENDING_FILE) -> Path:

@@ -11,7 +11,6 @@ under `--out` without `stepmark_export.json`.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -53,8 +52,7 @@ def _check_remote_out(out: str) -> str:
         raise StepmarkError(f"{out}: already exists; choose another --out (exports never overwrite)")
     left = storage.files_below(out)
     if left:  # an interrupted export: never complete, and nobody else may be writing there
-        owner = storage.join(out, OWNER_FILE)
-        writing = any(m.path == owner for m in left) and _staging_owner_alive(out, -1)
+        writing = _staging_owner_alive(out)  # written in place: its owner file is under `out`
         if writing or any(_staging_owner_alive(folder, pid) for folder, pid in _stagings_of(out)):
             raise StepmarkError(f"{out}: another export is writing there; choose another --out")
         print(
@@ -85,17 +83,13 @@ def new_staging(out: str, archive: bool = False) -> str:
     return staging
 
 
-def _staging_owner_alive(folder: str, pid: int) -> bool:
+def _staging_owner_alive(folder: str, pid: int = 0) -> bool:
     """Whether the export that made `folder` may still be running (when unsure: yes, keep the folder)."""
-    path = storage.join(folder, OWNER_FILE)
-    if not storage.exists(path):
+    if not storage.exists(storage.join(folder, OWNER_FILE)):
         # Between mkdir and the owner file, or a folder older than owner files: the pid in the name decides.
         return storage.pid_alive(pid)
-    try:
-        owner = json.loads(storage.read_all(path, 4096))
-        return Owner(str(owner["host"]), int(owner["pid"]), str(owner.get("start") or "")).alive()
-    except Exception:  # noqa: BLE001 - unreadable or damaged: keep the folder
-        return True
+    owner = storage.read_owner(folder, OWNER_FILE)
+    return owner is None or owner.alive()  # an unreadable owner file: keep the folder
 
 
 def _stagings_of(out: str, every_output: bool = False) -> list[tuple[str, int]]:
@@ -144,11 +138,11 @@ def publish_file(tmp: str, out: str) -> None:
 
 
 def publish_folder(staging: str, out: str) -> None:
-    """The finished folder at `out`, its summary last (`storage.publish_folder`); the owner file stays out."""
+    """The finished folder at `out` (`storage.publish_folder`), the owner file left out; nothing to do for a
+    dataset written in place in a bucket."""
     if staging == out:  # written in place (a bucket): its summary, written last, published it
         return
-    if not storage.is_remote(out):
-        owner = storage.join(staging, OWNER_FILE)
-        if os.path.exists(owner):
-            os.unlink(owner)
-    storage.publish_folder(staging, out, SUMMARY_FILE, skip=(OWNER_FILE,))
+    owner = storage.join(staging, OWNER_FILE)
+    if os.path.exists(owner):
+        os.unlink(owner)
+    storage.publish_folder(staging, out)

@@ -98,36 +98,19 @@ def test_bucket_problems_are_one_line_before_any_work(
     assert "\n" not in err and "s3://no-such-bucket-here/out" in err
 
 
-def test_publish_moves_the_summary_last_and_readers_honour_it(s3: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
-    storage.configure(())
-    staging = s3.url("ds.tmp-1-abc")
-
-    def stage() -> None:
-        for name in ("data/a.parquet", "data/b.parquet", "stepmark_export.json", storage.OWNER_FILE):
-            storage.write_bytes(f"{staging}/{name}", name.encode())
-
-    stage()
-    moved: list[list[str]] = []
-    real = storage.rename
-
-    def interrupted(sources, targets):  # noqa: ANN001
-        moved.append(list(targets))
-        if any(t.endswith("stepmark_export.json") for t in targets):
-            raise KeyboardInterrupt  # killed right before the marker
-        real(sources, targets)
-
-    monkeypatch.setattr(storage, "rename", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        storage.publish_folder(staging, s3.url("ds"), "stepmark_export.json")
-    assert moved[-1] == [s3.url("ds/stepmark_export.json")]  # the last move, alone
-    assert s3.keys("ds/") == ["ds/data/a.parquet", "ds/data/b.parquet"]  # data, no marker
-    assert not storage.is_published(s3.url("ds"), "stepmark_export.json")
-    monkeypatch.setattr(storage, "rename", real)
-    storage.delete_tree(staging)
-    stage()
-    storage.publish_folder(staging, s3.url("ds2"), "stepmark_export.json")
-    assert s3.keys("ds2/") == ["ds2/data/a.parquet", "ds2/data/b.parquet", "ds2/stepmark_export.json"]
-    assert not s3.keys("ds.tmp-1-abc/")  # staging gone, owner file never published
+def test_a_folder_is_published_by_rename_on_disk_and_never_moved_in_a_bucket(s3: Bucket, tmp_path: Path) -> None:
+    """In a bucket an output is written in place and its summary, written last, publishes it (the kill -9
+    tests in test_scale_out.py check that protocol); a folder rename is for local disks only."""
+    staging = tmp_path / "ds.tmp"
+    staging.mkdir()
+    (staging / "stepmark_export.json").write_text("{}")
+    storage.publish_folder(str(staging), str(tmp_path / "ds"))
+    assert (tmp_path / "ds" / "stepmark_export.json").exists() and not staging.exists()
+    with pytest.raises(StepmarkError, match="appeared while exporting"):
+        storage.publish_folder(str(tmp_path / "other"), str(tmp_path / "ds"))  # never replaces what is there
+    with pytest.raises(ValueError, match="no folder rename"):
+        storage.publish_folder(str(tmp_path / "ds"), s3.url("ds"))
+    assert not s3.keys()
 
 
 def test_local_folder_uploads_what_a_local_only_writer_wrote(s3: Bucket, tmp_path: Path) -> None:
