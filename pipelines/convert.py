@@ -124,12 +124,6 @@ class Summary:
 # Transforms
 
 
-def writing(path: str):
-    """A new file at `path` (`storage.create`: an OSError of a full or read-only disk names `path`, and the
-    command line prints it as one line, `stepmark.cli`)."""
-    return storage.create(path)
-
-
 class OnlyType(beam.PTransform):
     """Keep elements of one type (a no-op on runners that route tagged outputs correctly)."""
 
@@ -227,7 +221,7 @@ class ConvertShard(storage.FileSystemsDoFn, beam.DoFn):
         layouts: Counter[str] = Counter()
         progress = _Progress(shard, len(ordered)) if self.progress else None
         with (
-            writing(path) as out,
+            storage.create(path) as out,
             GuardedConverter(self.policy, self.drop_invisible, self.timeout) as convert,
             # Episodes in a bucket: the next ones' files are fetched while this one converts (`files.Prefetch`).
             files.Prefetch([getattr(s, "files", ()) for s in ordered], self._read) as prefetch,
@@ -267,20 +261,13 @@ class WriteDeadLetters(storage.FileSystemsDoFn, beam.DoFn):
     def process(self, element: tuple[int, Iterable[DeadLetter]]) -> Iterator[DeadLettersWritten]:
         path = files.join(self.temp_dir, f"dead-letters-{uuid.uuid4().hex}.jsonl")
         reasons: Counter[str] = Counter()
-        with writing(path) as out:
+        with storage.create(path) as out:
             for dead in element[1]:
                 out.write(dead.to_json().encode("utf-8") + b"\n")
                 reasons[dead.reason] += 1
         yield DeadLettersWritten(path, sum(reasons.values()), tuple(sorted(reasons.items())), element[0])
 
 
-def delete_tree(path: str) -> None:
-    storage.delete_tree(path)
-
-
-def _write_text(path: str, text: str) -> None:
-    with writing(path) as out:
-        out.write(text.encode("utf-8"))
 
 
 class CommitOutput(storage.FileSystemsDoFn, beam.DoFn):
@@ -313,7 +300,7 @@ class CommitOutput(storage.FileSystemsDoFn, beam.DoFn):
                 written = ShardWritten(
                     shard, files.join(self.temp_dir, f"empty-{shard:05d}.tfrecord"), 0, 0, 0, 0, (), 0
                 )
-                _write_text(written.temp_path, "")
+                storage.write_bytes(written.temp_path, b"")
             sources.append(written.temp_path)
             targets.append(final)
             summary.episodes += written.episodes
@@ -334,7 +321,7 @@ class CommitOutput(storage.FileSystemsDoFn, beam.DoFn):
             storage.rename([dead_files[0].temp_path], [dead_final])
         else:  # none (write an empty file) or several parts: concatenate them in part order
             merged = files.join(self.temp_dir, "dead-letters-merged.jsonl")
-            with writing(merged) as out:
+            with storage.create(merged) as out:
                 for d in dead_files:
                     with storage.open_read(d.temp_path) as part:
                         storage.copy_stream(part, out)  # streamed: a part may be large
@@ -346,9 +333,9 @@ class CommitOutput(storage.FileSystemsDoFn, beam.DoFn):
 
         summary.finished = datetime.now(UTC).isoformat(timespec="seconds")
         temp_summary = files.join(self.temp_dir, SUMMARY)
-        _write_text(temp_summary, json.dumps(asdict(summary), indent=2, sort_keys=True) + "\n")
+        storage.write_bytes(temp_summary, (json.dumps(asdict(summary), indent=2, sort_keys=True) + "\n").encode("utf-8"))
         storage.rename([temp_summary], [files.join(self.output, SUMMARY)])  # last: the output is complete
-        delete_tree(self.temp_dir)
+        storage.delete_tree(self.temp_dir)
         yield summary
 
 
@@ -528,7 +515,8 @@ def prepare_output(output: str, overwrite: bool, quiet: bool = False) -> None:
     summary.json: killed while committing) is not a conversion: it is removed without --overwrite. A temporary
     folder of a run that may still be going (alive, or on another host) is refused as before."""
     previous = _matches(files.join(output, SHARD_GLOB)) + _matches(files.join(output, DEAD_LETTERS))
-    complete = bool(_matches(files.join(output, SUMMARY)))
+    summary = _matches(files.join(output, SUMMARY))
+    complete = bool(summary)
     temps = sorted({files.split(p)[0] for p in _matches(files.join(output, TMP_PREFIX + "*", "*"))})
     live = [t for t in temps if (owner := storage.read_owner(t)) is None or owner.alive()]
     dead = [t for t in temps if t not in live]
@@ -546,15 +534,10 @@ def prepare_output(output: str, overwrite: bool, quiet: bool = False) -> None:
             file=sys.stderr,
             flush=True,
         )
-    storage.delete(previous + _matches(files.join(output, SUMMARY)))
+    storage.delete(previous + summary)
     for folder in dead + (live if overwrite else []):
-        delete_tree(folder)
-    make_folder(output)
-
-
-def make_folder(path: str) -> None:
-    """mkdirs with the reason as a one-line StepmarkError (a file in the way, no permission, ...)."""
-    storage.mkdirs(path, "output folder")
+        storage.delete_tree(folder)
+    storage.mkdirs(output, "output folder")
 
 
 def check_input(input_path: str) -> None:
@@ -662,7 +645,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     options = pipeline_options(spread_over_dask(beam_args, SLOTS_PER_SHARD * num_shards))
     prepare_output(output, args.overwrite, args.quiet)
     temp_dir = files.join(output, f"{TMP_PREFIX}{uuid.uuid4().hex}")
-    make_folder(temp_dir)
+    storage.mkdirs(temp_dir, "output folder")
     storage.write_owner(temp_dir)  # a killed run's folder is then known as such by the next run
     summary = Summary(
         input=input_path, output=output, runner=runner_name(options), drop_invisible=args.drop_invisible
@@ -690,7 +673,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             result.wait_until_finish()
         except BaseException:  # a full disk, an interrupt: leave no half-written conversion behind
             with contextlib.suppress(Exception):
-                delete_tree(temp_dir)
+                storage.delete_tree(temp_dir)
             raise
     # The DaskRunner opens its own distributed.Client and never closes it; close it so it does not keep
     # reconnecting to a cluster the caller may shut down next.

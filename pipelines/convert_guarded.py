@@ -68,13 +68,13 @@ def convert_source(
     (AndroidControl, AITW) brings its bytes with it; a file episode is read through the bounded reader, or
     comes from `fetched` (its files in a bucket, read by the same reader ahead of time: `files.Prefetch`)."""
     fetched = fetched or {}
-    read_so_far = [0]
+    sizes: dict[str, int] = {}  # each file once, however often it is read (a layout file, then its step)
 
     def read(path: str) -> bytes:
-        found = fetched.get(path)  # the same file may be read twice (a layout file, then its step)
+        found = fetched.get(path)
         data = found if found is not None else files.read_limited(path, files.limit_for(path), policy)
-        read_so_far[0] += len(data)  # files in a bucket are not sized before reading (`episode_bytes`)
-        if read_so_far[0] > MAX_EPISODE_BYTES:
+        sizes[path] = len(data)  # files in a bucket are not sized before reading (`episode_bytes`)
+        if sum(sizes.values()) > MAX_EPISODE_BYTES:
             raise files.FileRefused(
                 "too_large", f"{files.display(path)}: the episode's files hold more than {MAX_EPISODE_BYTES} bytes"
             )

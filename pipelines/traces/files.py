@@ -138,8 +138,8 @@ def read_limited(path: str, limit: int, policy: ReadPolicy = ANYWHERE) -> bytes:
     files are opened non-blocking and checked again once open, so a file swapped for a FIFO in between cannot
     make the read wait."""
     if not _is_local(path):
-        # One GET (after the client's own HEAD), capped while reading: a size check first would be one more
-        # round trip to the bucket per file (`check_file`), which dominates reading small files remotely.
+        # One request, capped at the limit (`storage.read_object`): a size check first would be one more round
+        # trip to the bucket per file (`check_file`), which dominates reading small files remotely.
         from pipelines import storage
 
         try:
@@ -244,7 +244,8 @@ class Prefetch:
     A bucket answers each request after a round trip (tens of milliseconds), so reading one file after another
     leaves a worker waiting most of the time. `take(i)` fetches every file of episode i, `window` at a time
     (its conversion reads them all anyway); while it converts, the files of episodes i+1, ... are fetched in
-    order, at most `window` files ahead and at most `max_bytes` bytes held. Only files in a bucket are
+    order, at most `window` files ahead; no more are started while the later episodes' files already fetched
+    hold `max_bytes` or more (checked when an episode is taken). Only files in a bucket are
     fetched: local files are read when asked, as before. A file that could not be fetched (refused, missing,
     an error) is left out, so the converter reads it itself and reports it as it always does. Use as a
     context manager."""
@@ -283,8 +284,10 @@ class Prefetch:
                 got[path] = future.result()
             except Exception:  # noqa: BLE001 - the converter reads it again and reports it, naming the file
                 pass
-        self.in_flight = sum(len(files) for files in self.pending.values())
-        self.held = sum(len(got[p]) for p in got)
+        ahead = [f for files in self.pending.values() for f in files.values()]
+        self.in_flight = len(ahead)
+        # Bytes already fetched for later episodes (what `max_bytes` bounds), not those handed over here.
+        self.held = sum(len(f.result()) for f in ahead if f.done() and not f.cancelled() and f.exception() is None)
         self._fill()
         return got
 

@@ -213,3 +213,28 @@ def test_transient_errors_are_retried_by_the_client_and_counted(s3: Bucket, monk
         assert storage.transient_errors - before == 2
     finally:
         proxy.close()
+
+
+def test_prefetch_reads_each_file_once_and_holds_a_bounded_amount_ahead() -> None:
+    """files.Prefetch (convert-ui from a bucket): every file of the episode taken, each read once, local paths
+    left to the converter, and no more than the window fetched or held ahead."""
+    import threading
+
+    from pipelines.traces.files import Prefetch
+
+    reads: list[str] = []
+    lock = threading.Lock()
+
+    def read(path: str) -> bytes:
+        with lock:
+            reads.append(path)
+        return b"x" * 100
+
+    episodes = [tuple(f"s3://b/e{e}/f{f}" for f in range(5)) + (f"/local/e{e}",) for e in range(6)]
+    with Prefetch(episodes, read, window=3) as prefetch:
+        for index, paths in enumerate(episodes):
+            got = prefetch.take(index)
+            assert sorted(got) == sorted(paths[:5]) and all(v == b"x" * 100 for v in got.values())
+            ahead = [f for files in prefetch.pending.values() for f in files.values()]
+            assert len(ahead) <= 3  # the window
+    assert sorted(reads) == sorted(p for paths in episodes for p in paths[:5])  # each bucket file once
