@@ -117,7 +117,7 @@ class WindowInfo(_message.Message):
     def __init__(self, id: _Optional[int] = ..., type: _Optional[str] = ..., layer: _Optional[int] = ..., title: _Optional[str] = ..., focused: bool = ..., active: bool = ..., accessibility_focused: bool = ..., picture_in_picture: bool = ..., display_id: _Optional[int] = ..., first_object: _Optional[int] = ..., num_objects: _Optional[int] = ...) -> None: ...
 
 class StepInfo(_message.Message):
-    __slots__ = ("index", "hierarchy_path", "screenshot_path", "hierarchy_width", "hierarchy_height", "scale_x", "scale_y", "screenshot_format", "warnings", "rotation", "hierarchy_format", "windows", "object_annotations")
+    __slots__ = ("index", "hierarchy_path", "screenshot_path", "hierarchy_width", "hierarchy_height", "scale_x", "scale_y", "screenshot_format", "warnings", "rotation", "hierarchy_format", "windows", "object_annotations", "text")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     HIERARCHY_PATH_FIELD_NUMBER: _ClassVar[int]
     SCREENSHOT_PATH_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +131,7 @@ class StepInfo(_message.Message):
     HIERARCHY_FORMAT_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
     OBJECT_ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
     index: int
     hierarchy_path: str
     screenshot_path: str
@@ -144,7 +145,20 @@ class StepInfo(_message.Message):
     hierarchy_format: str
     windows: _containers.RepeatedCompositeFieldContainer[WindowInfo]
     object_annotations: _containers.RepeatedCompositeFieldContainer[ObjectAnnotation]
-    def __init__(self, index: _Optional[int] = ..., hierarchy_path: _Optional[str] = ..., screenshot_path: _Optional[str] = ..., hierarchy_width: _Optional[int] = ..., hierarchy_height: _Optional[int] = ..., scale_x: _Optional[float] = ..., scale_y: _Optional[float] = ..., screenshot_format: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., rotation: _Optional[int] = ..., hierarchy_format: _Optional[str] = ..., windows: _Optional[_Iterable[_Union[WindowInfo, _Mapping]]] = ..., object_annotations: _Optional[_Iterable[_Union[ObjectAnnotation, _Mapping]]] = ...) -> None: ...
+    text: StepText
+    def __init__(self, index: _Optional[int] = ..., hierarchy_path: _Optional[str] = ..., screenshot_path: _Optional[str] = ..., hierarchy_width: _Optional[int] = ..., hierarchy_height: _Optional[int] = ..., scale_x: _Optional[float] = ..., scale_y: _Optional[float] = ..., screenshot_format: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., rotation: _Optional[int] = ..., hierarchy_format: _Optional[str] = ..., windows: _Optional[_Iterable[_Union[WindowInfo, _Mapping]]] = ..., object_annotations: _Optional[_Iterable[_Union[ObjectAnnotation, _Mapping]]] = ..., text: _Optional[_Union[StepText, _Mapping]] = ...) -> None: ...
+
+class StepText(_message.Message):
+    __slots__ = ("screen_description", "action_thought", "action_description", "action_result")
+    SCREEN_DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    ACTION_THOUGHT_FIELD_NUMBER: _ClassVar[int]
+    ACTION_DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    ACTION_RESULT_FIELD_NUMBER: _ClassVar[int]
+    screen_description: str
+    action_thought: str
+    action_description: str
+    action_result: str
+    def __init__(self, screen_description: _Optional[str] = ..., action_thought: _Optional[str] = ..., action_description: _Optional[str] = ..., action_result: _Optional[str] = ...) -> None: ...
 
 class UiEpisode(_message.Message):
     __slots__ = ("episode_id", "episode", "actions", "step_info", "app_package", "source", "source_path", "goal", "metadata")
