@@ -144,3 +144,13 @@ class RawEpisode:
     goal: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DiscoveryReport:
+    """What discovery saw besides episodes."""
+
+    episodes: int
+    ignored_files: int
+    ignored_examples: tuple[str, ...]
+    collapsed_records: int = 0  # record copies read once (schemas/layouts.md, "Duplicate records")
