@@ -21,7 +21,7 @@ from operator import eq, itemgetter, ne
 from lxml import etree
 
 from .bounds import from_strings_sized
-from .encoding import bom_encoding
+from .encoding import bom_encoding, decode_detected
 from .errors import HierarchyError
 from .objects import (
     MAX_DEPTH,
@@ -442,8 +442,9 @@ def _decode(data: bytes, warnings: list[str]) -> str:
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
-        warnings.append(f"bytes invalid in {encoding} replaced by U+FFFD (first at byte {exc.start})")
-        return data.decode(encoding, errors="replace")
+        text, warning = decode_detected(data, encoding, exc.start)
+        warnings.append(warning)
+        return text
 
 
 def _excerpt(text: str, limit: int = 60) -> str:
