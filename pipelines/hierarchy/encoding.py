@@ -4,6 +4,7 @@ detection of the encoding of bytes that are not what they declare (`decode_detec
 from __future__ import annotations
 
 import codecs
+import re
 
 #: (BOM, codec that decodes the BOM away). UTF-32 LE first: its BOM starts with UTF-16 LE's.
 BOMS: tuple[tuple[bytes, str], ...] = (
@@ -25,6 +26,13 @@ def bom_encoding(data: bytes) -> str | None:
 
 #: Candidates of charset-normalizer tried, best first, before giving up on a strict decode.
 MAX_CANDIDATES = 3
+#: Bytes of non-ASCII runs given to the detector: the markup around them is ASCII in every candidate and only
+#: dilutes the signal (two Chinese words in a dump were read as Latin-10 among their markup, as GB18030 alone).
+SAMPLE_BYTES = 1 << 16
+#: Fewer non-ASCII bytes than this are too little to tell an encoding by (one stray byte reads as a letter in
+#: every code page): they stay U+FFFD.
+MIN_EVIDENCE = 8
+_NON_ASCII = re.compile(rb"[\x80-\xff]+")
 
 
 def _mostly_utf8(data: bytes) -> bool:
@@ -39,7 +47,7 @@ def _mostly_utf8(data: bytes) -> bool:
 def decode_detected(data: bytes, declared: str, first_bad: int) -> tuple[str, str]:
     """(text, warning) of bytes that are not valid in their `declared` encoding (e.g. CP949 bytes under a UTF-8
     declaration, which real dumps have): the encoding charset-normalizer finds, when its strict decode takes
-    every byte; else `declared` with U+FFFD for the bad bytes (also for a UTF-8 file with a few damaged bytes
+    every byte (detected on the non-ASCII runs, checked on all the bytes); else `declared` with U+FFFD for the bad bytes (also for a UTF-8 file with a few damaged bytes
     among more good multi-byte characters). The warning names what was used."""
     fallback = f"bytes invalid in {declared} replaced by U+FFFD (first at byte {first_bad})"
     utf8 = codecs.lookup(declared).name == "utf-8"
@@ -49,7 +57,13 @@ def decode_detected(data: bytes, declared: str, first_bad: int) -> tuple[str, st
         from_bytes = None
     if from_bytes is not None and not (utf8 and _mostly_utf8(data)):
         seen = {codecs.lookup(declared).name}
-        for match in list(from_bytes(data))[: MAX_CANDIDATES + 1]:
+        sample = bytearray()
+        for run in _NON_ASCII.finditer(data):
+            sample += run.group() + b" "
+            if len(sample) >= SAMPLE_BYTES:
+                break
+        candidates = list(from_bytes(bytes(sample))) if len(sample) - sample.count(b" ") >= MIN_EVIDENCE else []
+        for match in candidates[: MAX_CANDIDATES + 1]:
             try:
                 name = codecs.lookup(match.encoding).name
             except LookupError:
