@@ -4,8 +4,10 @@ resolve the object an action targets. Everything but `convert_episode`'s injecte
 Coordinate rule (schemas/ui_episode.md): boxes and action points are in the step's output space
 `screen_width` x `screen_height`. That is the screenshot's pixel size when the screenshot's aspect ratio
 matches the hierarchy's within `ASPECT_TOLERANCE` (boxes are rescaled when the sizes differ, e.g. Rico's
-1440x2560 onto a 540x960 JPEG). Otherwise the screenshot is kept but not used for scaling: the output space is
-the hierarchy's own, and StepInfo carries a `screenshot_mismatch:` warning.
+1440x2560 onto a 540x960 JPEG), and also when the dump's root is the screenshot less a system bar (one side
+equal, the other shorter, every box inside: boxes unchanged), so every step of an episode with one screenshot
+size has that size. Otherwise the screenshot is kept but not used for scaling: the output space is the
+hierarchy's own, and StepInfo carries a `screenshot_mismatch:` warning.
 """
 
 from __future__ import annotations
