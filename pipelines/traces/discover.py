@@ -165,7 +165,8 @@ def _droidrun_file(rel: str) -> bool:
 
 
 def _llamatouch_file(name: str) -> bool:
-    """eventStructs.txt, instruction.txt and the numbered step files `N.xml|vh|activity|<image>`."""
+    """eventStructs.txt, instruction.txt and the numbered step files `N.xml|vh|activity|<image>` (`N.vh` is left
+    out by the caller when `N.xml` is there)."""
     stem, ext = files.stem_and_ext(name)
     return name in (LLAMATOUCH_EVENTS, LLAMATOUCH_INSTRUCTION) or (
         stem.isdigit() and ext in (".xml", ".vh", ".activity", *IMAGE_EXTS)
@@ -261,7 +262,9 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
         names = [n for n in names if not is_record_file(n)]
         folder_path = files.join(root, folder) if folder else root
         if LLAMATOUCH_EVENTS in names:  # its other files (N_drawed.png, N.json, agg_plot.png, ...) are ignored
-            keep = [n for n in names if _llamatouch_file(n)]
+            present = set(names)  # N.vh is read only for a step without N.xml
+            keep = [n for n in names if _llamatouch_file(n) and not (
+                n.endswith(".vh") and f"{files.stem_and_ext(n)[0]}.xml" in present)]  # fmt: skip
             used.update(_under(folder, n) for n in keep)
             yield EpisodeSource(
                 layout="llamatouch",

@@ -91,19 +91,17 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             macro = {}
         if isinstance(macro.get("description"), str):
             episode.goal = macro["description"]
-        for i, item in enumerate(macro.get("actions", [])):
-            step = i if i < len(stems) else None
+        items = macro.get("actions", [])
+        if len(items) > len(stems):  # one letter for all of them, however many a file lists
+            why = (f"{macro_path}: {len(items) - len(stems)} action(s) beyond the trajectory's {len(stems)} UI "
+                   f"states (actions[{len(stems)}] on) not used")  # fmt: skip
+            episode.dead_letters.append(DeadLetter(macro_path, None, "bad_action", why, eid))
+        for i, item in enumerate(items[: len(stems)]):
             try:
-                action = macro_action(item)
+                actions[i] = macro_action(item)
             except ValueError as exc:
                 why = f"{macro_path}: actions[{i}]: {exc}"
-                episode.dead_letters.append(DeadLetter(macro_path, step, "bad_action", why, eid))
-                continue
-            if step is None:
-                why = f"{macro_path}: actions[{i}] but the trajectory has {len(stems)} UI states"
-                episode.dead_letters.append(DeadLetter(macro_path, None, "bad_action", why, eid))
-                continue
-            actions[step] = action
+                episode.dead_letters.append(DeadLetter(macro_path, i, "bad_action", why, eid))
     else:
         episode.warnings.append(f"no {DROIDRUN_MACRO}: the trajectory has no actions and no goal")
     for i, stem in enumerate(stems):

@@ -127,19 +127,17 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             msg = f"{path}: {len(lines)} actions; only the first {MAX_EVENT_LINES} are read"
             episode.dead_letters.append(DeadLetter(path, None, "bad_action", msg, eid))
             lines = lines[:MAX_EVENT_LINES]
-        for position, (lineno, line) in enumerate(lines):
-            step = position if position < len(stems) else None
+        extra = lines[len(stems) :]
+        if extra:  # one letter for all of them: a long log must not become as many dead letters
+            why = (f"{path} line {extra[0][0]}: {len(extra)} action(s) beyond the trace's {len(stems)} screens "
+                   f"(lines {extra[0][0]}-{extra[-1][0]}) not used")  # fmt: skip
+            episode.dead_letters.append(DeadLetter(path, None, "bad_action", why, eid))
+        for step, (lineno, line) in enumerate(lines[: len(stems)]):
             try:
-                action = parse_event(line.rstrip("\r"))
+                actions[step] = parse_event(line.rstrip("\r"))
             except EventLineError as exc:
                 why = f"{path} line {lineno}: {exc}: {line.strip()[:80]!r}"
                 episode.dead_letters.append(DeadLetter(path, step, "bad_action", why, eid))
-                continue
-            if step is None:
-                why = f"{path} line {lineno}: action {position} but the trace has {len(stems)} screens"
-                episode.dead_letters.append(DeadLetter(path, None, "bad_action", why, eid))
-                continue
-            actions[step] = action
     else:
         episode.warnings.append(f"no {LLAMATOUCH_EVENTS}: the trace has no actions")
     for i, stem in enumerate(stems):

@@ -67,6 +67,7 @@ def build_trace(folder: Path, events: str, instruction: str = "18\nPractice pron
         (folder / f"{i}_drawed.png").write_bytes(png(108, 240))  # LlamaTouch's annotated copies: not steps
         (folder / f"{i}.activity").write_text(f"{PKG}/com.google.apps.dots.android.newsstand.search.SearchActivity\n\n")
         (folder / f"{i}.json").write_text("[]")  # LlamaTouch's simplified component list: not a hierarchy
+        (folder / f"{i}.vh").write_text('{"views": []}')  # the service's hierarchy: used only without N.xml
     (folder / "agg_plot.png").write_bytes(png(64, 64))
     (folder / "eventStructs.txt").write_text(events, encoding="utf-8")
     (folder / "instruction.txt").write_text(instruction, encoding="utf-8")
@@ -116,6 +117,7 @@ def test_detected_without_a_flag_and_only_its_files_claimed(tmp_path: Path) -> N
     assert (source.layout, source.episode_id) == ("llamatouch", "general/trace_18")
     names = sorted(Path(p).name for p in source.files)
     assert "0_drawed.png" not in names and "0.json" not in names and "agg_plot.png" not in names
+    assert "0.vh" not in names
     assert {"eventStructs.txt", "instruction.txt", "0.xml", "0.png", "0.activity"} <= set(names)
     assert not [d for d in found if type(d).__name__ == "DeadLetter"]  # no orphan screenshots
 
@@ -149,6 +151,20 @@ def test_trace_converts_with_actions_goal_and_one_screen_size(tmp_path: Path) ->
     assert dead_letters(tmp_path / "out") == []
 
 
+def test_vh_hierarchy_when_the_dump_is_missing(tmp_path: Path, fixtures_dir: Path) -> None:
+    """A step without N.xml reads N.vh (the in-app service's JSON view hierarchy; a real DroidBot state here)."""
+    build_trace(tmp_path / "in" / "t", "[Home]\n")
+    state = fixtures_dir / "droidbot" / "yelp" / "states" / "state_2017-08-11_202329.json"
+    (tmp_path / "in" / "t" / "2.xml").unlink()
+    (tmp_path / "in" / "t" / "2.vh").write_bytes(state.read_bytes())
+    convert(tmp_path / "in", tmp_path / "out")
+    (e,) = episodes(tmp_path / "out").values()
+    assert [s.hierarchy_format for s in e.step_info] == ["uiautomator", "uiautomator", "droidbot", "uiautomator",
+                                                          "uiautomator"]  # fmt: skip
+    assert e.step_info[2].hierarchy_path.endswith("2.vh")
+    assert all(not any("also found" in w for w in s.warnings) for s in e.step_info)
+
+
 def test_bad_event_lines_are_dead_letters_and_the_steps_stay(tmp_path: Path) -> None:
     events = (
         "[Click] Screen Resolution (320, 720), Click Position (160, 44)\n"
@@ -164,7 +180,8 @@ def test_bad_event_lines_are_dead_letters_and_the_steps_stay(tmp_path: Path) -> 
     assert [d.reason for d in dead] == ["bad_action", "bad_action"]
     assert "eventStructs.txt line 2: [Click] needs the screen resolution and 1 position(s)" in dead[0].exception
     assert dead[0].step == 1
-    assert "line 6: action 5 but the trace has 5 screens" in dead[1].exception
+    assert "line 6: 1 action(s) beyond the trace's 5 screens (lines 6-6) not used" in dead[1].exception
+    assert dead[1].step is None
 
 
 def test_events_that_are_not_text_are_a_dead_letter(tmp_path: Path) -> None:
