@@ -104,9 +104,15 @@ class ConvertedStep:
 def foreground_package(raw: RawStep, screen: Screen) -> str:
     """The step's foreground app: what the trace records beside the dump (LlamaTouch `N.activity`), else what
     the dump says (DroidBot `foreground_activity`, DroidRun `phone_state`), else the package owning most of the
-    step's objects, not counting the system's own views unless there is nothing else."""
+    step's objects, not counting the system's own views unless there is nothing else. For accessibility forests
+    (AndroidControl), the active application window's package comes before counting objects."""
     if raw.foreground_package or screen.foreground_package:
         return raw.foreground_package or screen.foreground_package
+    apps = [w for w in screen.windows if w.type == "APPLICATION" and 0 <= w.first_object < len(screen.objects)]
+    if apps:
+        top = max(apps, key=lambda w: (w.active, w.focused, w.layer))
+        if screen.objects[top.first_object].android_package:
+            return screen.objects[top.first_object].android_package
     packages = Counter(o.android_package for o in screen.objects if o.android_package)
     ranked = [p for p, _ in packages.most_common()]
     apps = [p for p in ranked if p not in FRAMEWORK_PACKAGES] or ranked

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from pipelines.hierarchy import parse
-from pipelines.traces import discover, read_episode
+from pipelines.traces import RawStep, discover, read_episode
 from pipelines.traces.droidbot import utg_app_package
-from pipelines.ui_episode import MISMATCH, app_under_test, convert_episode, observe
+from pipelines.ui_episode import MISMATCH, app_under_test, convert_episode, foreground_package, observe
+from protos.stepmark import ui_episode_pb2
 from tests.pipelines.test_convert import convert, dead_letters, episodes
 
 PICKER = "com.google.android.documentsui"
@@ -117,3 +118,27 @@ def test_sideways_size_with_boxes_scrolled_off_screen(fixtures_dir: Path) -> Non
     assert "box(es) lie outside it" in note
     bottoms = [o.bbox.bottom for o in obs.screen.objects]
     assert max(bottoms) == 32_400  # boxes unchanged
+
+
+def test_step_foreground_package_sources(fixtures_dir: Path) -> None:
+    """Per step: the trace's note, else the dump's, else the active application window (forests), else the
+    package with most objects, system packages last."""
+    state = (fixtures_dir / "droidbot" / "yelp" / "states" / "state_2017-08-11_202329.json").read_bytes()
+    screen = parse(state)
+    step = RawStep(0, "0", "s.json", None)
+    assert foreground_package(step, screen) == "com.yelp.android"  # foreground_activity
+    noted = RawStep(0, "0", "s.json", None, foreground_package="com.example.noted")
+    assert foreground_package(noted, screen) == "com.example.noted"
+    screen.foreground_package = ""
+    for o in screen.objects[:3]:
+        o.android_package = "com.android.systemui"
+    assert foreground_package(step, screen) == "com.yelp.android"  # most objects
+    n = len(screen.objects)
+    for o in screen.objects[n // 2 :]:
+        o.android_package = "com.google.android.inputmethod.latin"
+    screen.windows = [
+        ui_episode_pb2.WindowInfo(type="APPLICATION", active=False, layer=1, first_object=n // 2, num_objects=n - n // 2),
+        ui_episode_pb2.WindowInfo(type="APPLICATION", active=True, layer=0, first_object=0, num_objects=n // 2),
+    ]
+    screen.objects[0].android_package = "com.yelp.android"
+    assert foreground_package(step, screen) == "com.yelp.android"  # the active application window
