@@ -76,8 +76,8 @@ def parse(
 ) -> Screen:
     """A `Screen` from hierarchy bytes in `fmt` (one of FORMATS), detected when None (XML and JSON only).
 
-    JSON is told apart by its keys: Rico documents have `activity`, DroidBot states have `views`, DroidRun
-    portal states have `a11y_tree`.
+    JSON is told apart by its keys: Rico documents have `activity`, DroidBot states have `views` (or are the
+    bare list of views, with `temp_id`s, LlamaTouch's `N.vh`), DroidRun portal states have `a11y_tree`.
     `screen_size` (width, height), when known (e.g. the screenshot's size), replaces the size estimated from
     the window bounds for uiautomator and DroidBot; Rico's coordinate space is always 1440x2560 and ignores it.
     """
@@ -110,6 +110,11 @@ def _from_json(
     if isinstance(doc, dict) and "views" in doc:
         return droidbot.from_document(
             doc, drop_invisible=drop_invisible, screen_size=screen_size, warnings=warnings
+        )
+    if isinstance(doc, list) and doc and isinstance(doc[0], dict) and "temp_id" in doc[0]:
+        # DroidBot's views alone, as a bare list (LlamaTouch's N.vh files): the state without its wrapper
+        return droidbot.from_document(
+            {"views": doc}, drop_invisible=drop_invisible, screen_size=screen_size, warnings=warnings
         )
     if isinstance(doc, dict) and "a11y_tree" in doc:
         return droidrun.from_document(

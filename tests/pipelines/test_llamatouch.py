@@ -5,6 +5,7 @@ in between: every step gets the screenshot's size and taps land where they were 
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -152,16 +153,18 @@ def test_trace_converts_with_actions_goal_and_one_screen_size(tmp_path: Path) ->
 
 
 def test_vh_hierarchy_when_the_dump_is_missing(tmp_path: Path, fixtures_dir: Path) -> None:
-    """A step without N.xml reads N.vh (the in-app service's JSON view hierarchy; a real DroidBot state here)."""
+    """A step without N.xml reads N.vh: the in-app service's DroidBot views as a bare JSON list (LlamaTouch's
+    files), here the views of a real DroidBot state."""
     build_trace(tmp_path / "in" / "t", "[Home]\n")
-    state = fixtures_dir / "droidbot" / "yelp" / "states" / "state_2017-08-11_202329.json"
+    state = json.loads((fixtures_dir / "droidbot" / "yelp" / "states" / "state_2017-08-11_202329.json").read_text())
     (tmp_path / "in" / "t" / "2.xml").unlink()
-    (tmp_path / "in" / "t" / "2.vh").write_bytes(state.read_bytes())
+    (tmp_path / "in" / "t" / "2.vh").write_text(json.dumps(state["views"], indent=2))
     convert(tmp_path / "in", tmp_path / "out")
     (e,) = episodes(tmp_path / "out").values()
     assert [s.hierarchy_format for s in e.step_info] == ["uiautomator", "uiautomator", "droidbot", "uiautomator",
                                                           "uiautomator"]  # fmt: skip
     assert e.step_info[2].hierarchy_path.endswith("2.vh")
+    assert len(e.episode.time_steps[2].observation.objects) == len(state["views"])
     assert all(not any("also found" in w for w in s.warnings) for s in e.step_info)
 
 
