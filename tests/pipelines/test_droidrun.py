@@ -176,3 +176,41 @@ def test_bad_macro_actions_and_states_are_dead_letters(tmp_path: Path) -> None:
     dead = sorted((d.reason, -1 if d.step is None else d.step) for d in dead_letters(tmp_path / "out"))
     assert dead == [("bad_action", -1), ("bad_action", 1), ("bad_action", 2), ("malformed", 2)]
     assert any("unknown action type 'TeleportEvent'" in d.exception for d in dead_letters(tmp_path / "out"))
+
+
+def _fuzz_outcome(data: bytes) -> None:
+    from tests.pipelines.test_fuzz_hierarchy import outcome
+
+    for fmt in (None, "droidrun"):
+        for drop in (False, True):
+            outcome(data, fmt=fmt, drop_invisible=drop)
+
+
+def test_truncated_and_flipped_states_parse_or_fail_with_a_reason() -> None:
+    import random
+
+    for state in (simple_state(), full_state()):
+        data = json.dumps(state, ensure_ascii=False).encode()
+        for cut in range(0, len(data), max(1, len(data) // 60)):
+            _fuzz_outcome(data[:cut])
+        rng = random.Random(25)
+        for _ in range(150):
+            flipped = bytearray(data)
+            for _ in range(rng.randint(1, 4)):
+                flipped[rng.randrange(len(flipped))] = rng.randrange(256)
+            _fuzz_outcome(bytes(flipped))
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"className": 5, "text": ["x"], "bounds": [1, 2, 3, 4], "children": {"a": 1}},
+        {"boundsInScreen": {"left": "1", "top": None, "right": 3, "bottom": 4}, "isClickable": "yes"},
+        {"bounds": "1, 2, 3, 99999999999999999999", "isVisibleToUser": 0, "children": [None, 3, "x", []]},
+        {"bounds": "1e400, 2, 3, 4", "packageName": {"p": 1}, "isEditable": "true"},
+    ],
+)
+def test_wrong_typed_node_fields_are_treated_as_absent(node: dict) -> None:
+    screen = parse(json.dumps({"a11y_tree": [node], "phone_state": ["not", "a", "dict"]}).encode())
+    assert screen.format == "droidrun" and len(screen.objects) == 1
+    screen.objects[0].SerializeToString()
