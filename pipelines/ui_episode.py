@@ -99,6 +99,8 @@ class ConvertedStep:
     info: ui_episode_pb2.StepInfo
     #: The app in the foreground on this step (`foreground_package`); "" when nothing tells.
     foreground_package: str = ""
+    #: The screenshot's pixel size (None without a screenshot).
+    image_size: tuple[int, int] | None = None
 
 
 def foreground_package(raw: RawStep, screen: Screen) -> str:
@@ -413,7 +415,8 @@ def build_step(raw: RawStep, obs: Observed, position: int, episode_id: str) -> C
         hierarchy_format=obs.screen.format,
         windows=obs.screen.windows,
     )
-    return ConvertedStep(step, action, info, foreground_package(raw, obs.screen))
+    image_size = (obs.image.width, obs.image.height) if obs.image else None
+    return ConvertedStep(step, action, info, foreground_package(raw, obs.screen), image_size)
 
 
 def assemble(raw: RawEpisode, steps: list[ConvertedStep]) -> ui_episode_pb2.UiEpisode:
@@ -435,9 +438,30 @@ def assemble(raw: RawEpisode, steps: list[ConvertedStep]) -> ui_episode_pb2.UiEp
     dropped = [str(i) for i in range(raw.num_source_steps) if i not in kept]
     if dropped:
         out.metadata["dropped_steps"] = ",".join(dropped)
-    if raw.warnings:
-        out.metadata["warnings"] = display("; ".join(raw.warnings))
+    notes = list(raw.warnings)
+    mixed = mixed_sizes(steps)
+    if mixed:
+        notes.append(mixed)
+    if notes:
+        out.metadata["warnings"] = display("; ".join(notes))
     return out
+
+
+def mixed_sizes(steps: list[ConvertedStep]) -> str:
+    """An episode warning when steps whose screenshots share one size still ended in different output spaces
+    (the fit rule kept a dump's own space on some: `screenshot_mismatch`), naming the sizes; "" otherwise.
+    Different screenshot sizes (a rotation) are not a contradiction."""
+    by_image: dict[tuple[int, int], Counter] = {}
+    for s in steps:
+        o = s.time_step.observation
+        if s.image_size is not None:
+            by_image.setdefault(s.image_size, Counter())[(o.screen_width, o.screen_height)] += 1
+    parts = []
+    for (iw, ih), sizes in by_image.items():
+        if len(sizes) > 1:
+            listed = ", ".join(f"{w}x{h} ({n} steps)" for (w, h), n in sizes.most_common())
+            parts.append(f"steps with {iw}x{ih} screenshots are in {len(sizes)} screen sizes: {listed}")
+    return "; ".join(parts)
 
 
 def app_under_test(foreground: Iterable[str]) -> str:

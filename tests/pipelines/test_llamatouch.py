@@ -195,3 +195,20 @@ def test_events_that_are_not_text_are_a_dead_letter(tmp_path: Path) -> None:
     assert len(e.episode.time_steps) == 5 and all(a.type == Action.ACTION_UNSPECIFIED for a in e.actions)
     (dead,) = dead_letters(tmp_path / "out")
     assert dead.reason == "bad_action" and "eventStructs.txt: not UTF-8 text" in dead.exception
+
+
+def test_an_episode_left_in_two_sizes_says_so(tmp_path: Path) -> None:
+    """A dump one side of which matches the screenshot but whose boxes overflow it is not the bar case: that
+    step keeps the dump's space (screenshot_mismatch) and the episode names the sizes its steps ended in."""
+    build_trace(tmp_path / "in" / "t", EVENTS)
+    overflowing = dump(node("[0,0][1080,2274]", children=node("[0,2200][1080,2520]", "android.widget.TextView", "x")))
+    (tmp_path / "in" / "t" / "4.xml").write_bytes(overflowing)
+    summary = convert(tmp_path / "in", tmp_path / "out")
+    (e,) = episodes(tmp_path / "out").values()
+    assert summary["screenshot_mismatch_steps"] == 1
+    assert (e.episode.time_steps[4].observation.screen_width, e.episode.time_steps[4].observation.screen_height) == (
+        1080, 2274,
+    )  # fmt: skip
+    assert "steps with 1080x2400 screenshots are in 2 screen sizes: 1080x2400 (4 steps), 1080x2274 (1 steps)" in (
+        e.metadata["warnings"]
+    )  # fmt: skip
