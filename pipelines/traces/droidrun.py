@@ -118,4 +118,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
                 hierarchy_format="droidrun",
             )
         )
+    for stem in sorted(set(shots) - set(states), key=natural_key):
+        why = f"{shots[stem]}: screenshot has no ui_states/{stem}.json"
+        episode.dead_letters.append(DeadLetter(shots[stem], None, "orphan_screenshot", why, eid))
     return episode

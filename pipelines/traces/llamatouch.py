@@ -163,4 +163,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
                 foreground_package=foreground,
             )
         )
+    for stem in sorted(set(shots) - set(hierarchies), key=natural_key):
+        why = f"{by_name[shots[stem]]}: screenshot has no {stem}.xml or {stem}.vh beside it"
+        episode.dead_letters.append(DeadLetter(by_name[shots[stem]], None, "orphan_screenshot", why, eid))
     return episode

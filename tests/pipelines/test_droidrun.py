@@ -165,6 +165,17 @@ def test_trajectory_folder_converts(tmp_path: Path) -> None:
     assert dead_letters(tmp_path / "out") == []
 
 
+def test_a_screenshot_without_a_state_is_an_orphan_dead_letter(tmp_path: Path) -> None:
+    folder = tmp_path / "in" / "run"
+    build_trajectory(folder, MACRO)
+    (folder / "screenshots" / "3.png").write_bytes(png(1080, 2400))
+    convert(tmp_path / "in", tmp_path / "out")
+    (e,) = episodes(tmp_path / "out").values()
+    assert len(e.episode.time_steps) == 3
+    (dead,) = dead_letters(tmp_path / "out")
+    assert dead.reason == "orphan_screenshot" and dead.source_path.endswith("screenshots/3.png")
+
+
 def test_bad_macro_actions_and_states_are_dead_letters(tmp_path: Path) -> None:
     folder = tmp_path / "in" / "run"
     build_trajectory(folder, [MACRO[0], {"type": "TeleportEvent"}, "tap", MACRO[2]])

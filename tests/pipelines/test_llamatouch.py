@@ -212,3 +212,13 @@ def test_an_episode_left_in_two_sizes_says_so(tmp_path: Path) -> None:
     assert "steps with 1080x2400 screenshots are in 2 screen sizes: 1080x2400 (4 steps), 1080x2274 (1 steps)" in (
         e.metadata["warnings"]
     )  # fmt: skip
+
+
+def test_a_screenshot_without_a_hierarchy_is_an_orphan_dead_letter(tmp_path: Path) -> None:
+    build_trace(tmp_path / "in" / "t", "[Home]\n")
+    (tmp_path / "in" / "t" / "5.png").write_bytes(png(1080, 2400))
+    convert(tmp_path / "in", tmp_path / "out")
+    (e,) = episodes(tmp_path / "out").values()
+    assert len(e.episode.time_steps) == 5
+    (dead,) = dead_letters(tmp_path / "out")
+    assert dead.reason == "orphan_screenshot" and dead.source_path.endswith("5.png")
