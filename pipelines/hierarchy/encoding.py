@@ -29,6 +29,8 @@ MAX_CANDIDATES = 3
 #: Bytes of non-ASCII runs given to the detector: the markup around them is ASCII in every candidate and only
 #: dilutes the signal (two Chinese words in a dump were read as Latin-10 among their markup, as GB18030 alone).
 SAMPLE_BYTES = 1 << 16
+#: charset-normalizer's chaos threshold for the second pass, when its default (0.2) leaves no candidate.
+LOOSE_CHAOS = 0.35
 #: Fewer non-ASCII bytes than this are too little to tell an encoding by (one stray byte reads as a letter in
 #: every code page): they stay U+FFFD.
 MIN_EVIDENCE = 8
@@ -62,7 +64,14 @@ def decode_detected(data: bytes, declared: str, first_bad: int) -> tuple[str, st
             sample += run.group() + b" "
             if len(sample) >= SAMPLE_BYTES:
                 break
-        candidates = list(from_bytes(bytes(sample))) if len(sample) - sample.count(b" ") >= MIN_EVIDENCE else []
+        candidates = []
+        if len(sample) - sample.count(b" ") >= MIN_EVIDENCE:
+            # charset-normalizer's default chaos threshold (0.2) refuses short CJK texts dense in full-width
+            # punctuation (a 107-byte GBK eventStructs.txt scores 0.29 whole, 0.34 as runs): a second pass over
+            # the bytes as they are, with a looser threshold; every candidate is still strict-decoded below
+            candidates = list(from_bytes(bytes(sample))) or list(
+                from_bytes(bytes(data[:SAMPLE_BYTES]), threshold=LOOSE_CHAOS)
+            )
         for match in candidates[: MAX_CANDIDATES + 1]:
             try:
                 name = codecs.lookup(match.encoding).name

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 
+from pipelines.hierarchy.encoding import decode_detected
 from pipelines.traces import files
 from pipelines.traces.common import Reader, decode_text, read_failure_reason
 from pipelines.traces.discover import IMAGE_EXTS, LLAMATOUCH_EVENTS, LLAMATOUCH_INSTRUCTION, natural_key
@@ -82,16 +83,21 @@ def parse_instruction(text: str) -> tuple[str, str]:
     return "", lines[0] if lines else ""
 
 
-def _read_text(read_file: Reader, path: str, episode: RawEpisode, reason: str) -> str | None:
-    eid = episode.source.episode_id
+def _read_text(read_file: Reader, path: str, episode: RawEpisode) -> str | None:
+    """The text of a small trace file; bytes that are not UTF-8 (the Chinese recorder's files written in GBK) are
+    decoded in the encoding detected, as dumps are (`encoding.decode_detected`), with an episode warning."""
     try:
-        return decode_text(read_file(path))
-    except UnicodeDecodeError as exc:
-        episode.dead_letters.append(DeadLetter(path, None, reason, f"{path}: not UTF-8 text ({exc})", eid))
+        data = read_file(path)
     except Exception as exc:
         why = f"{path}: cannot read ({exc})"
-        episode.dead_letters.append(DeadLetter(path, None, read_failure_reason(exc), why, eid))
-    return None
+        episode.dead_letters.append(DeadLetter(path, None, read_failure_reason(exc), why, episode.source.episode_id))
+        return None
+    try:
+        return decode_text(data)
+    except UnicodeDecodeError as exc:
+        text, warning = decode_detected(bytes(data), "utf-8", exc.start)
+        episode.warnings.append(f"{files.split(path)[1]}: {warning}")
+        return text
 
 
 def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
@@ -113,7 +119,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     eid = source.episode_id
     episode = RawEpisode(source=source, steps=[], num_source_steps=len(stems))
     if LLAMATOUCH_INSTRUCTION in by_name:
-        text = _read_text(read_file, by_name[LLAMATOUCH_INSTRUCTION], episode, "bad_manifest")
+        text = _read_text(read_file, by_name[LLAMATOUCH_INSTRUCTION], episode)
         if text is not None:
             key, episode.goal = parse_instruction(text)
             if key:
@@ -121,7 +127,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     actions: dict[int, RawAction] = {}
     if LLAMATOUCH_EVENTS in by_name:
         path = by_name[LLAMATOUCH_EVENTS]
-        text = _read_text(read_file, path, episode, "bad_action")
+        text = _read_text(read_file, path, episode)
         lines = [] if text is None else [(n, ln) for n, ln in enumerate(text.split("\n"), 1) if ln.strip()]
         if len(lines) > MAX_EVENT_LINES:
             msg = f"{path}: {len(lines)} actions; only the first {MAX_EVENT_LINES} are read"
@@ -149,7 +155,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             warnings.append(f"no screenshot {stem}.png: step has no screenshot")
         foreground = ""
         if stem in activities:
-            text = _read_text(read_file, by_name[activities[stem]], episode, "bad_manifest")
+            text = _read_text(read_file, by_name[activities[stem]], episode)
             first = (text or "").strip().split("/", 1)[0].strip()
             foreground = first if "/" in (text or "") else ""
         episode.steps.append(

@@ -187,14 +187,28 @@ def test_bad_event_lines_are_dead_letters_and_the_steps_stay(tmp_path: Path) -> 
     assert dead[1].step is None
 
 
-def test_events_that_are_not_text_are_a_dead_letter(tmp_path: Path) -> None:
-    build_trace(tmp_path / "in" / "t", "")
-    (tmp_path / "in" / "t" / "eventStructs.txt").write_bytes(b"[Home]\n[Input] caf\xe9\xff\n")
+def test_event_files_not_in_utf8_are_decoded_by_detection(tmp_path: Path) -> None:
+    """The first release's Chinese lines in GBK: decoded as the detected encoding, with an episode warning; a
+    couple of stray bytes (too few to tell an encoding by) become U+FFFD, also with a warning."""
+    events = (
+        "【点击事件】屏幕大小：（w320，h720），触摸位置：（x160，y44）\n【键盘输入】可持续生活\n【Back键】\n【Home键】\n"
+    )
+    build_trace(tmp_path / "in" / "gbk", "")
+    (tmp_path / "in" / "gbk" / "eventStructs.txt").write_bytes(events.encode("gbk"))
+    build_trace(tmp_path / "in" / "stray", "")
+    (tmp_path / "in" / "stray" / "eventStructs.txt").write_bytes(b"[Home]\n[Input] caf\xe9\xff\n")
     convert(tmp_path / "in", tmp_path / "out")
-    (e,) = episodes(tmp_path / "out").values()
-    assert len(e.episode.time_steps) == 5 and all(a.type == Action.ACTION_UNSPECIFIED for a in e.actions)
-    (dead,) = dead_letters(tmp_path / "out")
-    assert dead.reason == "bad_action" and "eventStructs.txt: not UTF-8 text" in dead.exception
+    got = episodes(tmp_path / "out")
+    gbk, stray = got["gbk"], got["stray"]
+    assert [a.type for a in gbk.actions] == [Action.TAP, Action.TYPE_TEXT, Action.BACK, Action.HOME,
+                                             Action.ACTION_UNSPECIFIED]  # fmt: skip
+    assert gbk.actions[1].text == "可持续生活" and (gbk.actions[0].x, gbk.actions[0].y) == (540, 147)
+    assert "eventStructs.txt: bytes invalid in the declared utf-8" in gbk.metadata["warnings"]
+    assert "decoded as gb" in gbk.metadata["warnings"]
+    assert [a.type for a in stray.actions][:2] == [Action.HOME, Action.TYPE_TEXT]
+    assert stray.actions[1].text == "caf\ufffd\ufffd"
+    assert "eventStructs.txt: bytes invalid in utf-8 replaced by U+FFFD" in stray.metadata["warnings"]
+    assert dead_letters(tmp_path / "out") == []
 
 
 def test_an_episode_left_in_two_sizes_says_so(tmp_path: Path) -> None:
