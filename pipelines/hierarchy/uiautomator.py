@@ -552,6 +552,22 @@ def _int_attr(value: str | None, default: int = 0) -> int:
         return default
 
 
+_AMP = "&#38;"
+
+
+def _unescape_ampersands(columns):
+    """libxml2 without entity substitution (the hardened parser) hands an attribute's `&amp;` on as the text
+    `&#38;` ("Security &amp; privacy" became "Security &#38; privacy"); it writes every `&` so, a literal
+    `&#38;` too (`&amp;#38;` arrives as `&#38;#38;`), so replacing it back is exact. Only the text columns can
+    hold one in practice."""
+    fixed = {}
+    for name in ("text", "content_desc", "resource_id", "hint"):
+        values = getattr(columns, name)
+        if any(_AMP in v for v in values if v):
+            fixed[name] = [v.replace(_AMP, "&") if v and _AMP in v else v for v in values]
+    return columns._replace(**fixed) if fixed else columns
+
+
 def parse(
     data: bytes,
     *,
@@ -581,6 +597,8 @@ def parse(
         rotation = 0
 
     columns, box_texts, root_boxes, templates, small_boxes = found.columns()
+    if b"&" in data:
+        columns = _unescape_ampersands(columns)
     stated = None
     if top is not None:  # Appium page sources state the size on the root
         stated_w, stated_h = _int_attr(top.get("width")), _int_attr(top.get("height"))

@@ -17,14 +17,8 @@ sys.modules.setdefault("bench_parse", bench_parse)  # dataclasses look their mod
 _spec.loader.exec_module(bench_parse)
 
 
-def _amp(text: str) -> str:
-    # The uiautomator parser hands "&amp;" in attributes on as "&#38;" (libxml2 without entity substitution,
-    # a known issue outside this test); the portal state has the "&" lxml's default parser reads.
-    return text.replace("&#38;", "&")
-
-
 def _key(o) -> tuple:
-    return (o.android_class, _amp(o.text), _amp(o.content_desc), o.resource_id, o.bbox.SerializeToString(), o.type,
+    return (o.android_class, o.text, o.content_desc, o.resource_id, o.bbox.SerializeToString(), o.type,
             o.grid_location, o.clickable, o.parent_index)  # fmt: skip
 
 
