@@ -1,12 +1,12 @@
 """Trace layouts: find episodes under an input folder and read their raw steps (file paths + raw actions).
 
-One reader per layout (`rico_trace`, `step_folder`, `single_screen`, `droidbot`); `read_episode` dispatches on
+One reader per layout (`rico_trace`, `step_folder`, `single_screen`, `droidbot`, `llamatouch`, `droidrun`); `read_episode` dispatches on
 `EpisodeSource.layout`. Nothing here parses a view hierarchy: that is `pipelines.hierarchy`.
 """
 
 from __future__ import annotations
 
-from pipelines.traces import droidbot, rico_trace, single_screen, step_folder
+from pipelines.traces import droidbot, droidrun, llamatouch, rico_trace, single_screen, step_folder
 from pipelines.traces.common import Reader
 from pipelines.traces.discover import IgnoredFile, discover, plan
 from pipelines.traces.model import LAYOUTS, DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
@@ -16,6 +16,8 @@ READERS = {
     "step_folder": step_folder.read,
     "single_screen": single_screen.read,
     "droidbot": droidbot.read,
+    "llamatouch": llamatouch.read,
+    "droidrun": droidrun.read,
 }
 
 

@@ -11,7 +11,9 @@ import json
 from dataclasses import dataclass, field
 
 #: Input layouts, as written to `UiEpisode.source`.
-LAYOUTS = ("rico_trace", "step_folder", "single_screen", "droidbot", "android_control", "aitw")
+LAYOUTS = (
+    "rico_trace", "step_folder", "single_screen", "droidbot", "android_control", "aitw", "llamatouch", "droidrun",
+)  # fmt: skip
 
 #: Action kinds a reader may emit (see schemas/actions.schema.json).
 ACTION_KINDS = (
@@ -77,6 +79,9 @@ class RawStep:
     warnings: tuple[str, ...] = ()
     #: `pipelines.hierarchy.FORMATS` name of the hierarchy bytes; "" = detect (XML / JSON files).
     hierarchy_format: str = ""
+    #: The app in the foreground on this step when the trace records it beside the dump (LlamaTouch
+    #: `N.activity`); "" = ask the dump (`Screen.foreground_package`) or its objects.
+    foreground_package: str = ""
 
 
 @dataclass(frozen=True)
