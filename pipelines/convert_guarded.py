@@ -36,6 +36,9 @@ class Converted:
     steps: int = 0
     objects: int = 0
     mismatches: int = 0
+    #: The converted episode's layout (`UiEpisode.source`): an AndroidControl JSON file is discovered as a
+    #: single screen and told apart when read.
+    layout: str = ""
 
 
 def _dead(source: EpisodeSource | RecordEpisode, reason: str, message: str) -> Converted:
@@ -76,7 +79,8 @@ def convert_source(
         sizes[path] = len(data)  # files in a bucket are not sized before reading (`episode_bytes`)
         if sum(sizes.values()) > MAX_EPISODE_BYTES:
             raise files.FileRefused(
-                "too_large", f"{files.display(path)}: the episode's files hold more than {MAX_EPISODE_BYTES} bytes"
+                "too_large",
+                f"{files.display(path)}: the episode's files hold more than {MAX_EPISODE_BYTES} bytes",
             )
         return data
 
@@ -115,7 +119,9 @@ def convert_source(
             ],
         )
     steps = len(result.episode.episode.time_steps)
-    return Converted(record, result.dead_letters, steps, result.num_objects, result.mismatches)
+    return Converted(
+        record, result.dead_letters, steps, result.num_objects, result.mismatches, result.episode.source
+    )
 
 
 def _convert_fetched(

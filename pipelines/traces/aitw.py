@@ -80,7 +80,8 @@ def check_raw_screenshot(data_length: int, width: int, height: int, channels: in
         raise HierarchyError("bad_screenshot", f"raw screenshot of {width}x{height}x{channels}: not usable")
     if width * height > MAX_PIXELS:
         raise HierarchyError(
-            "too_large", f"raw screenshot of {width}x{height} pixels; at most {MAX_PIXELS} pixels are accepted"
+            "too_large",
+            f"raw screenshot of {width}x{height} pixels; at most {MAX_PIXELS} pixels are accepted",
         )
     if data_length != width * height * channels:
         raise HierarchyError(
@@ -140,9 +141,17 @@ def action_of(example, warnings: list[str]) -> RawAction | None:
         {"action_type": types[0], "yx_touch": touch, "yx_lift": lift, "type_action": typed},
         ensure_ascii=False,
     )
-    kind = ACTION_TYPES.get(types[0], "other")
+    return results_action(types[0], touch, lift, typed, raw, warnings)
+
+
+def results_action(
+    action_type: int, touch: list[float], lift: list[float], typed: str, raw: str, warnings: list[str]
+) -> RawAction:
+    """An AITW action from its result fields (action_type code, normalised (y, x) touch and lift points, typed
+    text): the one mapping of AITW's codes, shared by AITW records and Android-in-the-Zoo's JSON steps."""
+    kind = ACTION_TYPES.get(action_type, "other")
     if kind == "other":
-        warnings.append(f"AITW action_type {types[0]} is not a known action: kept as OTHER")
+        warnings.append(f"AITW action_type {action_type} is not a known action: kept as OTHER")
     if kind == "type":
         return RawAction("type", text=typed, raw_json=raw)
     if kind != "dual_point":
@@ -159,7 +168,9 @@ def action_of(example, warnings: list[str]) -> RawAction | None:
 
 def annotations_json(example, width: int, height: int, warnings: list[str]) -> bytes:
     """The step's annotations as the JSON document `pipelines.hierarchy.aitw` parses."""
-    examples.check_counts(example, ("image/ui_annotations_text", "image/ui_annotations_ui_types"), MAX_ANNOTATIONS)
+    examples.check_counts(
+        example, ("image/ui_annotations_text", "image/ui_annotations_ui_types"), MAX_ANNOTATIONS
+    )
     examples.check_counts(example, ("image/ui_annotations_positions",), 4 * MAX_ANNOTATIONS)
     positions = float_values(example, "image/ui_annotations_positions")
     texts = byte_values(example, "image/ui_annotations_text")
@@ -268,7 +279,9 @@ def read(item: RecordEpisode) -> tuple[RawEpisode, dict[str, bytes]]:
         episode.metadata["current_activity"] = json.dumps(activities, ensure_ascii=False)
     missing = length - sum(1 for i in seen if 0 <= i < length)
     if missing > 0:
-        first = [i for i in itertools.islice(itertools.count(), len(seen) + 21) if i < length and i not in seen]
+        first = [
+            i for i in itertools.islice(itertools.count(), len(seen) + 21) if i < length and i not in seen
+        ]
         shown = ", ".join(map(str, first[:20])) + (" ..." if missing > 20 else "")
         dead.append(DeadLetter(source_path, None, "missing_step", f"episode {display(eid)}: no record for "
                                f"step(s) {shown} of {length}", eid))  # fmt: skip
