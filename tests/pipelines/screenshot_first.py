@@ -106,7 +106,10 @@ def build_aitz(parent: Path, steps: list[dict] | None = None, name: str = AITZ_I
     folder.mkdir(parents=True)
     steps = aitz_steps() if steps is None else steps
     for i, step in enumerate(steps):
-        boxes = [(x, y, x + w, y + h) for y, x, h, w in json.loads(step.get("ui_positions", "[]"))]
+        try:
+            boxes = [(x, y, x + w, y + h) for y, x, h, w in json.loads(step.get("ui_positions", "[]"))]
+        except ValueError:  # a malformed sample: a plain screen
+            boxes = []
         (folder / f"{name}_{i}.png").write_bytes(screenshot(AITZ_SIZE, i, boxes))
         if isinstance(step.get("image_path"), str):
             step["image_path"] = step["image_path"].replace(AITZ_ID, name)
