@@ -79,8 +79,7 @@ def convert_source(
         sizes[path] = len(data)  # files in a bucket are not sized before reading (`episode_bytes`)
         if sum(sizes.values()) > MAX_EPISODE_BYTES:
             raise files.FileRefused(
-                "too_large",
-                f"{files.display(path)}: the episode's files hold more than {MAX_EPISODE_BYTES} bytes",
+                "too_large", f"{files.display(path)}: the episode's files hold more than {MAX_EPISODE_BYTES} bytes"
             )
         return data
 

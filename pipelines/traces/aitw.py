@@ -80,8 +80,7 @@ def check_raw_screenshot(data_length: int, width: int, height: int, channels: in
         raise HierarchyError("bad_screenshot", f"raw screenshot of {width}x{height}x{channels}: not usable")
     if width * height > MAX_PIXELS:
         raise HierarchyError(
-            "too_large",
-            f"raw screenshot of {width}x{height} pixels; at most {MAX_PIXELS} pixels are accepted",
+            "too_large", f"raw screenshot of {width}x{height} pixels; at most {MAX_PIXELS} pixels are accepted"
         )
     if data_length != width * height * channels:
         raise HierarchyError(
@@ -168,9 +167,7 @@ def results_action(
 
 def annotations_json(example, width: int, height: int, warnings: list[str]) -> bytes:
     """The step's annotations as the JSON document `pipelines.hierarchy.aitw` parses."""
-    examples.check_counts(
-        example, ("image/ui_annotations_text", "image/ui_annotations_ui_types"), MAX_ANNOTATIONS
-    )
+    examples.check_counts(example, ("image/ui_annotations_text", "image/ui_annotations_ui_types"), MAX_ANNOTATIONS)
     examples.check_counts(example, ("image/ui_annotations_positions",), 4 * MAX_ANNOTATIONS)
     positions = float_values(example, "image/ui_annotations_positions")
     texts = byte_values(example, "image/ui_annotations_text")
@@ -279,9 +276,7 @@ def read(item: RecordEpisode) -> tuple[RawEpisode, dict[str, bytes]]:
         episode.metadata["current_activity"] = json.dumps(activities, ensure_ascii=False)
     missing = length - sum(1 for i in seen if 0 <= i < length)
     if missing > 0:
-        first = [
-            i for i in itertools.islice(itertools.count(), len(seen) + 21) if i < length and i not in seen
-        ]
+        first = [i for i in itertools.islice(itertools.count(), len(seen) + 21) if i < length and i not in seen]
         shown = ", ".join(map(str, first[:20])) + (" ..." if missing > 20 else "")
         dead.append(DeadLetter(source_path, None, "missing_step", f"episode {display(eid)}: no record for "
                                f"step(s) {shown} of {length}", eid))  # fmt: skip

@@ -336,10 +336,8 @@ def discover(root: str, exclude: tuple[str, ...] = ()) -> Iterator[EpisodeSource
 
 
 def _is_input_name(name: str) -> bool:
-    return (
-        is_record_file(name)
-        or name in (ACTIONS, *RESERVED)
-        or files.stem_and_ext(name)[1] in (HIERARCHY_EXTS + IMAGE_EXTS)
+    return is_record_file(name) or name in (ACTIONS, *RESERVED) or files.stem_and_ext(name)[1] in (
+        HIERARCHY_EXTS + IMAGE_EXTS
     )
 
 
@@ -353,20 +351,12 @@ def _dead_links(root: str, skip: tuple[str, ...]) -> Iterator[DeadLetter]:
         dirs.sort()
         for name in sorted(dirs + names):
             path = os.path.join(folder, name)
-            if (
-                path.replace("\\", "/").startswith(skip)
-                or not _is_input_name(name)
-                or not os.path.islink(path)
-            ):
+            if path.replace("\\", "/").startswith(skip) or not _is_input_name(name) or not os.path.islink(path):
                 continue
             try:
                 os.stat(path)
                 continue
             except OSError as exc:
-                why = (
-                    "a symlink loop" if exc.errno == errno.ELOOP else f"a symlink to nothing ({exc.strerror})"
-                )
+                why = "a symlink loop" if exc.errno == errno.ELOOP else f"a symlink to nothing ({exc.strerror})"
             rel = files.relative(top, path)
-            yield DeadLetter(
-                path, None, "unreadable", f"{files.display(path)}: {why}: not read", files.display(rel)
-            )
+            yield DeadLetter(path, None, "unreadable", f"{files.display(path)}: {why}: not read", files.display(rel))
