@@ -503,6 +503,13 @@ class Player {
     }
     if (this.kind === "ui") {
       line("Action", s.action_text || "none");
+      // The step's texts (instruction, chain-of-action-thought): data from the trace, shown as plain text.
+      for (const t of s.texts || []) {
+        line(t.label, t.text);
+        const row = info.lastElementChild;
+        row.classList.add("sm-step-text");
+        row.dataset.text = t.name;
+      }
       for (const w of s.warnings || []) line("Warning", w);
       this.renderObjects(s);
     } else {
