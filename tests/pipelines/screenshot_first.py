@@ -108,7 +108,7 @@ def build_aitz(parent: Path, steps: list[dict] | None = None, name: str = AITZ_I
     for i, step in enumerate(steps):
         try:
             boxes = [(x, y, x + w, y + h) for y, x, h, w in json.loads(step.get("ui_positions", "[]"))]
-        except ValueError:  # a malformed sample: a plain screen
+        except (TypeError, ValueError):  # a malformed sample: a plain screen
             boxes = []
         (folder / f"{name}_{i}.png").write_bytes(screenshot(AITZ_SIZE, i, boxes))
         if isinstance(step.get("image_path"), str):

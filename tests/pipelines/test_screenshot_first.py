@@ -215,3 +215,71 @@ def test_base64_data_urls_and_bounded_counts(tmp_path: Path) -> None:
     assert len(episodes["url"].episode.time_steps) == 2
     (letter,) = [d for d in dead if d.episode_id == "huge" and d.step is None and d.reason != "no_steps"]
     assert letter.reason == "bad_episode_file" and "at most 100000" in letter.exception
+
+
+# Values of the wrong type or out of range, put into every field of a good step in turn.
+ODD_VALUES = [None, True, -1, 1e308, "", "x", "[[1, 2]]", "[", [], {}, [[1, 2, 3, 4]], [None] * 4, "\ud800", "A" * 5000]
+KNOWN = {"bad_episode_file", "bad_step", "bad_action", "missing_screenshot", "bad_screenshot", "malformed",
+         "no_steps", "unreadable"}  # fmt: skip
+
+
+def _every_step_accounted(source, tmp: Path) -> tuple[ui_episode_pb2.UiEpisode | None, set[str]]:
+    """Read and convert in process: nothing raises, every reason is known, every step is converted or dead."""
+    from pipelines.traces import files as trace_files
+    from pipelines.traces import read_episode
+    from pipelines.ui_episode import convert_episode
+
+    raw = read_episode(source, trace_files.read_bytes)
+    result = convert_episode(raw, trace_files.read_bytes)
+    reasons = {d.reason for d in result.dead_letters}
+    assert reasons <= KNOWN, reasons
+    kept = {i.index for i in result.episode.step_info} if result.episode else set()
+    dead = {d.step for d in result.dead_letters if d.step is not None and d.reason != "bad_action"}
+    assert kept | dead == set(range(raw.num_source_steps)), (kept, dead)
+    for d in result.dead_letters:
+        assert d.exception.startswith(str(tmp)) or d.source_path in d.exception, d
+    return result.episode, reasons
+
+
+@pytest.mark.parametrize("layout", ["aitz", "gui_odyssey", "android_control_json"])
+def test_odd_values_in_every_field_are_dead_letters_or_warnings_never_a_crash(tmp_path: Path, layout: str) -> None:
+    n = 0
+    if layout == "aitz":
+        keys = list(aitz_steps()[0])
+    elif layout == "gui_odyssey":
+        keys = ["step", "screenshot", "action", "info", "ps"]
+    else:
+        keys = ["screenshots", "actions", "step_instructions", "accessibility_trees", "goal", "screenshot_widths"]
+    for key in keys:
+        for value in ODD_VALUES:
+            n += 1
+            inp = tmp_path / f"case{n}"
+            if layout == "aitz":
+                steps = aitz_steps()
+                steps[1][key] = value
+                build_aitz(inp, steps)
+            elif layout == "gui_odyssey":
+                doc = odyssey_annotation()
+                doc["steps"][1][key] = value
+                build_gui_odyssey(inp, {ODYSSEY_ID: doc})
+            else:
+                doc = android_control_json(n=2)
+                doc[key] = value
+                inp.mkdir()
+                (inp / "ep_4242.json").write_text(json.dumps(doc))
+            (source,) = [s for s in discover(str(inp)) if isinstance(s, EpisodeSource)]
+            _every_step_accounted(source, tmp_path)
+    # Whole files of the wrong shape.
+    for i, text in enumerate(['{"steps": 3}', "[1, 2]", "null", "\xff\xfe", '{"screenshots": [], "actions": []}']):
+        inp = tmp_path / f"file{i}"
+        if layout == "aitz":
+            folder = build_aitz(inp)
+            (folder / f"{AITZ_ID}.json").write_text(text, errors="surrogateescape")
+        elif layout == "gui_odyssey":
+            build_gui_odyssey(inp)
+            (inp / "annotations" / f"{ODYSSEY_ID}.json").write_text(text, errors="surrogateescape")
+        else:
+            inp.mkdir()
+            (inp / "ep_4242.json").write_text(text + ' "screenshots" "actions"', errors="surrogateescape")
+        (source,) = [s for s in discover(str(inp)) if isinstance(s, EpisodeSource)]
+        _every_step_accounted(source, tmp_path)
