@@ -9,6 +9,8 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from pipelines.step_text import texts_of
+
 Progress = Callable[[float], None]
 
 @dataclass(frozen=True)
@@ -37,7 +39,6 @@ class UiStepView:
 def ui_step_view(step: Any) -> UiStepView:
     """Pull the objects, screenshot and action out of a UI episode's `Step` (observation: llm4mobile TimeStep
     or Observation; action: stepmark `Action`)."""
-    from pipelines.step_text import texts_of
     from protos.stepmark import ui_episode_pb2
 
     observation = step.observation

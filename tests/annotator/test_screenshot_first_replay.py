@@ -102,3 +102,15 @@ def test_screenshot_only_steps_take_tags_and_grounding(world):
     reply = client.post(url(episode, "steps/2", "grounding"), json={"kind": "target", "object_index": 0},
                         headers=auth()).json()  # fmt: skip
     assert reply["ok"] and reply["target"]["converter_index"] == record.actions[2].target_index
+
+
+def test_text_rows_keep_the_contract_order_skip_empty_ones_and_are_bounded():
+    from annotator.web.player_data import MAX_TEXT_CHARS, step_text_rows
+    from pipelines.step_text import STEP_TEXT_FIELDS
+
+    texts = dict.fromkeys(STEP_TEXT_FIELDS, "")
+    texts.update(action_result="x" * (MAX_TEXT_CHARS + 10), instruction="<b>tap</b>")
+    rows = step_text_rows(texts)
+    assert [r["name"] for r in rows] == ["instruction", "action_result"]
+    assert rows[0] == {"name": "instruction", "label": "Instruction", "text": "<b>tap</b>"}  # as data, not markup
+    assert rows[1]["text"] == "x" * MAX_TEXT_CHARS + " …"
