@@ -16,7 +16,8 @@ import binascii
 import json
 from dataclasses import replace
 
-from pipelines.hierarchy import HierarchyError, image_info
+from pipelines.hierarchy import MAX_BYTES, HierarchyError, image_info
+from pipelines.hierarchy.screenshot import MAX_SCREENSHOT_BYTES
 from pipelines.traces import examples
 from pipelines.traces.android_control import action_from_json
 from pipelines.traces.common import decode_text, parse_json
@@ -46,6 +47,9 @@ def _b64(value: object, what: str) -> bytes:
         raise HierarchyError(
             "missing_screenshot" if "screenshot" in what else "malformed", f"{what} is not a base64 string"
         )
+    limit = MAX_SCREENSHOT_BYTES if "screenshot" in what else MAX_BYTES
+    if len(value) // 4 * 3 > limit:  # checked before decoding: the bytes are never allocated
+        raise HierarchyError("too_large", f"{what} holds about {len(value) // 4 * 3} bytes; at most {limit} are read")
     try:
         return base64.b64decode(
             value.split(",", 1)[-1] if value.startswith("data:") else value, validate=True

@@ -204,15 +204,23 @@ def test_malformed_files_are_dead_letters_naming_the_file(converted) -> None:
     assert [i.index for i in episodes["control/damaged"].step_info] == [0, 2]
 
 
-def test_base64_data_urls_and_bounded_counts(tmp_path: Path) -> None:
-    doc = android_control_json(n=2)
+def test_base64_data_urls_and_bounded_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipelines.traces import android_control_json as reader
+
+    big = android_control_json(n=2)
+    smallest = min(len(base64.b64decode(shot)) for shot in big["screenshots"])
+    monkeypatch.setattr(reader, "MAX_SCREENSHOT_BYTES", smallest - 1)
+    doc = android_control_json(n=2, size=(60, 80))
     doc["screenshots"][0] = "data:image/png;base64," + doc["screenshots"][0]
     too_many = {"screenshots": [base64.b64encode(b"x").decode()] * 100_001, "actions": []}
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "url.json").write_text(json.dumps(doc))
     (tmp_path / "in" / "huge.json").write_text(json.dumps(too_many))
+    (tmp_path / "in" / "big.json").write_text(json.dumps(big))
     episodes, dead = _convert(tmp_path / "in", tmp_path / "out")
     assert len(episodes["url"].episode.time_steps) == 2
+    # A screenshot beyond the limit is refused from the length of its base64 text, before decoding.
+    assert {(d.step, d.reason) for d in dead if d.episode_id == "big"} >= {(0, "too_large"), (1, "too_large")}
     (letter,) = [d for d in dead if d.episode_id == "huge" and d.step is None and d.reason != "no_steps"]
     assert letter.reason == "bad_episode_file" and "at most 100000" in letter.exception
 
