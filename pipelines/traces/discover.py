@@ -8,8 +8,7 @@ Rules (also in schemas/layouts.md), applied per folder, outermost first:
   * Android-in-the-Zoo: a folder (not claimed above) holding `<folder>.json` and `<folder>_<n>.<image>`.
   * Step folder: a folder (not claimed above) with `actions.jsonl` or `episode.json`, or whose hierarchy files
     are named by consecutive step numbers after a common prefix (`0..n-1` or `1..n`: "3.xml", "step_003.xml";
-    leading zeros allowed, at least two), unless those are all `.json` files without a single screenshot (then
-    single screens: one-file-per-episode exports such as AndroidControl JSON are named so). Its own files.
+    leading zeros allowed, at least two). Its own files.
   * Single screens: every other `<id>.xml|json|pb|textproto` (`.pb`/`.textproto`: an AndroidEnv accessibility
     forest, binary or text format) (with `<id>.png|jpg|jpeg|webp` when present) is a one-step
     episode.
@@ -270,12 +269,7 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
             )
             continue
         hierarchies, images = pair_screens(names)
-        # Numbered `.json` files with no screenshot and no actions/manifest: one-file-per-episode exports
-        # (AndroidControl JSON `ep_0.json`, `ep_1.json`, ...) look exactly like that; as single screens each file
-        # is kept (a screen is a one-step episode), as a step folder each episode file would be lost.
-        json_only = not images and all(files.stem_and_ext(n)[1] == ".json" for g in hierarchies.values() for n in g)
-        numbered = _is_numbered(list(hierarchies)) and not json_only
-        step_folder = ACTIONS in names or MANIFEST in names or numbered
+        step_folder = ACTIONS in names or MANIFEST in names or _is_numbered(list(hierarchies))
         if step_folder and hierarchies:
             keep = [n for n in names if n in (ACTIONS, MANIFEST) or _is_screen_file(n, hierarchies)]
             used.update(rel_of[n] for n in keep)

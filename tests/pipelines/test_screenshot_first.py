@@ -293,20 +293,14 @@ def test_odd_values_in_every_field_are_dead_letters_or_warnings_never_a_crash(tm
         _every_step_accounted(source, tmp_path)
 
 
-def test_numbered_json_files_without_screenshots_are_episodes_of_their_own(tmp_path: Path) -> None:
-    from pipelines.traces import plan
-
-    root = "/data"
-    paths = [f"{root}/a/ep_{n}.json" for n in range(3)]  # one AndroidControl JSON file per episode
-    paths += [f"{root}/b/{n}" for n in ("0.json", "0.png", "1.json")]  # a step folder: a screenshot beside
-    paths += [f"{root}/c/{n}" for n in ("0.json", "1.json", "actions.jsonl")]  # a step folder: actions
-    paths += [f"{root}/d/{n}.xml" for n in range(2)]  # numbered dumps stay a step folder
-    got = sorted((s.layout, s.episode_id) for s in plan(root, paths) if isinstance(s, EpisodeSource))
-    assert got == [("single_screen", "a/ep_0"), ("single_screen", "a/ep_1"), ("single_screen", "a/ep_2"),
-                   ("step_folder", "b"), ("step_folder", "c"), ("step_folder", "d")]  # fmt: skip
+def test_numbered_json_episode_files_alone_in_a_folder_are_a_step_folder_and_say_why(tmp_path: Path) -> None:
+    """Detection looks at names only (schemas/layouts.md (h)): `ep_0.json`, `ep_1.json` are a step folder; each
+    file is then an `unknown_format` dead letter naming the file and its keys, never lost silently."""
     (tmp_path / "in").mkdir()
     for n in range(2):
         (tmp_path / "in" / f"ep_{n}.json").write_text(json.dumps(android_control_json(n=2)))
     episodes, dead = _convert(tmp_path / "in", tmp_path / "out")
-    assert sorted(episodes) == ["ep_0", "ep_1"] and not dead
-    assert {e.source for e in episodes.values()} == {"android_control_json"}
+    assert not episodes
+    letters = sorted((d.step, d.reason) for d in dead if d.step is not None)
+    assert letters == [(0, "unknown_format"), (1, "unknown_format")]
+    assert all("screenshots" in d.exception and "ep_" in d.exception for d in dead if d.step is not None)
