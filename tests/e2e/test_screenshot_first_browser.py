@@ -12,7 +12,7 @@ from pipelines.store import open_store
 from tests.annotator.annotator_data import ALICE
 from tests.e2e.browser import annotate_server
 from tests.e2e.test_annotator_browser import FRAME_STEP_JS, open_replay, stored_step_tags, wait_store
-from tests.pipelines.screenshot_first import aitz_steps, build_aitz
+from tests.pipelines.screenshot_first import aitz_steps, build_aitz, build_gui_odyssey
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -37,13 +37,15 @@ def server(tmp_path_factory):
     steps = aitz_steps()
     steps[1]["coat_action_think"] = MARKUP
     build_aitz(data_dir / "in", steps)
+    build_gui_odyssey(data_dir / "in" / "odyssey")
     assert convert.run([str(data_dir / "in"), str(data_dir / "converted"), "--quiet", "--runner=FnApiRunner"]) == 0
     repo = open_store(None, data_dir)
     study = ui_import.import_ui(repo, str(data_dir / "converted"), "AitZ", ALICE)
     repo.set_palette(study.id, ["good", "bad"], ALICE)
-    (episode,) = repo.list_episodes(study_id=study.id)
+    episodes = {e.id: e for e in repo.list_episodes(study_id=study.id)}
+    by_steps = {e.num_steps: e for e in episodes.values()}  # AitZ: 4 screens, GUI-Odyssey: 6
     with annotate_server(data_dir, "--user", ALICE) as url:
-        yield url, data_dir, episode, steps
+        yield url, data_dir, by_steps, steps
 
 
 def texts_on_screen(page, step: int) -> dict:
@@ -55,7 +57,8 @@ def texts_on_screen(page, step: int) -> dict:
 
 
 def test_step_texts_beside_the_step_change_with_it_and_the_step_takes_a_tag(server, browser):
-    url, data_dir, episode, steps = server
+    url, data_dir, by_steps, steps = server
+    episode = next(e for n, e in by_steps.items() if n < 5)
     page = open_replay(browser, url, episode, 0)
     first = texts_on_screen(page, 0)
     assert first == {
@@ -75,4 +78,18 @@ def test_step_texts_beside_the_step_change_with_it_and_the_step_takes_a_tag(serv
     page.keyboard.press("1")  # palette "good" on the step on screen
     repo = open_store(None, data_dir)
     wait_store(lambda: stored_step_tags(repo, episode) == {1: ["good"]})
+    page.close()
+
+
+def test_a_screenshot_only_episode_replays_with_its_instructions(server, browser):
+    """GUI-Odyssey: no hierarchy, so no objects; the screenshot is painted, the touch point drawn, and the step's
+    instruction (`ps`) is beside it, changing with the step."""
+    url, _, by_steps, _ = server
+    episode = next(e for n, e in by_steps.items() if n >= 5)
+    page = open_replay(browser, url, episode, 0)
+    assert texts_on_screen(page, 0) == {"instruction": ["Instruction: ", "open the DuckDuckGo app", 0]}
+    page.wait_for_function(f"() => ({FRAME_STEP_JS})() === 0 && window.__smFrame.dataset.shown === '0'")
+    page.locator(".sm-frame").click()
+    page.keyboard.press("ArrowRight")
+    assert texts_on_screen(page, 1) == {"instruction": ["Instruction: ", "type the event to search for", 0]}
     page.close()
