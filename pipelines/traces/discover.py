@@ -228,8 +228,9 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
         subtree = sorted(rel for rel in by_rel if rel.startswith(prefix))
         if layout == "gui_odyssey":
             inner = {r[len(prefix) :]: by_rel[r] for r in subtree}
+            rel_of_path = {by_rel[r]: r for r in subtree}
             for item in gui_odyssey.episode_sources(list(inner), inner):
-                used.update(r for r in subtree if by_rel[r] in item.files)
+                used.update(rel_of_path[p] for p in item.files)
                 yield EpisodeSource(
                     item.layout, _under(folder, item.episode_id), item.source_path, item.files
                 )
