@@ -15,9 +15,9 @@ import math
 from typing import Any
 
 from pipelines.traces import aitw, files
-from pipelines.traces.common import LayoutFileError, Reader, decode_text, parse_json, read_failure_reason
+from pipelines.traces.common import LayoutFileError, Reader, load_json, parse_json
 from pipelines.traces.discover import IMAGE_EXTS, natural_key
-from pipelines.traces.model import DeadLetter, EpisodeSource, RawEpisode, RawStep
+from pipelines.traces.model import DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
 
 LAYOUT = "aitz"
 #: AitZ field -> `StepText` field (pipelines/step_text.py).
@@ -77,7 +77,8 @@ def annotations_doc(step: dict, warnings: list[str]) -> bytes:
     return json.dumps(doc, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
-def _step_action(step: dict, warnings: list[str]):
+def _step_action(step: dict, warnings: list[str]) -> RawAction:
+    """The step's action from its `result_*` fields (AITW's codes); raises ValueError when they are unusable."""
     code = step.get("result_action_type")
     if type(code) is not int:
         raise ValueError(f"result_action_type {str(code)[:20]!r} is not an integer")
@@ -92,24 +93,14 @@ def _step_action(step: dict, warnings: list[str]):
         },
         ensure_ascii=False,
     )
-    if code == 4 and touch == [-1.0, -1.0]:
-        warnings.append("dual-point action without a touch point")
     return aitw.results_action(code, touch, lift, typed, raw, warnings)
 
 
-def _load_steps(read_file: Reader, path: str) -> list[dict]:
-    try:
-        data = read_file(path)
-    except Exception as exc:
-        raise LayoutFileError(f"{path}: cannot read ({exc})", read_failure_reason(exc)) from exc
-    try:
-        doc = parse_json(decode_text(data))
-    except ValueError as exc:
-        raise LayoutFileError(f"{path}: not valid JSON ({exc})") from exc
+def _load_steps(read_file: Reader, path: str) -> list:
+    """The episode file's step list; raises LayoutFileError (`common.load_json`'s, or the wrong shape)."""
+    doc = load_json(read_file, path)
     if not isinstance(doc, list):
-        raise LayoutFileError(
-            f"{path}: an AitZ episode file is a JSON list of steps, not {type(doc).__name__}"
-        )
+        raise LayoutFileError(f"{path}: an AitZ episode file is a JSON list of steps, not {type(doc).__name__}")
     if len(doc) > MAX_STEPS:
         raise LayoutFileError(f"{path}: {len(doc)} steps; at most {MAX_STEPS} are read")
     return doc
