@@ -144,7 +144,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
         shot = by_name.get(name) if name else None
         if shot is None:
             message = (
-                f"{path}: steps[{i}] names screenshot {name or '(none)'!r}, not found under {SCREENSHOTS}/"
+                f"{path}: steps[{i}] names screenshot {name[:80] or '(none)'!r}, not found under {SCREENSHOTS}/"
             )
             episode.dead_letters.append(DeadLetter(path, position, "missing_screenshot", message, eid))
             continue
