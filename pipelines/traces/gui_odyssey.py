@@ -13,6 +13,7 @@ import json
 import math
 from typing import Any
 
+from pipelines.hierarchy import image_info
 from pipelines.traces import examples, files
 from pipelines.traces.common import LayoutFileError, Reader, load_json
 from pipelines.traces.model import NO_HIERARCHY, DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
@@ -106,6 +107,27 @@ def episode_sources(rels: list[str], by_rel: dict[str, str]) -> list[EpisodeSour
     return out
 
 
+def _check_size(
+    shot: str, device: tuple[int, int] | None, read_file: Reader, blobs: dict[str, bytes], warnings: list[str]
+) -> None:
+    """Warn when the screenshot is not the `device_info` size (points are placed as fractions of the screenshot
+    either way). The bytes read here are kept in `blobs`, so the converter does not read the file again; a file
+    that cannot be read or is no image is left to the converter, whose dead letter says why."""
+    if device is None:
+        return
+    try:
+        data = read_file(shot)
+        image = image_info(data)
+    except Exception:  # noqa: BLE001 - reported by the converter when it reads the step
+        return
+    blobs[shot] = data
+    if (image.width, image.height) != device:
+        warnings.append(
+            f"screenshot is {image.width}x{image.height} but device_info says {device[0]}x{device[1]}: points "
+            f"(0..1000) placed as fractions of the screenshot"
+        )
+
+
 def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     """The episode of one annotation file: steps in `step` order."""
     eid = source.episode_id
@@ -129,6 +151,8 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     if isinstance(doc.get("episode_id"), str | int):
         episode.metadata["episode_id"] = str(doc["episode_id"])
     by_name = {files.split(p)[1]: p for p in source.files[1:]}
+    info = doc.get("device_info") if isinstance(doc.get("device_info"), dict) else {}
+    device = (info.get("w"), info.get("h")) if all(type(info.get(k)) is int for k in ("w", "h")) else None
     entries = doc["steps"]
     episode.num_source_steps = len(entries)
     order = sorted(range(len(entries)), key=lambda i: (
@@ -149,6 +173,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             episode.dead_letters.append(DeadLetter(path, position, "missing_screenshot", message, eid))
             continue
         warnings: list[str] = []
+        _check_size(shot, device, read_file, episode.blobs, warnings)
         action = None
         try:
             action = action_of(entry, warnings)

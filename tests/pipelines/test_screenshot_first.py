@@ -156,6 +156,8 @@ def test_gui_odyssey_is_screenshot_only_with_instructions(converted) -> None:
     assert [step_texts(episode, i)["instruction"] for i in range(3)] == [
         "open the DuckDuckGo app", "type the event to search for", "scroll to the dates"]  # fmt: skip
     assert all(i.screenshot_path.endswith(f"{ODYSSEY_ID}_{n}.png") for n, i in enumerate(episode.step_info))
+    # The screenshots are a quarter of the device's size: said on every step, points placed on the screenshot.
+    assert all("screenshot is 270x600 but device_info says 1080x2400" in " ".join(i.warnings) for i in episode.step_info)
 
 
 def test_android_control_json_with_and_without_trees(converted) -> None:
