@@ -22,15 +22,6 @@ from pipelines.traces.common import Reader
 from pipelines.traces.discover import IgnoredFile, discover, plan
 from pipelines.traces.model import LAYOUTS, DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
 
-READERS = {
-    "rico_trace": rico_trace.read,
-    "step_folder": step_folder.read,
-    "single_screen": single_screen.read,
-    "droidbot": droidbot.read,
-    "aitz": aitz.read,
-    "gui_odyssey": gui_odyssey.read,
-}
-
 
 def _single_screen(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     """A `.json` single screen may be an AndroidControl JSON episode (told by its bytes, read once: a Rico or
@@ -49,7 +40,14 @@ def _single_screen(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     return episode
 
 
-READERS["single_screen"] = _single_screen
+READERS = {
+    "rico_trace": rico_trace.read,
+    "step_folder": step_folder.read,
+    "single_screen": _single_screen,
+    "droidbot": droidbot.read,
+    "aitz": aitz.read,
+    "gui_odyssey": gui_odyssey.read,
+}
 
 
 def read_episode(source: EpisodeSource, read_file: Reader) -> RawEpisode:
