@@ -306,3 +306,15 @@ def test_numbered_json_episode_files_alone_in_a_folder_are_a_step_folder_and_say
     letters = sorted((d.step, d.reason) for d in dead if d.step is not None)
     assert letters == [(0, "unknown_format"), (1, "unknown_format")]
     assert all("screenshots" in d.exception and "ep_" in d.exception for d in dead if d.step is not None)
+
+
+def test_inspect_shows_a_steps_texts(converted, capsys) -> None:
+    from stepmark.cli import main
+
+    _, out, _, _ = converted
+    assert main(["inspect", str(out), "--episode", f"aitz/{AITZ_ID}", "--step", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "      action_description: click on the Clock app located at the upper middle right side" in text
+    assert "      screen_description: A grid of applications under All apps." in text
+    assert main(["inspect", str(out), "--episode", f"odyssey/{ODYSSEY_ID}", "--step", "0"]) == 0
+    assert "      instruction: open the DuckDuckGo app" in capsys.readouterr().out
