@@ -5,6 +5,9 @@ the step on screen."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from pipelines import convert, ui_import
@@ -67,14 +70,21 @@ def test_step_texts_beside_the_step_change_with_it_and_the_step_takes_a_tag(serv
         "action_description": ["Action description: ", "press the home button", 0],
         "action_result": ["Action result: ", steps[0]["coat_action_result"], 0],
     }
-    # Beside the screenshot: the texts panel is on screen with the frame, not below the fold.
-    assert page.locator(".sm-step-text").first.is_visible()
+    # Beside the screenshot: the texts panel is on screen with the frame (in the viewport, to its right).
+    frame, texts = page.locator(".sm-frame").bounding_box(), page.locator(".sm-texts").bounding_box()
+    viewport = page.viewport_size
+    assert texts["x"] >= frame["x"] + frame["width"] and texts["y"] + 40 < viewport["height"]
+    assert texts["y"] < frame["y"] + frame["height"]
     page.locator(".sm-frame").click()
     page.keyboard.press("ArrowRight")
     second = texts_on_screen(page, 1)
     assert second["action_description"][1] == "scroll up"
     assert second["action_thought"][1] == MARKUP and second["action_thought"][2] == 0  # characters, not markup
     assert page.evaluate("() => window.__pwned === undefined")
+    folder = os.environ.get("STEPMARK_SCREENSHOTS")  # e.g. docs/screenshots: what an annotator sees
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / "replay_aitz_texts.png"))
     page.keyboard.press("1")  # palette "good" on the step on screen
     repo = open_store(None, data_dir)
     wait_store(lambda: stored_step_tags(repo, episode) == {1: ["good"]})
