@@ -24,6 +24,7 @@ converter reads only an image's header): bare hierarchy time / layout time.
 from __future__ import annotations
 
 import argparse
+import base64
 import gc
 import io
 import json
@@ -220,6 +221,73 @@ def build_droidrun(root: Path, out: Path, episodes: int) -> None:
         (folder / "macro.json").write_text(json.dumps(macro))
 
 
+def _detector_boxes(dump: bytes) -> tuple[list[list[int]], list[str], list[str]]:
+    """A real dump's text and image leaves as an OCR/icon detector reports them: `[y, x, h, w]` pixel boxes."""
+    positions, texts, types = [], [], []
+    for o in parse(dump).objects:
+        b = o.bbox
+        if o.is_leaf and b.right > b.left and b.bottom > b.top and (o.text or o.type == 6):  # 6: IMAGEVIEW
+            positions.append([b.top, b.left, b.bottom - b.top, b.right - b.left])
+            texts.append(o.text)
+            types.append("TEXT" if o.text else "ICON_IMAGE")
+    return positions, texts, types
+
+
+def build_aitz(root: Path, out: Path, episodes: int) -> None:
+    """Android-in-the-Zoo: `<name>/<name>.json` (CoAT's fields) + `<name>_<i>.png`, boxes from real dumps."""
+    screens = _screens(root)
+    for e in range(episodes):
+        name = f"GOOGLE_APPS-{1000 + e}"
+        folder = out / name
+        folder.mkdir(parents=True)
+        steps = []
+        for i, (dump, w, h) in enumerate(screens):
+            (folder / f"{name}_{i}.png").write_bytes(_photo(root, e + i, w, h))
+            positions, texts, types = _detector_boxes(dump)
+            steps.append({
+                "episode_id": str(1000 + e), "episode_length": len(screens), "step_id": i,
+                "instruction": "open the settings and turn on dark mode", "image_path": f"{name}/{name}_{i}.png",
+                "ui_positions": json.dumps(positions), "ui_text": json.dumps(texts), "ui_types": json.dumps(types),
+                "result_action_type": 4, "result_action_text": "",
+                "result_touch_yx": "[0.3, 0.5]", "result_lift_yx": "[0.3, 0.5]",
+                "coat_screen_desc": "A settings screen.", "coat_action_think": "The toggle is below: tap it.",
+                "coat_action_desc": "tap the toggle", "coat_action_result": "Dark mode is on.",
+            })  # fmt: skip
+        (folder / f"{name}.json").write_text(json.dumps(steps, indent=4))
+
+
+def build_gui_odyssey(root: Path, out: Path, episodes: int) -> None:
+    """GUI-Odyssey: `annotations/<id>.json` + `screenshots/<id>_<i>.png` (no hierarchy)."""
+    screens = _screens(root)
+    (out / "annotations").mkdir(parents=True)
+    (out / "screenshots").mkdir()
+    for e in range(episodes):
+        eid = str(5000 + e)
+        steps = []
+        for i, (_, w, h) in enumerate(screens):
+            (out / "screenshots" / f"{eid}_{i}.png").write_bytes(_photo(root, e + i, w, h))
+            steps.append({"step": i, "screenshot": f"{eid}_{i}.png", "action": "CLICK",
+                          "info": [[300 + i * 10, 500]], "ps": f"tap item {i}"})  # fmt: skip
+        doc = {"episode_id": eid, "device_info": {"w": screens[0][1], "h": screens[0][2]},
+               "task_info": {"instruction": "Search and set a reminder", "app": ["Clock"]},
+               "step_length": len(steps), "steps": steps}  # fmt: skip
+        (out / "annotations" / f"{eid}.json").write_text(json.dumps(doc, indent=2))
+
+
+def build_android_control_json(root: Path, out: Path, episodes: int) -> None:
+    """AndroidControl as agent frameworks repackage it: one JSON file of base64 screenshots and actions."""
+    screens = _screens(root)
+    out.mkdir(parents=True)
+    for e in range(episodes):
+        shots = [_photo(root, e + i, w, h) for i, (_, w, h) in enumerate(screens)]
+        doc = {"episode_id": 7000 + e, "goal": "Search for Zürich in the weather app",
+               "screenshots": [base64.b64encode(b).decode() for b in shots],
+               "screenshot_widths": [w for _, w, _ in screens], "screenshot_heights": [h for _, _, h in screens],
+               "actions": [{"action_type": "click", "x": w // 2, "y": h // 3} for _, w, h in screens[:-1]],
+               "step_instructions": [f"tap item {i}" for i in range(len(screens) - 1)]}  # fmt: skip
+        (out / f"episode_{e}.json").write_text(json.dumps(doc))
+
+
 def _bare_file(path: Path) -> object:
     """The bare parse of one trace file: pixels for images, lxml/json for hierarchies and layout files."""
     data = path.read_bytes()
@@ -262,10 +330,13 @@ def _claimed(folder: Path) -> list[Path]:
     return [Path(p) for s in discover(str(folder)) if isinstance(s, EpisodeSource) for p in s.files]
 
 
-#: Layouts benchmarked side by side; part A's (AitZ, GUI-Odyssey, AndroidControl-JSON) join as entries.
+#: Layouts benchmarked side by side (docs/adding_a_layout.md: a new layout adds its row).
 LAYOUTS: list[LayoutBench] = [
     LayoutBench("llamatouch", build_llamatouch, _claimed),
     LayoutBench("droidrun", build_droidrun, _claimed),
+    LayoutBench("aitz", build_aitz, _claimed),
+    LayoutBench("gui_odyssey", build_gui_odyssey, _claimed),
+    LayoutBench("android_control_json", build_android_control_json, _claimed),
 ]
 
 

@@ -218,12 +218,12 @@ class ConvertShard(storage.FileSystemsDoFn, beam.DoFn):
                     episodes, steps, objects = episodes + 1, steps + n, objects + result.objects
                     mismatched += result.mismatches
                     size += len(record)
-                    layouts[source.layout] += 1
+                    layouts[result.layout or source.layout] += 1
                     self.episodes.inc()
                     self.steps.inc(n)
                     self.objects.inc(result.objects)
                     self.mismatches.inc(result.mismatches)
-                    Metrics.counter(NAMESPACE, f"episodes_{source.layout}").inc()
+                    Metrics.counter(NAMESPACE, f"episodes_{result.layout or source.layout}").inc()
                 if progress is not None:
                     progress.add(n)
         yield ShardWritten(

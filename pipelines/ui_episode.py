@@ -33,7 +33,7 @@ from pipelines.hierarchy import (
 )
 from pipelines.traces.examples import ExampleError
 from pipelines.traces.files import display
-from pipelines.traces.model import DeadLetter, RawAction, RawEpisode, RawStep, RecordEpisode
+from pipelines.traces.model import NO_HIERARCHY, DeadLetter, RawAction, RawEpisode, RawStep, RecordEpisode
 from pipelines.traces.records import read_record_episode
 from protos.llm4mobile import episode_pb2
 from protos.stepmark import ui_episode_pb2
@@ -47,6 +47,9 @@ TARGET_SLACK = 1
 MISMATCH = "screenshot_mismatch"
 #: Formats whose parser takes the screen size from the caller (`parse(screen_size=...)`).
 SIZED_FORMATS = ("uiautomator", "droidbot", "a11y_forest", "droidrun")
+#: Formats whose boxes are measured on the screenshot itself (detector boxes: AITW/AitZ OCR and icons): the
+#: screenshot's size is the screen's, passed to the parser.
+SCREENSHOT_FORMATS = ("aitw_annotations",)
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 #: Packages of the system's own views (window decor, status and navigation bars): an app's episode is named
 #: after its own package even when these views outnumber its objects.
@@ -176,16 +179,31 @@ def _resized(screen: Screen, width: int, height: int) -> Screen:
     return dataclasses.replace(screen, width=width, height=height, size_estimated=False)
 
 
+def screenshot_only(screenshot: bytes | None) -> Observed:
+    """A step with a screenshot and no hierarchy (GUI-Odyssey, AndroidControl without trees): no objects, the
+    screen is the screenshot's size. Raises HierarchyError (`missing_screenshot` when there is none)."""
+    if screenshot is None:
+        raise HierarchyError("missing_screenshot", "a step without a hierarchy needs a screenshot")
+    image = image_info(screenshot)
+    check_complete(screenshot, image.format)
+    screen = Screen(objects=[], width=image.width, height=image.height, format=NO_HIERARCHY)
+    return Observed(screen, b"", image.width, image.height, screenshot, image, False, [])
+
+
 def observe(
-    hierarchy: bytes, screenshot: bytes | None, *, drop_invisible: bool = False, fmt: str | None = None
+    hierarchy: bytes | None, screenshot: bytes | None, *, drop_invisible: bool = False, fmt: str | None = None
 ) -> Observed:
     """Parse a hierarchy (`fmt`, detected when None) and fit it to its screenshot (see the module docstring).
-    Raises HierarchyError."""
+    No hierarchy (None, or `fmt` NO_HIERARCHY): a screenshot-only step. Raises HierarchyError."""
+    if hierarchy is None or fmt == NO_HIERARCHY:
+        return screenshot_only(screenshot)
     image = None
     if screenshot is not None:
         image = image_info(screenshot)
         check_complete(screenshot, image.format)
-    screen = parse(hierarchy, fmt=fmt or None, drop_invisible=drop_invisible)
+    on_shot = fmt in SCREENSHOT_FORMATS and image is not None
+    size = (image.width, image.height) if on_shot else None
+    screen = parse(hierarchy, fmt=fmt or None, drop_invisible=drop_invisible, screen_size=size)
     hw, hh = screen.width, screen.height
     mismatch = False
     extra: list[str] = []
@@ -389,7 +407,9 @@ def build_step(raw: RawStep, obs: Observed, position: int, episode_id: str) -> C
         o.screenshot = obs.screenshot
         o.debug_screenshot_filepath = display(raw.screenshot_path or "")
     o.image_id = f"{episode_id}/{display(raw.name)}"
-    if obs.screen.format == "uiautomator":
+    if obs.screen.format == NO_HIERARCHY:
+        pass  # a screenshot-only step: no hierarchy to keep
+    elif obs.screen.format == "uiautomator":
         o.xml = obs.hierarchy
     elif obs.screen.format == "a11y_forest":
         o.json = forest_json(obs.hierarchy, text=raw.hierarchy_format == "a11y_forest_text")
@@ -415,6 +435,8 @@ def build_step(raw: RawStep, obs: Observed, position: int, episode_id: str) -> C
         hierarchy_format=obs.screen.format,
         windows=obs.screen.windows,
     )
+    for name, value in raw.text:
+        setattr(info.text, name, value)
     image_size = (obs.image.width, obs.image.height) if obs.image else None
     return ConvertedStep(step, action, info, foreground_package(raw, obs.screen), image_size)
 
@@ -511,6 +533,11 @@ def _observe_files(raw: RawStep, read_file: Callable[[str], bytes], drop_invisib
             check_complete(shot, image_info(shot).format)
         except Exception as exc:
             raise _FileFailure(raw.screenshot_path, exc) from exc
+    if raw.hierarchy_format == NO_HIERARCHY:
+        try:
+            return screenshot_only(shot)
+        except Exception as exc:
+            raise _FileFailure(raw.screenshot_path or raw.name, exc) from exc
     try:
         return observe(
             read_file(raw.hierarchy_path), shot, drop_invisible=drop_invisible, fmt=raw.hierarchy_format
@@ -527,6 +554,13 @@ def convert_episode(
     (DroidBot states) are parsed once."""
     eid = raw.source.episode_id
     dead = list(raw.dead_letters)
+    if raw.blobs:  # bytes the layout reader derived (detector boxes, decoded screenshots): no file to read
+        file_reader, blobs = read_file, raw.blobs
+
+        def read_file(path: str) -> bytes:
+            found = blobs.get(path)
+            return found if found is not None else file_reader(path)
+
     cache: dict[tuple[str, str | None], Observed | DeadLetter] = {}
     steps: list[ConvertedStep] = []
     for raw_step in raw.steps:
@@ -549,7 +583,8 @@ def convert_episode(
             steps.append(build_step(raw_step, observed, len(steps), eid))
         except Exception as exc:  # never lose the step silently
             reason, message = _error(exc)
-            dead.append(DeadLetter(raw_step.hierarchy_path, raw_step.index, reason, message, eid))
+            where = raw_step.hierarchy_path or raw_step.screenshot_path or raw.source.source_path
+            dead.append(DeadLetter(where, raw_step.index, reason, message, eid))
     if not steps:
         why = f"{raw.source.source_path}: no step of this {raw.source.layout} episode could be converted"
         if raw.num_source_steps == 0:

@@ -4,7 +4,10 @@ Rules (also in schemas/layouts.md), applied per folder, outermost first:
   * DroidBot run: the folder has `states/state_*.json` and `events/event_*.json`. Claims the whole subtree.
   * Rico trace: the folder has `view_hierarchies/*.json`. Claims the whole subtree.
   * DroidRun trajectory: the folder has `ui_states/*.json`. Claims the whole subtree.
+  * GUI-Odyssey: the folder has `annotations/*.json` and `screenshots/` holding images. Claims the whole
+    subtree; one episode per annotation file.
   * LlamaTouch trace: a folder (not claimed above) with `eventStructs.txt`. Its own files.
+  * Android-in-the-Zoo: a folder (not claimed above) holding `<folder>.json` and `<folder>_<n>.<image>`.
   * Step folder: a folder (not claimed above) with `actions.jsonl` or `episode.json`, or whose hierarchy files
     are named by consecutive step numbers after a common prefix (`0..n-1` or `1..n`: "3.xml", "step_003.xml";
     leading zeros allowed, at least two). Its own files.
@@ -27,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from pipelines.traces import files
+from pipelines.traces import files, gui_odyssey
 from pipelines.traces.model import DeadLetter, EpisodeSource
 
 HIERARCHY_EXTS = (".xml", ".json", ".pb", ".textproto")
@@ -174,6 +177,16 @@ def _llamatouch_file(name: str) -> bool:
 
 
 _CLAIMS = {"droidbot": _droidbot_file, "rico_trace": _rico_trace_file, "droidrun": _droidrun_file}
+def is_aitz_folder(folder_name: str, names: list[str]) -> bool:
+    """Android-in-the-Zoo: `<folder>.json` and at least one `<folder>_<n>.<image>` (file names only)."""
+    if f"{folder_name}.json" not in names:
+        return False
+    prefix = f"{folder_name}_"
+    for name in names:
+        stem, ext = files.stem_and_ext(name)
+        if ext in IMAGE_EXTS and stem.startswith(prefix) and stem[len(prefix) :].isdigit():
+            return True
+    return False
 
 
 def plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile]:
@@ -232,11 +245,27 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
             claimed.append((folder, "rico_trace"))
         elif has(_under(folder, "ui_states"), "", ".json"):
             claimed.append((folder, "droidrun"))
+        elif has(_under(folder, "annotations"), "", ".json") and any(
+            has(f, "", ext)
+            for f in folders
+            if f == _under(folder, "screenshots") or f.startswith(_under(folder, "screenshots") + "/")
+            for ext in IMAGE_EXTS
+        ):
+            claimed.append((folder, "gui_odyssey"))
 
     used: set[str] = set()
     for folder, layout in claimed:
         prefix = folder + "/" if folder else ""
         subtree = sorted(rel for rel in by_rel if rel.startswith(prefix))
+        if layout == "gui_odyssey":
+            inner = {r[len(prefix) :]: by_rel[r] for r in subtree}
+            rel_of_path = {by_rel[r]: r for r in subtree}
+            for item in gui_odyssey.episode_sources(list(inner), inner):
+                used.update(rel_of_path[p] for p in item.files)
+                yield EpisodeSource(
+                    item.layout, _under(folder, item.episode_id), item.source_path, item.files
+                )
+            continue
         # Only the files the layout's reader uses; anything else in the folder is reported as ignored.
         claims = _CLAIMS[layout]
         keep = [r for r in subtree if claims(r[len(prefix) :])]
@@ -273,8 +302,17 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
                 files=tuple(by_rel[_under(folder, n)] for n in keep),
             )
             continue
-        hierarchies, images = pair_screens(names)
         rel_of = {name: _under(folder, name) for name in names}
+        folder_name = _name(folder) if folder else base_name
+        if is_aitz_folder(folder_name, names):
+            keep = [n for n in names if n == f"{folder_name}.json" or (
+                files.stem_and_ext(n)[1] in IMAGE_EXTS and n.startswith(f"{folder_name}_"))]  # fmt: skip
+            used.update(rel_of[n] for n in keep)
+            yield EpisodeSource(
+                "aitz", folder or base_name, folder_path, tuple(by_rel[rel_of[n]] for n in keep)
+            )
+            continue
+        hierarchies, images = pair_screens(names)
         step_folder = ACTIONS in names or MANIFEST in names or _is_numbered(list(hierarchies))
         if step_folder and hierarchies:
             keep = [n for n in names if n in (ACTIONS, MANIFEST) or _is_screen_file(n, hierarchies)]

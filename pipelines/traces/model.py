@@ -8,11 +8,12 @@ and memory does not grow with the number of episodes.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 #: Input layouts, as written to `UiEpisode.source`.
 LAYOUTS = (
     "rico_trace", "step_folder", "single_screen", "droidbot", "android_control", "aitw", "llamatouch", "droidrun",
+    "aitz", "gui_odyssey", "android_control_json",
 )  # fmt: skip
 
 #: Action kinds a reader may emit (see schemas/actions.schema.json).
@@ -23,6 +24,9 @@ ACTION_KINDS = (
 
 #: Coordinate spaces a raw action's points may be given in.
 SPACES = ("screenshot", "hierarchy", "normalized")
+#: `RawStep.hierarchy_format` of a screenshot-only step: no hierarchy file, no objects, the screen is the
+#: screenshot (schemas/ui_episode.md, "Screenshot-only steps").
+NO_HIERARCHY = "none"
 
 
 @dataclass(frozen=True)
@@ -77,11 +81,16 @@ class RawStep:
     screenshot_path: str | None
     action: RawAction | None = None
     warnings: tuple[str, ...] = ()
-    #: `pipelines.hierarchy.FORMATS` name of the hierarchy bytes; "" = detect (XML / JSON files).
+    #: `pipelines.hierarchy.FORMATS` name of the hierarchy bytes; "" = detect (XML / JSON files); NO_HIERARCHY =
+    #: a screenshot-only step (`hierarchy_path` is then "").
     hierarchy_format: str = ""
+    _: KW_ONLY  # the fields below are named where they are given: two branches added one each, in one place
     #: The app in the foreground on this step when the trace records it beside the dump (LlamaTouch
     #: `N.activity`); "" = ask the dump (`Screen.foreground_package`) or its objects.
     foreground_package: str = ""
+    #: Step-level texts for `StepInfo.text` (field name -> text; names from pipelines.step_text.STEP_TEXT_FIELDS
+    #: except "instruction", which travels in `action.instruction`).
+    text: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -149,6 +158,10 @@ class RawEpisode:
     goal: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: Step bytes the reader derived from its layout files (an AitZ step's detector boxes as an annotation
+    #: document, an AndroidControl-JSON step's decoded screenshot), by the pseudo path its RawStep names;
+    #: read instead of a file by `ui_episode.convert_episode`.
+    blobs: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ def test_portal_state_of_a_real_dump_has_the_dumps_objects(fixtures_dir: Path) -
 
 
 def test_every_layout_row_converts_its_sample(fixtures_dir: Path, tmp_path: Path) -> None:
-    assert {"llamatouch", "droidrun"} <= {b.name for b in bench_parse.LAYOUTS}
+    assert {"llamatouch", "droidrun", "aitz", "gui_odyssey", "android_control_json"} <= {b.name for b in bench_parse.LAYOUTS}
     for bench in bench_parse.LAYOUTS:
         folder = tmp_path / bench.name
         bench.build(fixtures_dir, folder, 1)
