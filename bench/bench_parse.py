@@ -285,7 +285,7 @@ def build_android_control_json(root: Path, out: Path, episodes: int) -> None:
                "screenshot_widths": [w for _, w, _ in screens], "screenshot_heights": [h for _, _, h in screens],
                "actions": [{"action_type": "click", "x": w // 2, "y": h // 3} for _, w, h in screens[:-1]],
                "step_instructions": [f"tap item {i}" for i in range(len(screens) - 1)]}  # fmt: skip
-        (out / f"episode_{e}.json").write_text(json.dumps(doc))
+        (out / f"episode_{7000 + 7 * e}.json").write_text(json.dumps(doc))  # numbered 0..n-1: a step folder
 
 
 def _bare_file(path: Path) -> object:
@@ -298,7 +298,12 @@ def _bare_file(path: Path) -> object:
     if suffix == ".xml":
         return etree.fromstring(data)
     if suffix in (".json", ".vh"):
-        return json.loads(data)
+        doc = json.loads(data)
+        if isinstance(doc, dict) and isinstance(doc.get("screenshots"), list):  # AndroidControl JSON: its images
+            for shot in doc["screenshots"]:
+                with Image.open(io.BytesIO(base64.b64decode(shot))) as im:
+                    im.load()
+        return doc
     return data.decode("utf-8", "replace").splitlines()  # eventStructs.txt, instruction.txt, N.activity
 
 
