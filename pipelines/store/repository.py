@@ -742,7 +742,7 @@ class Repository(StudyRoles):
         exactly `num_steps` steps.
         """
         last = row.num_steps
-        if last and row.storage_kind is None and (row.meta or {}).get("kind") == "ui":
+        if last and row.storage_kind is None and row.kind == "ui":
             last -= 1
         if index < 0 or (row.num_steps and index > last):
             raise StoreError(
