@@ -15,7 +15,7 @@ same order (`cursor_at`), once.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -241,3 +241,22 @@ def grouped(s: Session, q: EpisodeQuery, column: Any) -> dict[Any, int]:
 def states(s: Session, q: EpisodeQuery) -> dict[int, int]:
     """Matching episodes per state (one GROUP BY)."""
     return {int(state): n for state, n in grouped(s, q, EpisodeRow.state).items()}
+
+
+def search_ids(s: Session, text: str, study_id: str | None, limit: int) -> list[str]:
+    """Up to `limit` ids of a picker (Replay, Export): the newest episodes (of the study) when `text` is empty,
+    else those whose id starts with `text` (a range of the primary key) and then those whose notes contain it
+    (the partial index of annotated episodes). Bounded whatever the study's size; INVALID sessions left out."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise StoreError(f"a picker shows 1 to {MAX_PAGE} episodes, not {limit}")
+    text = text.strip()
+    q = EpisodeQuery(study_id=study_id)
+    if not text:
+        return [i for i, _ in page_ids(s, q, Sort("registered", True), None, limit)]
+    prefix = where(sa.select(EpisodeRow.id), q).where(EpisodeRow.id >= text, EpisodeRow.id < text + "\U0010ffff")
+    found = list(s.scalars(prefix.order_by(EpisodeRow.id).limit(limit)))
+    if len(found) < limit:
+        noted = where(sa.select(EpisodeRow.id), replace(q, notes_query=text))
+        noted = noted.order_by(EpisodeRow.registered_time.desc(), EpisodeRow.id.desc()).limit(limit)
+        found += [i for i in s.scalars(noted) if i not in found][: limit - len(found)]
+    return found

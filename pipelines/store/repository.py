@@ -666,6 +666,21 @@ class Repository(StudyRoles):
             by_id = {row.id: row for row in rows}
             return [(mapping.episode_proto(by_id[i]), cursor) for i, cursor in ids if i in by_id]
 
+    def find_episodes(self, text: str, *, study_id: str | None = None, limit: int = 50) -> list[Episode]:
+        """A picker's episodes (`listing.search_ids`): newest first, or by id prefix, then notes text; at most
+        `limit`, tags included."""
+        with self._read() as s:
+            ids = listing.search_ids(s, text, study_id, limit)
+            if not ids:
+                return []
+            rows = s.scalars(
+                sa.select(EpisodeRow)
+                .where(EpisodeRow.id.in_(ids))
+                .options(selectinload(EpisodeRow.tags), selectinload(EpisodeRow.step_tags))
+            ).all()
+            by_id = {row.id: row for row in rows}
+            return [mapping.episode_proto(by_id[i]) for i in ids if i in by_id]
+
     def count_episodes(self, q: EpisodeQuery) -> int:
         """How many episodes match (aggregates only)."""
         with self._read() as s:

@@ -1,0 +1,97 @@
+"""The Replay and Export pages' episode pickers on a study of 1,200 episodes: at most PICKER_SIZE options (the
+newest), an id prefix or notes text finds any episode, and no call lists the study (the pages before offered
+every episode of the store as an option)."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from annotator.operations import PICKER_SIZE, Operations, ref_key, ref_of
+from pipelines.store import Repository, open_store
+from protos.rlds_creator import study_pb2
+from tests.annotator.annotator_data import ALICE, ENV_ID, procgen_study_spec
+
+APP = "../../annotator/app.py"
+N = 1200
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """A study of N registered episodes (rows only: the pickers never open one); one has notes."""
+    data_dir = tmp_path_factory.mktemp("pickers")
+    repo = open_store(None, data_dir)
+    study = repo.create_study(procgen_study_spec(), ALICE)
+    session = repo.create_session(study.id, ALICE)
+    episodes = []
+    for i in range(N):
+        e = study_pb2.Episode(id=f"ep{i:05d}", study_id=study.id, session_id=session.id, environment_id=ENV_ID,
+                              state=study_pb2.Episode.STATE_COMPLETED, num_steps=10)  # fmt: skip
+        e.user.email = ALICE
+        e.metadata.update({"kind": "env"})
+        episodes.append(e)
+    added = repo.add_episodes(episodes)
+    repo.set_notes(Repository.ref(added[17]), "the agent gets STUCK at the ladder", ALICE)
+    yield data_dir, repo, added
+    repo.close()
+
+
+@pytest.fixture
+def no_listing(big, monkeypatch):
+    """Listing a whole study fails the test (what the pickers did before)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a picker listed every episode")
+
+    monkeypatch.setattr(Repository, "list_episodes", refuse)
+
+
+def test_find_episodes_is_bounded_and_finds_by_id_and_notes(big, no_listing):
+    data_dir, repo, added = big
+    ops = Operations(repo, data_dir, ALICE)
+    newest = [m.episode.id for m in ops.find_episodes("").episodes]
+    assert newest == [f"ep{i:05d}" for i in range(N - 1, N - 1 - PICKER_SIZE, -1)]
+    assert [m.episode.id for m in ops.find_episodes("ep0003").episodes] == [f"ep0003{i}" for i in range(10)]
+    assert [m.episode.id for m in ops.find_episodes("stuck at").episodes] == ["ep00017"]
+    assert ops.find_episodes("no such thing").episodes == []
+
+
+def _page(big, monkeypatch, page: str) -> AppTest:
+    data_dir, _, _ = big
+    monkeypatch.setenv("STEPMARK_DATA", str(data_dir))
+    monkeypatch.setenv("STEPMARK_USER", ALICE)
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page(page)
+    return at.run()
+
+
+def test_replay_picker_offers_at_most_a_page_and_searches(big, no_listing, monkeypatch):
+    _, _, added = big
+    at = _page(big, monkeypatch, "views/replay.py")
+    assert not at.exception, at.exception
+    assert len(at.selectbox(key="replay_pick").options) == PICKER_SIZE
+    at.text_input(key="replay_find").set_value("ep00999").run()
+    options = at.selectbox(key="replay_pick").options
+    assert len(options) == 1 and options[0].endswith("ep00999")
+    at.selectbox(key="replay_pick").set_value(ref_key(ref_of(added[999]))).run()
+    assert at.query_params["episode"] == ref_key(ref_of(added[999]))
+
+
+def test_export_picker_keeps_the_handed_over_selection_and_offers_a_page(big, no_listing, monkeypatch):
+    _, _, added = big
+    data_dir = big[0]
+    monkeypatch.setenv("STEPMARK_DATA", str(data_dir))
+    monkeypatch.setenv("STEPMARK_USER", ALICE)
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    handed = [ref_key(ref_of(e)) for e in added[:300]]  # "Export selected" on the Episodes page
+    at.session_state["export_refs"] = [*handed, "nostudy/nosession/gone"]
+    at.switch_page("views/export.py")
+    at.run()
+    assert not at.exception, at.exception
+    pick = at.multiselect(key="export_pick")
+    assert pick.value == handed  # the episode that is gone is left out
+    assert len(pick.options) == 300 + PICKER_SIZE
+    assert "300 episode(s) selected, from 1 study(ies)" in [c.value for c in at.caption]
+    at.text_input(key="export_find").set_value("stuck").run()
+    options = at.multiselect(key="export_pick").options  # labels; ep00017 is chosen already: no new option
+    assert len(options) == 300 and options[17].endswith("· ep00017")
