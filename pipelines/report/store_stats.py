@@ -60,20 +60,26 @@ def import_folders(repo: Repository, study_id: str, data_dir: str | Path | None)
     session names every folder: a look-up per session on the session index (sessions are few), not a read of
     every episode's metadata. UI episodes without a session (registered directly) are read as they are."""
     shard = EpisodeRow.meta[("ui_record", "shard")].as_string()  # one JSON path: one read of the JSON
-    ui = sa.and_(EpisodeRow.kind == UI, shard.is_not(None))
     first_of_session = (
-        sa.select(shard).where(EpisodeRow.session_id == SessionRow.id, ui).limit(1).scalar_subquery()
+        sa.select(shard)
+        .where(EpisodeRow.session_id == SessionRow.id, EpisodeRow.kind == UI, shard.is_not(None))
+        .limit(1)
+        .scalar_subquery()
     )
     with Session(repo.engine) as s, s.begin():
         sessions = sa.select(first_of_session).where(  # INVALID sessions' episodes are left out, as listed
             SessionRow.study_id == study_id, SessionRow.state != study_pb2.Session.STATE_INVALID
         )
         shards = set(s.scalars(sessions))
-        shards.update(
-            s.scalars(
-                sa.select(shard).distinct().where(EpisodeRow.session_id.is_(None), EpisodeRow.study_id == study_id, ui)
-            )
+        # Without a session: from the session index (NULLs are indexed); the study and kind as plain conditions,
+        # which no index serves (SQLite otherwise walked the study's (study_id, kind) range: 4.6 s at 1M).
+        unsessioned = sa.select(shard).distinct().where(
+            EpisodeRow.session_id.is_(None),
+            sa.func.coalesce(EpisodeRow.study_id, EpisodeRow.study_id) == study_id,
+            sa.func.coalesce(EpisodeRow.kind, EpisodeRow.kind) == UI,
+            shard.is_not(None),
         )
+        shards.update(s.scalars(unsessioned))
     folders = set()
     for shard_path in shards - {None}:
         path = str(shard_path)

@@ -430,6 +430,14 @@ def _v8_episode_kind(conn: Connection) -> None:
         .values(kind=value)
     )
     conn.execute(sa.text("CREATE INDEX ix_episodes_study_kind ON episodes (study_id, kind, id)"))
+    # Fresh statistics for the new index and column, in the same transaction: without them SQLite took the new
+    # index for every `study_id = ?` query (it has no figures for it) and read each row through it (a GROUP BY
+    # state over a 1M-episode study: 0.3 -> 5.6 s).
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("PRAGMA analysis_limit = 1000")
+        conn.exec_driver_sql("ANALYZE episodes")
+    elif conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("ANALYZE episodes")
 
 
 MIGRATIONS: tuple[Migration, ...] = (

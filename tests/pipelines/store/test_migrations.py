@@ -290,6 +290,12 @@ def test_upgrade_from_v7_backfills_episode_kind(store_url: str | None, data_dir:
             "e-object": None,
         }  # fmt: skip
         assert indexes["ix_episodes_study_kind"] == ["study_id", "kind", "id"]
+        with repo.engine.connect() as conn:  # the planner has figures for the new index and column at once
+            if conn.dialect.name == "sqlite":
+                stats = conn.execute(sa.text("SELECT stat FROM sqlite_stat1 WHERE idx = 'ix_episodes_study_kind'"))
+            else:
+                stats = conn.execute(sa.text("SELECT 1 FROM pg_stats WHERE tablename = 'episodes' AND attname = 'kind'"))
+            assert stats.all()
         episodes = {e.id: e for e in repo.list_episodes(study_id="s1")}
         assert set(episodes) == set(metas)  # nothing lost, metadata untouched
         assert episodes["e-ui"].metadata["ui_record"]["offset"] == 7 and episodes["e-number"].metadata["kind"] == 3
