@@ -367,7 +367,7 @@ def progress(repo: Repository, study_id: str) -> QueueProgress:
     with _read(repo) as s:
         config = _config(s, study_id)
         q = queue_query(config)
-        count = listing.count(s, q)
+        count = repo.count_episodes(q)  # the Episodes page counted the same study: remembered (listing.Counts)
         done = (
             sa.select(QueueAssignmentRow.episode_id, sa.func.count().label("n"))
             .where(QueueAssignmentRow.study_id == study_id, QueueAssignmentRow.state == DONE)

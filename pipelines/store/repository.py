@@ -109,6 +109,7 @@ class Repository(StudyRoles):
     """Studies, sessions, episodes, tags and the audit log, over one SQLAlchemy engine."""
 
     def __init__(self, engine: Engine, data_dir: str | Path | None = None) -> None:
+        self._counts = listing.Counts()
         self.engine = engine
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self._write_engine = engine.execution_options(**{WRITE: True})
@@ -682,9 +683,9 @@ class Repository(StudyRoles):
             return [mapping.episode_proto(by_id[i]) for i in ids if i in by_id]
 
     def count_episodes(self, q: EpisodeQuery) -> int:
-        """How many episodes match (aggregates only)."""
+        """How many episodes match (aggregates only; remembered until the store changes, `listing.Counts`)."""
         with self._read() as s:
-            return listing.count(s, q)
+            return self._counts.count(s, q)
 
     def episode_cursor(self, q: EpisodeQuery, sort: Sort, offset: int) -> Cursor | None:
         """The cursor that starts the page beginning at row `offset` of the list (jump to a page)."""
