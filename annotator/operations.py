@@ -427,16 +427,15 @@ class Operations:
         plan = episode_files(episode, self.data_dir)
         if not plan.remove:
             return plan
-        others = [
-            p
-            for other in self.repo.list_episodes(study_id=episode.study_id, include_invalid_sessions=True)
-            if other.id != episode.id
-            for p in episode_files(other, self.data_dir).remove
-        ]
+        shared_paths: set[Path] = set()  # streamed: the study's other episodes with files, storage columns only
+        for other in self.repo.iter_stored(episode.study_id):
+            if other.id == episode.id:
+                continue
+            for o in episode_files(other, self.data_dir).remove:
+                shared_paths.update(p for p in plan.remove if o == p or p in o.parents or o in p.parents)
         kept = FilesPlan(keep=list(plan.keep))
         for path in plan.remove:
-            shared = [o for o in others if o == path or path in o.parents or o in path.parents]
-            if shared:
+            if path in shared_paths:
                 kept.keep.append(f"{path} is shared with another episode: not removed")
             else:
                 kept.remove.append(path)

@@ -667,6 +667,25 @@ class Repository(StudyRoles):
             by_id = {row.id: row for row in rows}
             return [(mapping.episode_proto(by_id[i]), cursor) for i, cursor in ids if i in by_id]
 
+    def iter_stored(self, study_id: str, batch: int = listing.BATCH) -> Iterator[Episode]:
+        """The study's episodes that have files of their own (envlogger or Pickle storage), as protos holding only
+        their id and storage, `batch` rows at a time: what deleting one episode checks for shared files. UI
+        episodes (no storage) are not read at all."""
+        columns = (EpisodeRow.id, EpisodeRow.storage_kind, EpisodeRow.storage_tag_directory,
+                   EpisodeRow.storage_index, EpisodeRow.storage_pickle_path)  # fmt: skip
+        query = sa.select(*columns).where(EpisodeRow.study_id == study_id, EpisodeRow.storage_kind.is_not(None))
+        with self._read() as s:
+            for episode_id, kind, directory, index, pickle_path in s.execute(
+                query.execution_options(yield_per=batch)
+            ):
+                episode = Episode(id=episode_id)
+                if kind == "environment_logger":
+                    episode.storage.environment_logger.tag_directory = directory or ""
+                    episode.storage.environment_logger.index = index or 0
+                elif kind == "pickle":
+                    episode.storage.pickle.path = pickle_path or ""
+                yield episode
+
     def find_episodes(self, text: str, *, study_id: str | None = None, limit: int = 50) -> list[Episode]:
         """A picker's episodes (`listing.search_ids`): newest first, or by id prefix, then notes text; at most
         `limit`, tags included."""

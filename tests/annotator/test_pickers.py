@@ -95,3 +95,28 @@ def test_export_picker_keeps_the_handed_over_selection_and_offers_a_page(big, no
     at.text_input(key="export_find").set_value("stuck").run()
     options = at.multiselect(key="export_pick").options  # labels; ep00017 is chosen already: no new option
     assert len(options) == 300 and options[17].endswith("· ep00017")
+
+
+def test_files_of_reads_only_the_episodes_with_files(big, no_listing):
+    """Deleting one episode checks for shared files against the study's episodes that have files (storage
+    columns, streamed), not a listing of the whole study; a folder another episode uses is kept."""
+    data_dir, repo, _ = big
+    study_id = repo.list_studies()[0].id
+    session = repo.list_sessions(study_id)[0]
+    for folder in ("shared/dir", "own/dir"):
+        (data_dir / folder).mkdir(parents=True)
+    registered = []
+    for i, folder in enumerate(("shared/dir", "shared/dir", "own/dir")):
+        e = study_pb2.Episode(study_id=study_id, session_id=session.id, environment_id=ENV_ID, num_steps=3,
+                              state=study_pb2.Episode.STATE_COMPLETED)  # fmt: skip
+        e.user.email = ALICE
+        e.storage.environment_logger.tag_directory = folder
+        e.storage.environment_logger.index = i
+        registered.append(repo.add_episode(e))
+    ops = Operations(repo, data_dir, ALICE)
+    shared = ops.files_of(ref_of(registered[0]))
+    assert shared.remove == [] and shared.keep == [f"{(data_dir / 'shared/dir').resolve()} is shared with another "
+                                                   "episode: not removed"]  # fmt: skip
+    own = ops.files_of(ref_of(registered[2]))
+    assert own.remove == [(data_dir / "own/dir").resolve()] and own.keep == []
+    assert sum(1 for _ in repo.iter_stored(study_id)) == 3  # of 1,203 episodes
