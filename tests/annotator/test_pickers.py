@@ -120,3 +120,28 @@ def test_files_of_reads_only_the_episodes_with_files(big, no_listing):
     own = ops.files_of(ref_of(registered[2]))
     assert own.remove == [(data_dir / "own/dir").resolve()] and own.keep == []
     assert sum(1 for _ in repo.iter_stored(study_id)) == 3  # of 1,203 episodes
+
+
+def test_tag_options_are_read_once_for_every_session_of_a_server(big, monkeypatch):
+    """The Episodes page's Tag filter options read every tag of each study; each reload of the page is a new
+    session, so they are kept per store for all sessions (TAGS_TTL_S), not per session."""
+    import streamlit as st
+
+    data_dir, repo, added = big
+    repo.add_episode_tag(ref_of(added[5]), "ladder", ALICE)
+    calls: list[str] = []
+    original = Repository.recent_tags
+
+    def counted(self, study_id, limit=10):  # noqa: ANN001, ANN202
+        calls.append(study_id)
+        return original(self, study_id, limit=limit)
+
+    monkeypatch.setattr(Repository, "recent_tags", counted)
+    st.cache_data.clear()  # the page runs as a script: its cached function is not this module's
+    monkeypatch.setenv("STEPMARK_DATA", str(data_dir))
+    monkeypatch.setenv("STEPMARK_USER", ALICE)
+    for _ in range(2):  # two browser sessions (a reload)
+        at = AppTest.from_file(APP, default_timeout=120).run()
+        assert not at.exception, at.exception
+        assert "ladder" in at.selectbox(key="f_tag").options
+    assert len(calls) == 1
