@@ -118,7 +118,11 @@ def _errno_suffix(exc: BaseException, database: str | None = None) -> str:
     line = io_error_line(cause, database) if cause is not None else None
     if line is None or "errno" in str(exc):
         return ""
-    return line[line.rindex(" (") :]
+    suffix = line[line.rindex(" (") :]  # " (ENOSPC, errno 28)"
+    number = int(suffix.rsplit(" ", 1)[1].rstrip(")"))
+    if os.strerror(number) not in str(exc):  # SQLite's "disk I/O error" for a WAL file that could not grow
+        suffix = f" ({os.strerror(number)}, {suffix[2:]}"
+    return suffix
 
 
 def _database_of(args: argparse.Namespace) -> str | None:

@@ -255,12 +255,16 @@ def test_record_on_a_full_disk_is_one_line(tmp_path: Path) -> None:
         "  - {id: coinrun, name: CoinRun, sync: true, max_episode_steps: 200,\n"
         "     procgen: {id: coinrun, distribution_mode: DISTRIBUTION_EASY, rand_seed: 7}}\n"
     )
-    for size in ("300k", "3m"):  # the store fills first / the episode files (or the store) fill later
+    # The store fills first (the disk filled up once the study exists: the store's size grows with its schema, so
+    # no fixed disk size keeps this case) / the episode files (or the store) fill later.
+    for size, fill in (("1m", True), ("3m", False)):
         with small_disk(tmp_path / f"disk{size}", size) as disk:
             data = disk / "data"
             created = run_cli("study", "create", str(spec), "--data", str(data))
             assert created.returncode == 0, created.stderr[-2000:]
             study = created.stdout.strip().splitlines()[-1]
+            if fill:
+                _fill(disk)
             done = run_cli("record", "--data", str(data), "--study", study, "--env", "coinrun", "--episodes", "40",
                            "--policy", "random")  # fmt: skip
             assert done.returncode != 0
