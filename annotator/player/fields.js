@@ -45,8 +45,10 @@ class StepFields {
   }
 
   // True when a key press belongs to the form (the player then leaves it alone).
+  // (The player lives in a shadow root: at the document an event's target is the host, so the path is read.)
   owns(e) {
-    return !!this.form && this.form.contains(e.target);
+    const target = e.composedPath ? e.composedPath()[0] : e.target;
+    return !!this.form && target instanceof Node && this.form.contains(target);
   }
 
   focus() {
@@ -95,8 +97,8 @@ class StepFields {
     const body = this.byStep.get(step);
     if (!body) return;
     this.box.hidden = !body.fields.length;
-    const focused = document.activeElement && this.form.contains(document.activeElement)
-      ? document.activeElement.dataset.field : null;
+    const active = this.form.getRootNode().activeElement;
+    const focused = active && this.form.contains(active) ? active.dataset.field : null;
     if (this.formStep !== step) {
       this.shownAt = performance.now();
       this.sent = new Map();
@@ -110,6 +112,8 @@ class StepFields {
       || (focused ? this.form.querySelector(`[data-control][data-field="${CSS.escape(focused)}"]`) : null);
     this.wantFocus = false;
     if (again) again.focus();
+    // The next step's form is read now, so "save and next step" shows it at once (never the keys' wait).
+    if (step + 1 < this.p.n && !this.byStep.has(step + 1)) this.load(step + 1, false);
   }
 
   field(f, body) {
