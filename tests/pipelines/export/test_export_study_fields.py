@@ -108,3 +108,34 @@ def test_each_mode_on_parquet_and_envlogger(annotated, tmp_path: Path) -> None:
     assert custom[1]["field:step_instruction:origin"] == "accepted"
     assert np.asarray(custom[2]["field:problems"]).tolist() == [True, False, True]
     assert custom[2]["field:confidence"] == 4.0 and bool(custom[0]["field:task_success"]) is True
+
+
+def test_minari_infos_carry_the_fields(annotated, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    minari = pytest.importorskip("minari")
+    request = export.ExportRequest(data_dir=str(annotated["data_dir"]), out=str(tmp_path / "fields-v0"),
+                                   format="minari", study_id=annotated["episode"].study_id, annotations="consensus",
+                                   ui_objects="padded:16")  # fmt: skip
+    assert not export.export_episodes(request).dead_letters
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    ds = minari.load_dataset("fields-v0")
+    fields = {d["name"] for d in ds.storage.metadata["stepmark_export"]["study_fields"]}
+    assert "action_correct" in fields and "old_field" in fields
+    (ep,) = [e for e in ds.iterate_episodes()]
+    infos = ep.infos
+    assert infos["field:step_instruction"][1] == b"open the menu"  # HDF5 text comes back as UTF-8 bytes
+    assert infos["field:step_instruction:origin"][1] == b"accepted"
+    assert np.asarray(infos["field:problems"][2]).tolist() == [True, False, True]
+    assert float(infos["field:confidence"][2]) == 4.0 and bool(infos["field:task_success"][0]) is True
+
+
+@pytest.mark.tfds
+def test_tfds_features_carry_the_fields(annotated, tmp_path: Path) -> None:
+    from tests.pipelines.export.readback import read_tfds
+
+    out = _export(annotated, tmp_path / "t", "tfds", "consensus")
+    (episode,) = [e for e in read_tfds(out) if e["episode_id"].decode() == annotated["episode"].id]
+    steps = episode["steps"]
+    assert steps[1]["field:step_instruction"] == b"open the menu"
+    assert steps[1]["field:step_instruction:origin"] == b"accepted"
+    assert steps[2]["field:problems"].tolist() == [True, False, True]
+    assert steps[2]["field:confidence"] == 4.0 and bool(steps[0]["field:task_success"]) is True
