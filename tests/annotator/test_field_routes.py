@@ -16,6 +16,7 @@ from pipelines.store import field_values as fv
 from pipelines.store import open_store
 from pipelines.store.field_defs import parse_text
 from tests.annotator.annotator_data import ALICE, BOB, import_ui_fixtures
+from tests.pipelines.export.test_export_android_control import control  # noqa: F401 (a fixture used here)
 
 pytestmark = pytest.mark.slow
 FIELDS = """
@@ -95,3 +96,26 @@ def test_bad_values_and_requests_are_refused_in_plain_words(world):
         **auth(), "content-type": "text/plain"})  # fmt: skip
     assert r.status_code == 415
     assert client.get(url(episode, 1)).status_code == 401
+
+
+def test_a_converted_step_instruction_is_the_suggestion(control, tmp_path):  # noqa: F811 (the fixture)
+    """An AndroidControl episode (written from real fixture screens, converted by convert-ui): the study field
+    named `instruction` suggests each step's instruction (pipelines/step_text.py); keeping it is `accepted`."""
+    repo = open_store(None, control.data_dir)
+    study = repo.get_study(control.study_id)
+    fv.define(repo, study.id, parse_text(FIELDS, "f.yaml"), study.creator.email)
+    (episode,) = repo.list_episodes(study_id=study.id)
+    settings = context.Settings(data_dir=control.data_dir, store=None, user=None)
+    app = Starlette(routes=field_routes.routes(settings),
+                    middleware=[Middleware(guard.OriginGuard, allowed_hosts=guard.LOOPBACK_NAMES)])  # fmt: skip
+    expected = control.record.actions[1].instruction
+    assert expected == "Scroll down to the settings \u2713"
+    with TestClient(app, base_url="http://127.0.0.1:8501") as client:
+        form = client.get(url(episode, 1), headers=auth()).json()
+        assert form["suggestions"] == {"instruction": [{"source": "episode", "value": expected}]}
+        reply = client.post(url(episode, 1), json={"field": "instruction", "value": expected}, headers=auth()).json()
+        assert reply["message"] == "Saved instruction on step 1 (accepted)"
+        reply = client.post(url(episode, 1), json={"field": "instruction", "value": "Scroll to settings"},
+                            headers=auth(BOB)).json()  # fmt: skip
+        assert reply["message"] == "Saved instruction on step 1 (edited)"
+    repo.close()
