@@ -391,7 +391,8 @@ _IMPORT_KEYS = {"episode", "step", "end", "field", "value", "user", "source"}
 
 
 def import_values(repo: Any, study_id: str, path: str | Path, actor: str) -> ImportResult:
-    """Import `path` (JSON lines: {"episode", "step" (or null), "end"?, "field", "value", "user" | "source"}):
+    """Import `path` (JSON lines: {"episode", "step" (or null), "end"?, "field", "value", "user" | "source"};
+    "episode" is a store episode id or, for a UI study, the converted episode's own id):
     lines with `source` become suggestions of that source, lines with `user` values of that annotator (origin
     `imported`). Every line is checked first; any invalid line refuses the whole file (naming the line),
     nothing imported. A line replaces an earlier import of the same source/user at the same place."""
@@ -439,6 +440,14 @@ def import_values(repo: Any, study_id: str, path: str | Path, actor: str) -> Imp
         for i in range(0, len(ids), _CHUNK):
             for r in s.scalars(sa.select(EpisodeRow).where(EpisodeRow.id.in_(ids[i : i + _CHUNK]))):
                 rows[r.id] = r
+        # an id that is no store id may be a converted episode's own id (`UiEpisode.episode_id`, as
+        # `stepmark inspect` shows it): the study's episode imported from that record
+        others = [e for e in ids if e not in rows]
+        for i in range(0, len(others), _CHUNK):
+            keys = {f"ui:{e}": e for e in others[i : i + _CHUNK]}
+            query = sa.select(EpisodeRow).where(EpisodeRow.study_id == study_id, EpisodeRow.source_key.in_(keys))
+            for r in s.scalars(query):
+                rows[keys[r.source_key]] = r
         for number, item in checked:
             row = rows.get(item["episode_id"])
             if row is None or row.study_id != study_id:
@@ -451,6 +460,7 @@ def import_values(repo: Any, study_id: str, path: str | Path, actor: str) -> Imp
         n_values = n_suggestions = 0
         time = now()
         for _, item in checked:
+            item["episode_id"] = rows[item["episode_id"]].id
             keys = {k: item[k] for k in ("episode_id", "field", "step_index", "end_index")}
             if item["who"] == "source":
                 s.execute(sa.delete(FieldSuggestionRow).filter_by(**keys, source=item["name"]))
