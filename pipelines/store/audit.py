@@ -111,7 +111,7 @@ def describe(entry: AuditEntry, episode_label: str | None = None) -> str:
         where = episode_label or f"episode {_short(entry.episode_id)}"
         return f"{prefix}{grounding.describe(action, value, entry.step_index)} ({where})"
     if action.startswith("field."):  # study fields (issue 26) say themselves what they are
-        value = original.after if action == field_actions.SET else original.before
+        value = original.before if action == field_actions.CLEAR else original.after
         where = episode_label or f"episode {_short(entry.episode_id)}"
         return f"{prefix}{field_actions.describe(action, value, entry.step_index)} ({where})"
     side = original.after or original.before or {}

@@ -30,4 +30,8 @@ def describe(action: str, value: dict[str, Any] | None, step: int | None) -> str
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
     if action == CLEAR:
         return f"field {value.get('field')!r} cleared on {where(value)}"
+    if action == ADJUDICATE:
+        return f"consensus of field {value.get('field')!r} set to {shown!r} on {where(value)}"
+    if action == IMPORT:
+        return f"{value.get('values')} field value(s) and {value.get('suggestions')} suggestion(s) imported"
     return f"field {value.get('field')!r} set to {shown!r} on {where(value)}"

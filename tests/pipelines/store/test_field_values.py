@@ -170,3 +170,14 @@ def test_import_refuses_the_whole_file_on_one_bad_line(repo: Repository, ui, tmp
     # the imported suggestion decides the origin of an annotator's value at that place
     assert fv.set_value(repo, ref, "step_instruction", ALICE, "tap OK", step=0).origin == "accepted"
     assert fv.set_value(repo, ref, "step_instruction", BOB, "tap Cancel", step=0).origin == "edited"
+
+
+def test_audit_entries_read_in_plain_words(repo: Repository, ui) -> None:
+    study_id, ref = ui
+    fv.set_value(repo, ref, "problems", ALICE, ["slow"], step=2, end=4)
+    fv.set_value(repo, ref, "task_success", ALICE, False)
+    fv.adjudicate(repo, ref, "task_success", ALICE, True)
+    words = [describe(e) for e in repo.audit_log(ref)][:3]
+    assert words[0].startswith("consensus of field 'task_success' set to 'True' on the episode")
+    assert words[1].startswith("field 'task_success' set to 'False' on the episode")
+    assert words[2].startswith("field 'problems' set to \"['slow']\" on steps 2–4")
