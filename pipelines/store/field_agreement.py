@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,6 +28,7 @@ from rapidfuzz.distance import Levenshtein
 from pipelines.store import field_values as fv
 from pipelines.store.field_defs import FieldDef
 
+MAX_DISTINCT = 1500  # above this many distinct values, D_e is estimated from a sample (see alpha_with)
 TEXT_DISPUTED = 0.8  # a text unit whose mean pairwise similarity is below this is listed as disputed
 METRICS = {"choice": "nominal", "boolean": "nominal", "number": "interval", "multi_choice": "jaccard",
            "text": "normalised edit distance"}  # fmt: skip
@@ -71,7 +73,11 @@ def text_distance(a: Any, b: Any) -> float:
 def alpha_with(units: Sequence[Sequence[Any]], distance: Callable[[Any, Any], float]) -> float | None:
     """Krippendorff's alpha for any distance (pairable values: units with two or more values):
     1 - D_o / D_e, D_o the mean distance within units (each unit weighted by 1/(m_u - 1)), D_e the mean over
-    every pair of pairable values. None when undefined (no pairable values, or D_e = 0)."""
+    every pair of pairable values. None when undefined (no pairable values, or D_e = 0).
+
+    D_e is computed over the distinct values weighted by their counts (exact, and quick when values repeat:
+    choices, option sets); with more than MAX_DISTINCT distinct values (free text) it is estimated from the
+    pairs of a seeded random sample of MAX_DISTINCT values (the same figure on every run)."""
     pairable = [list(u) for u in units if len(u) >= 2]
     values = [v for u in pairable for v in u]
     n = len(values)
@@ -80,7 +86,18 @@ def alpha_with(units: Sequence[Sequence[Any]], distance: Callable[[Any, Any], fl
     observed = sum(
         sum(distance(a, b) for a, b in itertools.permutations(u, 2)) / (len(u) - 1) for u in pairable
     ) / n
-    expected = sum(distance(a, b) for a, b in itertools.permutations(values, 2)) / (n * (n - 1))
+    counts: dict[Any, list[Any]] = {}
+    for v in values:
+        counts.setdefault(_key(v), [v, 0])[1] += 1
+    if len(counts) <= MAX_DISTINCT:
+        distinct = list(counts.values())
+        expected = 2 * sum(
+            na * nb * distance(a, b) for (a, na), (b, nb) in itertools.combinations(distinct, 2)
+        ) / (n * (n - 1))
+    else:
+        sample = random.Random(0).sample(values, MAX_DISTINCT)
+        m = len(sample)
+        expected = 2 * sum(distance(a, b) for a, b in itertools.combinations(sample, 2)) / (m * (m - 1))
     if expected == 0:
         return None
     return 1.0 - observed / expected

@@ -457,21 +457,25 @@ def import_values(repo: Any, study_id: str, path: str | Path, actor: str) -> Imp
                     repo._check_step(row, index)
             except StoreError as exc:
                 raise StoreError(f"{path}:{number}: {exc}") from None
-        n_values = n_suggestions = 0
         time = now()
-        for _, item in checked:
+        slots: dict[tuple[str, ...], dict[str, dict[str, Any]]] = {"source": {}, "user": {}}
+        for _, item in checked:  # a later line for the same place and author replaces an earlier one
             item["episode_id"] = rows[item["episode_id"]].id
-            keys = {k: item[k] for k in ("episode_id", "field", "step_index", "end_index")}
-            if item["who"] == "source":
-                s.execute(sa.delete(FieldSuggestionRow).filter_by(**keys, source=item["name"]))
-                s.add(FieldSuggestionRow(**keys, source=item["name"], value=item["value"], created_time=time))
-                n_suggestions += 1
-            else:
-                s.execute(sa.delete(FieldValueRow).filter_by(**keys, user=item["name"]))
-                s.add(FieldValueRow(**keys, user=item["name"], value=item["value"], origin="imported",
-                                    created_time=time))  # fmt: skip
-                n_values += 1
-            s.flush()
+            key = (item["episode_id"], item["field"], item["name"], item["step_index"], item["end_index"])
+            slots[item["who"]][key] = item
+        for who, model, author in (("source", FieldSuggestionRow, "source"), ("user", FieldValueRow, "user")):
+            items = list(slots[who].values())
+            columns = (model.episode_id, model.field, getattr(model, author), model.step_index, model.end_index)
+            for i in range(0, len(items), _CHUNK):  # replace what an earlier import put at these places
+                chunk = list(slots[who])[i : i + _CHUNK]
+                s.execute(sa.delete(model).where(sa.tuple_(*columns).in_(chunk)))
+            extra = {"origin": "imported"} if who == "user" else {}
+            rows_out = [{"episode_id": it["episode_id"], "field": it["field"], author: it["name"],
+                         "step_index": it["step_index"], "end_index": it["end_index"], "value": it["value"],
+                         "created_time": time, **extra} for it in items]  # fmt: skip
+            for i in range(0, len(rows_out), _CHUNK):
+                s.execute(sa.insert(model), rows_out[i : i + _CHUNK])
+        n_values, n_suggestions = len(slots["user"]), len(slots["source"])
         repo._audit(s, actor, field_actions.IMPORT, study_id=study_id,
                     after={"file": str(path), "values": n_values, "suggestions": n_suggestions})  # fmt: skip
     return ImportResult(n_values, n_suggestions)

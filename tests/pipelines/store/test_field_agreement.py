@@ -52,3 +52,19 @@ def test_each_kind_gets_its_measure_and_disputes_are_listed() -> None:
     (dispute,) = got.disputed
     assert dispute.step == 1 and dispute.similarity < fa.TEXT_DISPUTED
     assert math.isclose(got.similarity, (1 + dispute.similarity) / 2)
+
+
+def test_many_distinct_texts_estimate_the_expected_distance_from_a_seeded_sample(monkeypatch) -> None:
+    import random
+
+    rng = random.Random(7)
+    words = "tap open the settings menu search bar type pizza scroll down go back".split()
+    units = []
+    for _ in range(150):
+        text = " ".join(rng.choices(words, k=5))
+        units.append([text, text if rng.random() < 0.7 else " ".join(rng.choices(words, k=5))])
+    exact = fa.alpha_with(units, fa.text_distance)
+    monkeypatch.setattr(fa, "MAX_DISTINCT", 120)  # fewer than the ~250 distinct texts: sampled
+    sampled = fa.alpha_with(units, fa.text_distance)
+    assert sampled == fa.alpha_with(units, fa.text_distance)  # the same figure every time
+    assert sampled != exact and abs(sampled - exact) < 0.05
