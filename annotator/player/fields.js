@@ -16,6 +16,7 @@ class StepFields {
     this.formStep = null; // the step whose values the form shows; null while that step's form loads
     this.shownAt = performance.now();
     this.sent = new Map(); // field -> JSON of the value last sent for formStep (no double saves)
+    this.loading = new Map(); // step -> true while its form is being read
     this.wantFocus = false;
   }
 
@@ -65,9 +66,9 @@ class StepFields {
   showStep(step) {
     if (!this.form) return;
     if (this.byStep.has(step)) this.render(step);
-    else if (this.formStep !== null) {
+    else {
       this.formStep = null;
-      this.title.textContent = `Fields of step ${step} (loading…)`;
+      this.title.textContent = `Fields of step ${step} (loading…)`; // the step on screen, whose form this will be
       for (const c of this.controls()) c.setAttribute("aria-disabled", "true");
       this.form.classList.add("sm-f-loading");
     }
@@ -84,12 +85,17 @@ class StepFields {
       if (this.formStep !== step && this.p.cur === step) this.render(step); // never rebuilt under the typing
       return;
     }
+    if (!force && this.loading.has(step)) return; // one request per step at a time
+    this.loading.set(step, true);
     try {
       const body = await this.p.getJSON(`${this.base}/${step}`);
       this.byStep.set(step, body);
-      if (this.p.cur === step) this.render(step);
+      // A forced read (after undo/redo) redraws the form; otherwise only a form not yet on screen is drawn.
+      if (this.p.cur === step && (force || this.formStep !== step)) this.render(step);
     } catch (err) {
       this.p.say(`Could not read the fields of step ${step}: ${err.message}`, true);
+    } finally {
+      this.loading.delete(step);
     }
   }
 
@@ -293,6 +299,7 @@ class StepFields {
       const i = (f.option_keys || []).indexOf(e.key.toLowerCase());
       const options = f.kind === "boolean" ? [true, false] : f.options || [];
       if (i >= 0 && i < options.length) this.pick(f, control, options[i]);
+      else if (e.key.toLowerCase() === "f") this.focus(); // F: back to the first field, as from the player
       else handled = e.key.length === 1; // other printable keys do nothing here (never the player's)
     } else handled = false;
     if (handled) {

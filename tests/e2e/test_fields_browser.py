@@ -144,3 +144,45 @@ def test_fill_three_steps_by_keyboard_reload_export_and_agreement(server, browse
                                 + r".*" + re.escape(f"similarity {similarity:.3f} over 1 place(s)"))).wait_for(timeout=30_000)  # fmt: skip
     wait_idle(page)
     page.close()
+
+
+def test_a_form_still_loading_takes_no_value(server, browser):
+    """What you see is what you annotate: the form of step 13 is held back; the keys pressed meanwhile (F, text,
+    Enter) save nothing, on no step; once the form of step 13 is on screen, the same keys save there."""
+    url, _, repo, _, episode = server
+    page = open_replay(browser, url, episode, 10)
+    form_title(page, 10)
+    held: list = []
+    released: list = []
+
+    def hold(route, request):
+        if not released and request.method == "GET" and int(request.url.rsplit("/", 1)[1]) >= 12:
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route(re.compile(r".*/api/fields/.*/steps/\d+$"), hold)
+    page.locator(".sm-frame").click()
+    kb = page.keyboard
+    for _ in range(3):
+        kb.press("ArrowRight")
+    page.wait_for_function(f"() => ({FRAME_STEP_JS})() === 13", timeout=30_000)
+    page.locator(".sm-fields .sm-h").filter(has_text="Fields of step 13 (loading…)").wait_for(timeout=30_000)
+    kb.press("f")
+    kb.type("typed while loading")
+    kb.press("Enter")
+    player_message(page, "Not saved: the form of the step on screen is still loading")
+    page.wait_for_timeout(1000)  # a wrongly sent value would have reached the store by now
+    assert not [k for k in alices(repo, episode) if 10 <= k[1] <= 13]
+    released.append(True)
+    for route in held:
+        route.continue_()
+    form_title(page, 13)
+    kb.press("f")
+    assert page.locator('.sm-fields input[data-field="instruction"]').input_value() == ""
+    assert focused_field(page) == "instruction"
+    kb.type("the right step")
+    kb.press("Enter")
+    wait_store(lambda: alices(repo, episode).get(("instruction", 13)) == ("the right step", "scratch"))
+    assert not [k for k in alices(repo, episode) if 10 <= k[1] <= 12]
+    page.close()
