@@ -127,7 +127,9 @@ def _set(request: Request, claims: context.Claims, where: Where) -> Response:
                               seconds=seconds, suggested=suggested)  # fmt: skip
     except FieldValueError as exc:  # a value that does not fit its field: a bad request, said in plain words
         raise RequestError(str(exc)) from None
-    where_text = "the episode" if place_step is None else f"step {step}"
+    where_text = "the episode" if place_step is None else (
+        f"steps {step}–{end}" if definition.scope == "segment" and end is not None and end != step else f"step {step}"
+    )
     message = f"Cleared {name} on {where_text}" if stored is None else (
         f"Saved {name} on {where_text} ({stored.origin})"
     )

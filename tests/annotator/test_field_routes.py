@@ -119,3 +119,18 @@ def test_a_converted_step_instruction_is_the_suggestion(control, tmp_path):  # n
                             headers=auth(BOB)).json()  # fmt: skip
         assert reply["message"] == "Saved instruction on step 1 (edited)"
     repo.close()
+
+
+def test_a_segment_field_takes_its_span_and_shows_on_every_step_of_it(world):
+    client, repo, episode, _ = world
+    study = repo.get_study(episode.study_id)
+    fv.define(repo, study.id, parse_text(FIELDS + "  - {name: problems, scope: segment, kind: multi_choice, "
+                                         "options: [slow, loop]}\n", "f.yaml"), study.creator.email)  # fmt: skip
+    reply = client.post(url(episode, 4), json={"field": "problems", "value": ["loop"], "end": 6}, headers=auth(BOB))
+    assert reply.json()["message"] == "Saved problems on steps 4–6 (scratch)"
+    for step, shown in ((3, False), (4, True), (5, True), (6, True), (7, False)):
+        values = client.get(url(episode, step), headers=auth(BOB)).json()["values"]
+        assert ("problems" in values) is shown, step
+    assert values == {} or "problems" not in values
+    r = client.post(url(episode, 6), json={"field": "problems", "value": ["slow"], "end": 2}, headers=auth(BOB))
+    assert r.status_code == 400 and "needs an end >= 6" in r.json()["error"]
