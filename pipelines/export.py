@@ -675,7 +675,8 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["none", "mine", "all", "consensus"],
         help="UI episodes: which grounding annotations (corrected targets, object labels, drawn and corrected "
         "boxes) apply on top of the converted record: consensus (default: what most of a step's annotators "
-        "agree on), all, mine (--user's), none",
+        "agree on), all, mine (--user's), none; and which values of the study's own fields become the typed "
+        "field:<name> columns: consensus (adjudicated, else a majority), all (the newest), mine, none (no columns)",
     )
     how.add_argument(
         "--jpeg-frames",
