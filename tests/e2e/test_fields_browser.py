@@ -22,7 +22,7 @@ from tests.e2e.test_annotator_browser import FRAME_STEP_JS, open_replay, player_
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 FIELDS = """
 fields:
-  - {name: instruction, scope: step, kind: text, guideline: "What the user asked for at this step"}
+  - {name: instruction, scope: step, kind: text, guideline: "What the user asked for at <b>this</b> step"}
   - {name: action_correct, scope: step, kind: choice, options: [yes, no, unsure], keys: [y, n, u]}
   - {name: task_success, scope: episode, kind: boolean}
 """
@@ -64,7 +64,9 @@ def test_fill_three_steps_by_keyboard_reload_export_and_agreement(server, browse
     url, data_dir, repo, study, episode = server
     page = open_replay(browser, url, episode, 0)
     form_title(page, 0)
-    assert page.locator(".sm-f-guideline").first.inner_text() == "What the user asked for at this step"
+    # text from the study's file is shown as text, never as markup
+    assert page.locator(".sm-f-guideline").first.inner_text() == "What the user asked for at <b>this</b> step"
+    assert page.locator(".sm-f-guideline b").count() == 0
     kb = page.keyboard
     page.locator(".sm-frame").click()
     kb.press("f")  # focus the form: the player's keys rest
