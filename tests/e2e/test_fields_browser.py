@@ -101,6 +101,7 @@ def test_fill_three_steps_by_keyboard_reload_export_and_agreement(server, browse
     }  # fmt: skip
 
     # After a reload the form shows the stored values of the step on screen
+    page.wait_for_url(re.compile(r"[?&]step=3\b"), timeout=30_000)  # the URL names the step on screen
     page.reload()
     page.wait_for_function(f"() => ({FRAME_STEP_JS})() === 3", timeout=60_000)
     page.locator(".sm-frame").click()
@@ -187,4 +188,37 @@ def test_a_form_still_loading_takes_no_value(server, browser):
     kb.press("Enter")
     wait_store(lambda: alices(repo, episode).get(("instruction", 13)) == ("the right step", "scratch"))
     assert not [k for k in alices(repo, episode) if 10 <= k[1] <= 12]
+    page.close()
+
+
+def test_the_label_page_shows_only_the_annotators_own_values(server, browser):
+    """The Label page's player carries the same form: Alice sees her own value on step 5 and not Bob's on
+    step 4, and a choice she makes there by key is hers alone."""
+    from pipelines.store import queue
+    from pipelines.store.queue import QueueConfig
+
+    url, _, repo, study, episode = server
+    fv.set_value(repo, ref_of(episode), "instruction", BOB, "bob's words", step=4)
+    fv.set_value(repo, ref_of(episode), "instruction", ALICE, "alice's words", step=5)
+    queue.set_queue(repo, QueueConfig(study.id, overlap=2), ALICE)
+    assert queue.next_episode(repo, study.id, ALICE).episode_id == episode.id
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    page.goto(url + "label")
+    page.wait_for_function(f"() => ({FRAME_STEP_JS})() !== null", timeout=60_000)
+    page.locator(".sm-frame").click()
+    kb = page.keyboard
+    kb.press("Home")
+    for _ in range(4):
+        kb.press("ArrowRight")
+    form_title(page, 4)
+    assert page.locator('.sm-fields input[data-field="instruction"]').input_value() == ""
+    kb.press("f")
+    kb.press("Tab")
+    kb.press("n")
+    wait_store(lambda: alices(repo, episode).get(("action_correct", 4)) == ("no", "scratch"))
+    kb.press("Escape")
+    kb.press("ArrowRight")
+    form_title(page, 5)
+    assert page.locator('.sm-fields input[data-field="instruction"]').input_value() == "alice's words"
+    assert not [v for v in fv.values(repo, [episode.id], user=BOB)[episode.id] if v.step == 4 and v.field != "instruction"]
     page.close()
