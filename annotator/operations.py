@@ -22,7 +22,7 @@ from annotator.readers import ReaderCache, SharedReader
 from annotator.step_data import to_data
 from pipelines.errors import StepmarkError
 from pipelines.store.errors import Conflict, NotFound
-from pipelines.store.listing import EpisodeQuery
+from pipelines.store.listing import MAX_PAGE, EpisodeQuery, Sort
 from protos.rlds_creator import client_pb2, study_pb2
 
 Progress = Callable[[float], None]
@@ -35,6 +35,7 @@ STATE_LABELS = {
     study_pb2.Episode.STATE_REJECTED: "Rejected",
 }
 STATE_BY_LABEL = {label: state for state, label in STATE_LABELS.items()}
+PICKER_SIZE = 50  # episodes a picker (Replay, Export) offers at once; typing narrows them
 
 
 class NotesConflict(OperationError):
@@ -284,19 +285,20 @@ class Operations:
         return self.user in (episode.user.email, study.creator.email)
 
     def episodes(self, filters: EpisodeFilter | None = None) -> client_pb2.EpisodesResponse:
-        """Episodes across studies and sessions (the Episodes page), newest first."""
+        """The protocol's episode list: the first `MAX_PAGE` matching episodes in registration order (one page
+        of `Repository.page_episodes`; the Episodes page pages through the rest, pickers search)."""
         f = filters or EpisodeFilter()
-        found = self.repo.list_episodes(
-            study_id=f.study_id or None,
-            env_id=f.env_id or None,
-            states=f.states or None,
-            tag=f.tag or None,
-            user=f.user or None,
-            notes_query=f.notes_query or None,
-        )
+        return self._response(e for e, _ in self.repo.page_episodes(f.query(), Sort(), None, MAX_PAGE))
+
+    def find_episodes(self, text: str = "", study_id: str | None = None, limit: int = PICKER_SIZE) -> Any:
+        """A picker's episodes (Replay, Export): the newest, or those whose id starts with `text`, then those
+        whose notes contain it; at most `limit`, whatever the number of episodes."""
+        return self._response(self.repo.find_episodes(text, study_id=study_id, limit=limit))
+
+    def _response(self, episodes: Any) -> client_pb2.EpisodesResponse:
         studies = {s.id: s for s in self.repo.list_studies()}
         response = client_pb2.EpisodesResponse()
-        for episode in found:
+        for episode in episodes:
             response.episodes.append(self.episode_metadata(episode, studies))
         return response
 
@@ -425,16 +427,15 @@ class Operations:
         plan = episode_files(episode, self.data_dir)
         if not plan.remove:
             return plan
-        others = [
-            p
-            for other in self.repo.list_episodes(study_id=episode.study_id, include_invalid_sessions=True)
-            if other.id != episode.id
-            for p in episode_files(other, self.data_dir).remove
-        ]
+        shared_paths: set[Path] = set()  # streamed: the study's other episodes with files, storage columns only
+        for other in self.repo.iter_stored(episode.study_id):
+            if other.id == episode.id:
+                continue
+            for o in episode_files(other, self.data_dir).remove:
+                shared_paths.update(p for p in plan.remove if o == p or p in o.parents or o in p.parents)
         kept = FilesPlan(keep=list(plan.keep))
         for path in plan.remove:
-            shared = [o for o in others if o == path or path in o.parents or o in path.parents]
-            if shared:
+            if path in shared_paths:
                 kept.keep.append(f"{path} is shared with another episode: not removed")
             else:
                 kept.remove.append(path)

@@ -14,10 +14,10 @@ from sqlalchemy.orm import Session
 
 from annotator.operations import ref_key, ref_of
 from pipelines.report.store_stats import StoreStats, import_folders, store_stats
-from pipelines.store import agreement
+from pipelines.store import agreement, listing
 from pipelines.store import queue as work_queue
 from pipelines.store.agreement import AgreementReport
-from pipelines.store.models import AdjudicationRow, AuditRow, EpisodeRow, QueueAssignmentRow, StudyQueueRow
+from pipelines.store.models import AdjudicationRow, AuditRow, QueueAssignmentRow, StudyQueueRow
 from pipelines.store.queue import Assignment, QueueConfig, QueueProgress
 from protos.rlds_creator import client_pb2
 
@@ -114,10 +114,9 @@ def activity(ops, study_id: str) -> tuple:
             sa.select(sa.func.count(), sa.func.max(QueueAssignmentRow.id), sa.func.max(QueueAssignmentRow.done_time))
             .where(QueueAssignmentRow.study_id == study_id)
         ).one()
-        adjudicated = s.execute(
-            sa.select(sa.func.count(), sa.func.max(AdjudicationRow.id))
-            .join(EpisodeRow, EpisodeRow.id == AdjudicationRow.episode_id)
-            .where(EpisodeRow.study_id == study_id)
+        adjudicated = s.execute(  # from the adjudications, each one's episode by key (listing.in_study): a join
+            sa.select(sa.func.count(), sa.func.max(AdjudicationRow.id))  # let SQLite walk a 1M-episode study
+            .where(listing.in_study(AdjudicationRow.episode_id, study_id))  # for them on every rerun (0.2-0.4 s)
         ).one()
         queued = s.get(StudyQueueRow, study_id)
         setting = None if queued is None else (queued.overlap, queued.environment_id, queued.tag, str(queued.states))

@@ -48,6 +48,7 @@ from pipelines.episodes import (
 from pipelines.episodes.base import EpisodeWriter
 from pipelines.errors import StepmarkError
 from pipelines.store import errors as store_errors
+from pipelines.store.listing import EpisodeQuery
 from protos.rlds_creator import client_pb2, study_pb2
 
 QUALITY_MEDIUM = client_pb2.SetQualityRequest.QUALITY_MEDIUM
@@ -198,7 +199,7 @@ class Recorder:
             session = self.repo.get_session(self._session_id)
             if session.study_id != self.study_id or session.user.email != self.user:
                 raise StepmarkError(f"session {self._session_id!r} belongs to another study or user")
-            self.episode_index = len(self.repo.list_episodes(session_id=session.id)) - 1
+            self.episode_index = self.repo.count_episodes(EpisodeQuery(session_id=session.id)) - 1  # a count
         else:
             session = self.repo.create_session(self.study_id, self.user)
         self.session = session

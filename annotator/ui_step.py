@@ -4,10 +4,12 @@ touched, pulled out of a UI episode's `Step`."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf import json_format
+
+from pipelines.step_text import texts_of
 
 Progress = Callable[[float], None]
 
@@ -30,6 +32,8 @@ class UiStepView:
     target_index: int | None
     action_text: str
     warnings: list[str]
+    #: The step's texts (`pipelines.step_text.texts_of`: every name of STEP_TEXT_FIELDS, "" when none).
+    texts: dict[str, str] = field(default_factory=dict)
 
 
 def ui_step_view(step: Any) -> UiStepView:
@@ -45,13 +49,16 @@ def ui_step_view(step: Any) -> UiStepView:
     action = step.action
     if isinstance(action, dict):
         action = json_format.ParseDict(action, ui_episode_pb2.Action(), ignore_unknown_fields=True)
-    warnings = list((step.info or {}).get("warnings", []) or []) if isinstance(step.info, dict) else []
+    info = step.info if isinstance(step.info, dict) else {}
+    warnings = list(info.get("warnings", []) or [])
+    recorded = action if isinstance(action, ui_episode_pb2.Action) else None
+    texts = texts_of(recorded, info.get("text") if isinstance(info.get("text"), dict) else None)
     if (
         not isinstance(action, ui_episode_pb2.Action)
         or action.type == ui_episode_pb2.Action.ACTION_UNSPECIFIED
     ):
         return UiStepView(
-            objects, image, None, None, None, "none recorded (last screen or no input)", warnings
+            objects, image, None, None, None, "none recorded (last screen or no input)", warnings, texts
         )
     kind = ui_episode_pb2.Action.Type.Name(action.type)
     touch = None
@@ -71,4 +78,4 @@ def ui_step_view(step: Any) -> UiStepView:
         obj = objects[target]
         label = obj.text or obj.content_desc or obj.resource_id or obj.android_class
         parts.append(f"on object #{target} ({label})")
-    return UiStepView(objects, image, action, touch, target, " ".join(parts), warnings)
+    return UiStepView(objects, image, action, touch, target, " ".join(parts), warnings, texts)

@@ -19,15 +19,21 @@ The UI records the episodes point at are a real convert-ui output of ../shared/f
 their offsets are not (no page here opens a record). Nothing is asserted: figures are printed.
 
     .venv/bin/python bench/bench_store_scale.py [--sizes 10000 100000 1000000] [--backends sqlite postgresql]
-        [--no-browser]
+        [--no-browser] [--keep DIR [--build-only]]
+
+`--keep DIR` keeps one store per backend and size in DIR (SQLite files, a PostgreSQL cluster) and reuses them on
+the next run, growing only what is missing (a 1M store takes minutes to build; a store of an older schema version
+is migrated when first opened, and the migration's time printed). `--build-only` builds them and measures nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import hashlib
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,17 +59,31 @@ def _hex(i: int) -> str:
 
 
 def setup(url: str | None, data_dir: Path, converted: Path):
-    """The study (an `android-ui` environment, overlap-2 queue) and one import session."""
+    """The study (an `android-ui` environment, overlap-2 queue) and one import session (those of a kept store),
+    and how many episodes it has already."""
+    import sqlalchemy as sa
+
     from pipelines.store import open_store
     from pipelines.store import queue as work_queue
+    from pipelines.store.models import EpisodeRow
     from pipelines.ui_import import find_or_create_study
 
+    t = time.perf_counter()
     repo = open_store(url, data_dir)
+    opened = time.perf_counter() - t
     study = find_or_create_study(repo, "scale", LEAD)
-    work_queue.set_queue(repo, work_queue.QueueConfig(study.id, overlap=2), LEAD)
-    session = repo.create_session(study.id, LEAD)
+    sessions = repo.list_sessions(study.id)
+    if sessions:
+        session_id = sessions[0].id
+        with repo.engine.connect() as conn:
+            have = conn.scalar(sa.select(sa.func.count()).select_from(EpisodeRow).where(EpisodeRow.study_id == study.id))
+        print(f"[{data_dir.name}] kept store: {have:,} episodes, opened (and migrated) in {opened:.1f} s", flush=True)
+        repo.analyze()  # as import-ui leaves a store
+    else:
+        work_queue.set_queue(repo, work_queue.QueueConfig(study.id, overlap=2), LEAD)
+        session_id, have = repo.create_session(study.id, LEAD).id, 0
     shard = next(converted.glob("episodes-*.tfrecord"))
-    return repo, study.id, session.id, str(shard.resolve())
+    return repo, study.id, session_id, str(shard.resolve()), have
 
 
 def grow(repo, study_id: str, session_id: str, shard: str, start: int, stop: int) -> None:
@@ -80,6 +100,7 @@ def grow(repo, study_id: str, session_id: str, shard: str, start: int, stop: int
     from protos.rlds_creator import study_pb2
 
     base = datetime(2026, 1, 1, tzinfo=UTC)
+    kind = {"kind": "ui"} if "kind" in EpisodeRow.__table__.c else {}  # v8: set on insert, as import-ui does
     completed, rejected = study_pb2.Episode.STATE_COMPLETED, study_pb2.Episode.STATE_REJECTED
     for lo in range(start, stop, INSERT_BATCH):
         hi = min(stop, lo + INSERT_BATCH)
@@ -97,6 +118,7 @@ def grow(repo, study_id: str, session_id: str, shard: str, start: int, stop: int
                 "registered_time": when, "source_key": f"ui:ep{i}",
                 "metadata": {"kind": "ui", "ui_record": {"shard": shard, "offset": i * 1000, "episode_id": f"ep{i}"},
                              "app_package": APPS[i % len(APPS)], "source": "aitw", "success": False},
+                **kind,
             })  # fmt: skip
             if i % 100 == 5:
                 step_tags.append({"episode_id": h, "step_index": 0, "label": TAGS[i % len(TAGS)],
@@ -128,7 +150,7 @@ def timed(fn) -> tuple[float, object]:
 
 def repo_figures(url: str | None, data_dir: Path, study_id: str) -> dict[str, float]:
     """The list queries the pages run, in a freshly opened store (ms; the best of 3 after a first run)."""
-    from pipelines.store import open_store
+    from pipelines.store import listing, open_store
     from pipelines.store import queue as work_queue
     from pipelines.store.listing import EpisodeQuery, Sort
     from protos.rlds_creator import study_pb2
@@ -143,22 +165,28 @@ def repo_figures(url: str | None, data_dir: Path, study_id: str) -> dict[str, fl
             return repo.page_episodes(q, Sort(), repo.episode_cursor(q, Sort(), middle), 50)
 
         jumped = page_after_jump()
+        def fresh(x: EpisodeQuery) -> int:
+            """A count as the first look at a list computes it (Repository.count_episodes then remembers it)."""
+            with repo._read() as s:
+                return listing.count(s, x)
+
         cases = {
-            "count": lambda: repo.count_episodes(q),
+            "count": lambda: fresh(q),
+            "count, remembered": lambda: repo.count_episodes(q),
             "first page": lambda: repo.page_episodes(q, Sort(), None, 50),
             "jump to middle page": page_after_jump,
             "next page after it": lambda: repo.page_episodes(q, Sort(), jumped[-1][1], 50),
             "sort steps desc": lambda: repo.page_episodes(q, Sort("steps", True), None, 50),
             "state=rejected count+page": lambda: (
-                repo.count_episodes(s := EpisodeQuery(study_id=study_id, states=(study_pb2.Episode.STATE_REJECTED,))),
+                fresh(s := EpisodeQuery(study_id=study_id, states=(study_pb2.Episode.STATE_REJECTED,))),
                 repo.page_episodes(s, Sort(), None, 50),
             ),
             "tag=crash count+page": lambda: (
-                repo.count_episodes(s := EpisodeQuery(study_id=study_id, tag="crash")),
+                fresh(s := EpisodeQuery(study_id=study_id, tag="crash")),
                 repo.page_episodes(s, Sort(), None, 50),
             ),
             "notes search count+page": lambda: (
-                repo.count_episodes(s := EpisodeQuery(study_id=study_id, notes_query="looks WRONG")),
+                fresh(s := EpisodeQuery(study_id=study_id, notes_query="looks WRONG")),
                 repo.page_episodes(s, Sort(), None, 50),
             ),
             "queue progress": lambda: work_queue.progress(repo, study_id),
@@ -297,46 +325,89 @@ def browser_figures(url: str | None, data_dir: Path, study_id: str, total: int) 
     return out
 
 
+class KeptPostgres:
+    """A PostgreSQL cluster in a kept folder (`--keep`), started like tests/pg_fixture.py's and stopped at exit
+    without deleting it; its databases are named after the store's size."""
+
+    def __init__(self, root: Path) -> None:
+        from tests.pg_fixture import PostgresServer, _bindir, _free_port
+
+        self.root = root
+        self.data = root / "data"
+        self.bindir = _bindir()
+        self.port = _free_port()
+        self.as_root = os.geteuid() == 0
+        root.mkdir(parents=True, exist_ok=True)
+        if self.as_root:
+            shutil.chown(root, user="postgres", group="postgres")
+        self._run = PostgresServer._run.__get__(self)
+        if not self.data.exists():
+            self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
+        options = f"-p {self.port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(root / "log"), "-w", "start")
+        atexit.register(lambda: self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop"))
+
+    def url(self, name: str) -> str:
+        import psycopg
+
+        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres") as conn:
+            conn.autocommit = True
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+                conn.execute(f'CREATE DATABASE "{name}"')
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
+
+
+def store_location(backend: str, size: int, root: Path, kept: dict) -> tuple[str | None, Path]:
+    """(store URL, data folder) of one backend and size under `root`."""
+    data_dir = root / f"{backend}-{size}"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if backend == "sqlite":
+        return None, data_dir
+    if "pg" not in kept:
+        kept["pg"] = KeptPostgres(root / "pg")
+    return kept["pg"].url(f"scale_{size}"), data_dir
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--backends", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"])
     parser.add_argument("--no-browser", action="store_true", help="skip the chromium measurements")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="keep the stores in DIR and reuse them")
+    parser.add_argument("--build-only", action="store_true", help="with --keep: build the stores, measure nothing")
     args = parser.parse_args()
     os.environ.setdefault("MUJOCO_GL", "osmesa")
     from pipelines import convert
 
     with tempfile.TemporaryDirectory(prefix="bench-store-scale-") as tmp_name:
         tmp = Path(tmp_name)
-        converted = tmp / "converted"
-        convert.run([str(FIXTURES / "droidbot"), str(converted), "--runner=FnApiRunner"])
+        root = args.keep.resolve() if args.keep else tmp
+        converted = root / "converted"
+        if not (converted / "summary.json").exists():
+            shutil.rmtree(converted, ignore_errors=True)
+            convert.run([str(FIXTURES / "droidbot"), str(converted), "--runner=FnApiRunner"])
         results: dict[str, dict[int, dict]] = {}
+        kept: dict = {}
         for backend in args.backends:
-            server = None
-            url = None
-            if backend == "postgresql":
-                from tests.pg_fixture import get_server
-
-                server = get_server()
-                url = server.url(server.create_database())
-            data_dir = tmp / backend
-            data_dir.mkdir()
-            repo, study_id, session_id, shard = setup(url, data_dir, converted)
-            grown = 0
             results[backend] = {}
             for size in sorted(args.sizes):
-                t = time.perf_counter()
-                grow(repo, study_id, session_id, shard, grown, size)
-                grown = size
-                print(f"[{backend}] grew to {size:,} episodes in {time.perf_counter() - t:.1f} s", flush=True)
+                url, data_dir = store_location(backend, size, root, kept)
+                repo, study_id, session_id, shard, have = setup(url, data_dir, converted)
+                if have < size:
+                    t = time.perf_counter()
+                    grow(repo, study_id, session_id, shard, have, size)
+                    print(f"[{backend}] grew to {size:,} episodes in {time.perf_counter() - t:.1f} s", flush=True)
+                repo.close()
+                if args.build_only:
+                    continue
                 figures = {"repo": repo_figures(url, data_dir, study_id),
                            "commands": command_figures(url, data_dir, study_id, tmp)}  # fmt: skip
                 if not args.no_browser:
                     figures["browser"] = browser_figures(url, data_dir, study_id, size)
                 results[backend][size] = figures
                 print(f"[{backend}] {size:,}: {figures}", flush=True)
-            repo.close()
-        report(results)
+        if not args.build_only:
+            report(results)
 
 
 def report(results: dict[str, dict[int, dict]]) -> None:

@@ -47,7 +47,8 @@ from pipelines.errors import StepmarkError
 from pipelines.traces import DeadLetter, EpisodeSource, IgnoredFile, discover, files
 from pipelines.traces.discover import RECORD_FILE
 from pipelines.traces.files import ReadPolicy
-from pipelines.traces.model import RecordEpisode
+from pipelines.traces.model import DiscoveryReport, RecordEpisode
+from pipelines.transforms import OnlyType
 from pipelines.ui_records import DEAD_LETTERS, SHARD_GLOB, SUMMARY, TMP_PREFIX, read_summary
 
 NAMESPACE = "stepmark"
@@ -63,16 +64,6 @@ SLOTS_PER_SHARD = 4
 
 # ----------------------------------------------------------------------------------------------------------
 # Values passed between transforms (small; the episodes themselves go straight to the shard files).
-
-
-@dataclass(frozen=True)
-class DiscoveryReport:
-    """What discovery saw besides episodes."""
-
-    episodes: int
-    ignored_files: int
-    ignored_examples: tuple[str, ...]
-    collapsed_records: int = 0  # record copies read once (schemas/layouts.md, "Duplicate records")
 
 
 @dataclass(frozen=True)
@@ -122,18 +113,6 @@ class Summary:
 
 # ----------------------------------------------------------------------------------------------------------
 # Transforms
-
-
-class OnlyType(beam.PTransform):
-    """Keep elements of one type (a no-op on runners that route tagged outputs correctly)."""
-
-    def __init__(self, cls: type) -> None:
-        super().__init__(f"Only{cls.__name__}")
-        self._cls = cls
-
-    def expand(self, pcoll):
-        cls = self._cls
-        return pcoll | beam.Filter(lambda x: isinstance(x, cls)).with_output_types(cls)
 
 
 class DiscoverEpisodes(storage.FileSystemsDoFn, beam.DoFn):
@@ -239,12 +218,12 @@ class ConvertShard(storage.FileSystemsDoFn, beam.DoFn):
                     episodes, steps, objects = episodes + 1, steps + n, objects + result.objects
                     mismatched += result.mismatches
                     size += len(record)
-                    layouts[source.layout] += 1
+                    layouts[result.layout or source.layout] += 1
                     self.episodes.inc()
                     self.steps.inc(n)
                     self.objects.inc(result.objects)
                     self.mismatches.inc(result.mismatches)
-                    Metrics.counter(NAMESPACE, f"episodes_{source.layout}").inc()
+                    Metrics.counter(NAMESPACE, f"episodes_{result.layout or source.layout}").inc()
                 if progress is not None:
                     progress.add(n)
         yield ShardWritten(

@@ -36,6 +36,9 @@ class Converted:
     steps: int = 0
     objects: int = 0
     mismatches: int = 0
+    #: The converted episode's layout (`UiEpisode.source`): an AndroidControl JSON file is discovered as a
+    #: single screen and told apart when read.
+    layout: str = ""
 
 
 def _dead(source: EpisodeSource | RecordEpisode, reason: str, message: str) -> Converted:
@@ -115,7 +118,9 @@ def convert_source(
             ],
         )
     steps = len(result.episode.episode.time_steps)
-    return Converted(record, result.dead_letters, steps, result.num_objects, result.mismatches)
+    return Converted(
+        record, result.dead_letters, steps, result.num_objects, result.mismatches, result.episode.source
+    )
 
 
 def _convert_fetched(

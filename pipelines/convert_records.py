@@ -26,8 +26,9 @@ from apache_beam.metrics import Metrics
 
 from pipelines import storage
 from pipelines.traces.files import ANYWHERE, ReadPolicy
-from pipelines.traces.model import DeadLetter, EpisodeSource, RecordEpisode
+from pipelines.traces.model import DeadLetter, DiscoveryReport, EpisodeSource, RecordEpisode
 from pipelines.traces.records import AitwStep, Spill, group_records, read_file_records, spilled
+from pipelines.transforms import OnlyType
 
 DEAD = "dead_letters"
 AITW = "aitw_steps"
@@ -77,8 +78,6 @@ class GroupRecords(storage.FileSystemsDoFn, beam.DoFn):
     def process(self, element: tuple[str, Iterable[RecordEpisode | AitwStep]]) -> Iterator:
         grouped = group_records(*element)
         if grouped.collapsed:
-            from pipelines.convert import DiscoveryReport  # convert imports this module
-
             Metrics.counter(self.namespace, "duplicate_records_collapsed").inc(grouped.collapsed)
             yield pvalue.TaggedOutput(COLLAPSED, DiscoveryReport(0, 0, (), grouped.collapsed))
         for dead in grouped.dead_letters:
@@ -126,8 +125,6 @@ class ReadRecordInputs(beam.PTransform):
         self.spill_dir = spill_dir
 
     def expand(self, record_files):
-        from pipelines.convert import DiscoveryReport, OnlyType  # convert imports this module
-
         read = record_files | "ReadRecordFiles" >> beam.ParDo(ReadRecordFiles(self.namespace, self.policy, self.spill_dir)).with_outputs(
             DEAD, AITW, main="episodes"
         )

@@ -34,6 +34,7 @@ from google.protobuf import json_format
 
 from pipelines import storage
 from pipelines.beam_options import check_runner, pipeline_options, spread_over_dask
+from pipelines.episodes.publish import open_store
 from pipelines.errors import StepmarkError
 from pipelines.exporters import archive, envlogger_writer, spaces, study_fields
 from pipelines.exporters.episode_fn import (
@@ -73,7 +74,6 @@ from pipelines.exporters.transform import (
     transform_episode,
 )
 from pipelines.exporters.ui_objects import parse_ui_objects
-from pipelines.store import open_store
 
 FORMATS = ("envlogger", "tfds", "parquet", "minari")
 DEAD_LETTERS_FILE = "dead_letters.jsonl"

@@ -8,6 +8,8 @@ suggestions: all through `step_texts`, so a new text is added here and in the pr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from protos.stepmark import ui_episode_pb2
 
 #: Names of the step texts, in display and export order. "instruction" is `Action.instruction`; the others
@@ -23,11 +25,20 @@ STEP_TEXT_FIELDS: tuple[str, ...] = (
 
 def step_texts(episode: ui_episode_pb2.UiEpisode, index: int) -> dict[str, str]:
     """The texts of step `index` (every name in STEP_TEXT_FIELDS, "" where the trace has none)."""
+    action = episode.actions[index] if 0 <= index < len(episode.actions) else None
+    text = episode.step_info[index].text if 0 <= index < len(episode.step_info) else None
+    return texts_of(action, text)
+
+
+def texts_of(
+    action: ui_episode_pb2.Action | None, text: ui_episode_pb2.StepText | Mapping[str, str] | None
+) -> dict[str, str]:
+    """The texts of one step from its action and its `StepInfo.text` (the proto, or the dict a stored step's
+    info holds: exporters read steps, not whole records). Every name in STEP_TEXT_FIELDS, "" when absent."""
     out = dict.fromkeys(STEP_TEXT_FIELDS, "")
-    if 0 <= index < len(episode.actions):
-        out["instruction"] = episode.actions[index].instruction
-    if 0 <= index < len(episode.step_info):
-        text = episode.step_info[index].text
-        for name in STEP_TEXT_FIELDS[1:]:
-            out[name] = getattr(text, name)
+    if action is not None:
+        out["instruction"] = action.instruction
+    for name in STEP_TEXT_FIELDS[1:]:
+        value = text.get(name, "") if isinstance(text, Mapping) else getattr(text, name, "") if text else ""
+        out[name] = value if isinstance(value, str) else ""
     return out

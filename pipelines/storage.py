@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
@@ -245,8 +246,30 @@ def files_below(folder: str) -> list[Any]:
 
 
 def open_read(path: str) -> BinaryIO:
-    """A binary stream of the file's bytes as stored (no decompression guessed from the name)."""
-    return _filesystems().open(path, compression_type="uncompressed")
+    """A binary stream of the file's bytes as stored (no decompression guessed from the name). A local path
+    must be a regular file (links to one are followed): opened non-blocking and checked once open, so a FIFO
+    never makes the open or the first read wait and a link to /dev/zero is never read (StepmarkError)."""
+    if is_remote(path):
+        return _filesystems().open(path, compression_type="uncompressed")
+    local = path.removeprefix("file://")
+    fd = os.open(local, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise StepmarkError(f"{path}: {file_kind(mode)}, not a regular file: not read")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, for messages: "a FIFO", "a character device", ..."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):  # fmt: skip
+        if test(mode):
+            return name
+    return "a special file"
 
 
 # --- S3: one request where Beam's filesystem makes two or three -------------------------------------------------

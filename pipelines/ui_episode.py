@@ -4,8 +4,10 @@ resolve the object an action targets. Everything but `convert_episode`'s injecte
 Coordinate rule (schemas/ui_episode.md): boxes and action points are in the step's output space
 `screen_width` x `screen_height`. That is the screenshot's pixel size when the screenshot's aspect ratio
 matches the hierarchy's within `ASPECT_TOLERANCE` (boxes are rescaled when the sizes differ, e.g. Rico's
-1440x2560 onto a 540x960 JPEG). Otherwise the screenshot is kept but not used for scaling: the output space is
-the hierarchy's own, and StepInfo carries a `screenshot_mismatch:` warning.
+1440x2560 onto a 540x960 JPEG), and also when the dump's root is the screenshot less a system bar (one side
+equal, the other shorter, every box inside: boxes unchanged), so every step of an episode with one screenshot
+size has that size. Otherwise the screenshot is kept but not used for scaling: the output space is the
+hierarchy's own, and StepInfo carries a `screenshot_mismatch:` warning.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import dataclasses
 import math
 import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from pipelines.hierarchy import (
@@ -31,7 +33,7 @@ from pipelines.hierarchy import (
 )
 from pipelines.traces.examples import ExampleError
 from pipelines.traces.files import display
-from pipelines.traces.model import DeadLetter, RawAction, RawEpisode, RawStep, RecordEpisode
+from pipelines.traces.model import NO_HIERARCHY, DeadLetter, RawAction, RawEpisode, RawStep, RecordEpisode
 from pipelines.traces.records import read_record_episode
 from protos.llm4mobile import episode_pb2
 from protos.stepmark import ui_episode_pb2
@@ -44,7 +46,10 @@ ASPECT_TOLERANCE = 0.01
 TARGET_SLACK = 1
 MISMATCH = "screenshot_mismatch"
 #: Formats whose parser takes the screen size from the caller (`parse(screen_size=...)`).
-SIZED_FORMATS = ("uiautomator", "droidbot", "a11y_forest")
+SIZED_FORMATS = ("uiautomator", "droidbot", "a11y_forest", "droidrun")
+#: Formats whose boxes are measured on the screenshot itself (detector boxes: AITW/AitZ OCR and icons): the
+#: screenshot's size is the screen's, passed to the parser.
+SCREENSHOT_FORMATS = ("aitw_annotations",)
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 #: Packages of the system's own views (window decor, status and navigation bars): an app's episode is named
 #: after its own package even when these views outnumber its objects.
@@ -95,6 +100,28 @@ class ConvertedStep:
     time_step: episode_pb2.TimeStep
     action: ui_episode_pb2.Action
     info: ui_episode_pb2.StepInfo
+    #: The app in the foreground on this step (`foreground_package`); "" when nothing tells.
+    foreground_package: str = ""
+    #: The screenshot's pixel size (None without a screenshot).
+    image_size: tuple[int, int] | None = None
+
+
+def foreground_package(raw: RawStep, screen: Screen) -> str:
+    """The step's foreground app: what the trace records beside the dump (LlamaTouch `N.activity`), else what
+    the dump says (DroidBot `foreground_activity`, DroidRun `phone_state`), else the package owning most of the
+    step's objects, not counting the system's own views unless there is nothing else. For accessibility forests
+    (AndroidControl), the active application window's package comes before counting objects."""
+    if raw.foreground_package or screen.foreground_package:
+        return raw.foreground_package or screen.foreground_package
+    apps = [w for w in screen.windows if w.type == "APPLICATION" and 0 <= w.first_object < len(screen.objects)]
+    if apps:
+        top = max(apps, key=lambda w: (w.active, w.focused, w.layer))
+        if screen.objects[top.first_object].android_package:
+            return screen.objects[top.first_object].android_package
+    packages = Counter(o.android_package for o in screen.objects if o.android_package)
+    ranked = [p for p, _ in packages.most_common()]
+    apps = [p for p in ranked if p not in FRAMEWORK_PACKAGES] or ranked
+    return apps[0] if apps else ""
 
 
 #: How far from the end of a screenshot its end marker may be: some devices and tools append a trailer after
@@ -127,6 +154,23 @@ def _fits(screen: Screen, width: int, height: int) -> bool:
     )
 
 
+def _outside(screen: Screen, width: int, height: int) -> int:
+    """How many valid boxes do not lie within width x height."""
+    return sum(
+        1
+        for o in screen.objects
+        if o.bbox.right > o.bbox.left
+        and o.bbox.bottom > o.bbox.top
+        and (o.bbox.left < 0 or o.bbox.top < 0 or o.bbox.right > width or o.bbox.bottom > height)
+    )
+
+
+def bars_excluded(hw: int, hh: int, iw: int, ih: int) -> bool:
+    """The dump's root is the screenshot minus a system bar: one side equal, the other shorter (a status or
+    navigation bar the app window does not cover), so both are in the same device pixels."""
+    return (hw == iw and 0 < hh < ih) or (hh == ih and 0 < hw < iw)
+
+
 def _resized(screen: Screen, width: int, height: int) -> Screen:
     """The same boxes on a width x height screen: only the grid locations change."""
     for o in screen.objects:
@@ -135,16 +179,31 @@ def _resized(screen: Screen, width: int, height: int) -> Screen:
     return dataclasses.replace(screen, width=width, height=height, size_estimated=False)
 
 
+def screenshot_only(screenshot: bytes | None) -> Observed:
+    """A step with a screenshot and no hierarchy (GUI-Odyssey, AndroidControl without trees): no objects, the
+    screen is the screenshot's size. Raises HierarchyError (`missing_screenshot` when there is none)."""
+    if screenshot is None:
+        raise HierarchyError("missing_screenshot", "a step without a hierarchy needs a screenshot")
+    image = image_info(screenshot)
+    check_complete(screenshot, image.format)
+    screen = Screen(objects=[], width=image.width, height=image.height, format=NO_HIERARCHY)
+    return Observed(screen, b"", image.width, image.height, screenshot, image, False, [])
+
+
 def observe(
-    hierarchy: bytes, screenshot: bytes | None, *, drop_invisible: bool = False, fmt: str | None = None
+    hierarchy: bytes | None, screenshot: bytes | None, *, drop_invisible: bool = False, fmt: str | None = None
 ) -> Observed:
     """Parse a hierarchy (`fmt`, detected when None) and fit it to its screenshot (see the module docstring).
-    Raises HierarchyError."""
+    No hierarchy (None, or `fmt` NO_HIERARCHY): a screenshot-only step. Raises HierarchyError."""
+    if hierarchy is None or fmt == NO_HIERARCHY:
+        return screenshot_only(screenshot)
     image = None
     if screenshot is not None:
         image = image_info(screenshot)
         check_complete(screenshot, image.format)
-    screen = parse(hierarchy, fmt=fmt or None, drop_invisible=drop_invisible)
+    on_shot = fmt in SCREENSHOT_FORMATS and image is not None
+    size = (image.width, image.height) if on_shot else None
+    screen = parse(hierarchy, fmt=fmt or None, drop_invisible=drop_invisible, screen_size=size)
     hw, hh = screen.width, screen.height
     mismatch = False
     extra: list[str] = []
@@ -153,11 +212,14 @@ def observe(
         and hw != hh
         and (hw, hh) == (image.height, image.width)
         and screen.format in SIZED_FORMATS
-        and _fits(screen, image.width, image.height)
+        and (off := _outside(screen, image.width, image.height)) <= _outside(screen, hw, hh)
     ):  # the device reported its landscape size with a portrait screenshot (or the reverse): DroidBot
+        fit = "every box fits the screenshot" if not off else (
+            f"{off} box(es) lie outside it, no more than outside the reported size (content scrolled off-screen)"
+        )  # fmt: skip
         extra.append(
-            f"hierarchy size {hw}x{hh} is the {image.width}x{image.height} screenshot's turned sideways and every "
-            f"box fits the screenshot: its orientation is used (boxes unchanged, every computed field redone)"
+            f"hierarchy size {hw}x{hh} is the {image.width}x{image.height} screenshot's turned sideways and {fit}: "
+            f"its orientation is used (boxes unchanged, every computed field redone)"
         )
         size = (image.width, image.height)
         screen = parse(hierarchy, fmt=screen.format, drop_invisible=drop_invisible, screen_size=size)
@@ -166,6 +228,18 @@ def observe(
         extra.append(
             f"hierarchy size {hw}x{hh} was estimated from window bounds; the {image.width}x{image.height} "
             f"screenshot is taken as the screen (boxes unchanged, grid locations recomputed)"
+        )
+        screen = _resized(screen, image.width, image.height)
+        hw, hh = screen.width, screen.height
+    if (
+        image is not None
+        and bars_excluded(hw, hh, image.width, image.height)
+        and not aspect_matches(image.width, image.height, hw, hh)
+        and _fits(screen, image.width, image.height)
+    ):
+        extra.append(
+            f"hierarchy root {hw}x{hh} is the {image.width}x{image.height} screenshot less a system bar: the "
+            f"screenshot's size is the screen (boxes unchanged, grid locations recomputed)"
         )
         screen = _resized(screen, image.width, image.height)
         hw, hh = screen.width, screen.height
@@ -333,7 +407,9 @@ def build_step(raw: RawStep, obs: Observed, position: int, episode_id: str) -> C
         o.screenshot = obs.screenshot
         o.debug_screenshot_filepath = display(raw.screenshot_path or "")
     o.image_id = f"{episode_id}/{display(raw.name)}"
-    if obs.screen.format == "uiautomator":
+    if obs.screen.format == NO_HIERARCHY:
+        pass  # a screenshot-only step: no hierarchy to keep
+    elif obs.screen.format == "uiautomator":
         o.xml = obs.hierarchy
     elif obs.screen.format == "a11y_forest":
         o.json = forest_json(obs.hierarchy, text=raw.hierarchy_format == "a11y_forest_text")
@@ -359,7 +435,10 @@ def build_step(raw: RawStep, obs: Observed, position: int, episode_id: str) -> C
         hierarchy_format=obs.screen.format,
         windows=obs.screen.windows,
     )
-    return ConvertedStep(step, action, info)
+    for name, value in raw.text:
+        setattr(info.text, name, value)
+    image_size = (obs.image.width, obs.image.height) if obs.image else None
+    return ConvertedStep(step, action, info, foreground_package(raw, obs.screen), image_size)
 
 
 def assemble(raw: RawEpisode, steps: list[ConvertedStep]) -> ui_episode_pb2.UiEpisode:
@@ -374,21 +453,47 @@ def assemble(raw: RawEpisode, steps: list[ConvertedStep]) -> ui_episode_pb2.UiEp
         out.episode.time_steps.append(s.time_step)
         out.actions.append(s.action)
         out.step_info.append(s.info)
-    packages = Counter(
-        o.android_package for s in steps for o in s.time_step.observation.objects if o.android_package
-    )
-    ranked = [p for p, _ in packages.most_common()]
-    app_packages = [p for p in ranked if p not in FRAMEWORK_PACKAGES] or ranked
-    out.app_package = raw.app_package or (app_packages[0] if app_packages else "")
+    out.app_package = raw.app_package or app_under_test(s.foreground_package for s in steps)
     out.metadata.update(raw.metadata)
     out.metadata["source_steps"] = str(raw.num_source_steps)
     kept = {s.info.index for s in steps}
     dropped = [str(i) for i in range(raw.num_source_steps) if i not in kept]
     if dropped:
         out.metadata["dropped_steps"] = ",".join(dropped)
-    if raw.warnings:
-        out.metadata["warnings"] = display("; ".join(raw.warnings))
+    notes = list(raw.warnings)
+    mixed = mixed_sizes(steps)
+    if mixed:
+        notes.append(mixed)
+    if notes:
+        out.metadata["warnings"] = display("; ".join(notes))
     return out
+
+
+def mixed_sizes(steps: list[ConvertedStep]) -> str:
+    """An episode warning when steps whose screenshots share one size still ended in different output spaces
+    (the fit rule kept a dump's own space on some: `screenshot_mismatch`), naming the sizes; "" otherwise.
+    Different screenshot sizes (a rotation) are not a contradiction."""
+    by_image: dict[tuple[int, int], Counter] = {}
+    for s in steps:
+        o = s.time_step.observation
+        if s.image_size is not None:
+            by_image.setdefault(s.image_size, Counter())[(o.screen_width, o.screen_height)] += 1
+    parts = []
+    for (iw, ih), sizes in by_image.items():
+        if len(sizes) > 1:
+            listed = ", ".join(f"{w}x{h} ({n} steps)" for (w, h), n in sizes.most_common())
+            parts.append(f"steps with {iw}x{ih} screenshots are in {len(sizes)} screen sizes: {listed}")
+    return "; ".join(parts)
+
+
+def app_under_test(foreground: Iterable[str]) -> str:
+    """The episode's app when the trace does not name it: the foreground package of most steps (the first
+    one seen on a tie), not counting the system's own packages unless there is nothing else. Counting steps,
+    not objects: a file picker with many rows must not outvote the app on most screens."""
+    steps = Counter(p for p in foreground if p)
+    ranked = [p for p, _ in steps.most_common()]  # most_common keeps first-seen order among equal counts
+    apps = [p for p in ranked if p not in FRAMEWORK_PACKAGES] or ranked
+    return apps[0] if apps else ""
 
 
 @dataclass
@@ -428,6 +533,11 @@ def _observe_files(raw: RawStep, read_file: Callable[[str], bytes], drop_invisib
             check_complete(shot, image_info(shot).format)
         except Exception as exc:
             raise _FileFailure(raw.screenshot_path, exc) from exc
+    if raw.hierarchy_format == NO_HIERARCHY:
+        try:
+            return screenshot_only(shot)
+        except Exception as exc:
+            raise _FileFailure(raw.screenshot_path or raw.name, exc) from exc
     try:
         return observe(
             read_file(raw.hierarchy_path), shot, drop_invisible=drop_invisible, fmt=raw.hierarchy_format
@@ -444,6 +554,13 @@ def convert_episode(
     (DroidBot states) are parsed once."""
     eid = raw.source.episode_id
     dead = list(raw.dead_letters)
+    if raw.blobs:  # bytes the layout reader derived (detector boxes, decoded screenshots): no file to read
+        file_reader, blobs = read_file, raw.blobs
+
+        def read_file(path: str) -> bytes:
+            found = blobs.get(path)
+            return found if found is not None else file_reader(path)
+
     cache: dict[tuple[str, str | None], Observed | DeadLetter] = {}
     steps: list[ConvertedStep] = []
     for raw_step in raw.steps:
@@ -466,7 +583,8 @@ def convert_episode(
             steps.append(build_step(raw_step, observed, len(steps), eid))
         except Exception as exc:  # never lose the step silently
             reason, message = _error(exc)
-            dead.append(DeadLetter(raw_step.hierarchy_path, raw_step.index, reason, message, eid))
+            where = raw_step.hierarchy_path or raw_step.screenshot_path or raw.source.source_path
+            dead.append(DeadLetter(where, raw_step.index, reason, message, eid))
     if not steps:
         why = f"{raw.source.source_path}: no step of this {raw.source.layout} episode could be converted"
         if raw.num_source_steps == 0:

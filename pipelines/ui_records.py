@@ -36,6 +36,8 @@ class RecordRef:
 def _open(path: str):
     try:
         return storage.open_read(path)
+    except StepmarkError:
+        raise
     except Exception as exc:
         raise StepmarkError(f"{path}: cannot open ({exc})") from exc
 

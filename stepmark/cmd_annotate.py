@@ -41,7 +41,7 @@ def check_writable(data_dir: Path, store: str | None) -> None:
             probe.unlink()
         except OSError:
             pass
-    from pipelines.store import open_store
+    from pipelines.episodes.publish import open_store
 
     open_store(store, data_dir).close()
 

@@ -12,6 +12,7 @@ from google.protobuf import json_format
 from pipelines import convert, ui_records
 from pipelines.errors import StepmarkError
 from pipelines.hierarchy import targets
+from pipelines.step_text import step_texts
 from pipelines.traces.files import display
 from protos.stepmark import ui_episode_pb2
 
@@ -200,6 +201,9 @@ def format_episode(e: ui_episode_pb2.UiEpisode, step: int | None) -> str:
             f"  step {i} (source step {info.index}): {len(obs.objects)} objects, "
             f"{obs.screen_width}x{obs.screen_height}, {info.hierarchy_format}, {shot}; {_describe_action(e, i)}"
         )
+        for name, text in step_texts(e, i).items():  # instruction, chain-of-action-thought: named step texts
+            if text:
+                lines.append(f"      {name}: {text}")
         for w in info.warnings:
             lines.append(f"      warning: {w}")
     return "\n".join(lines)

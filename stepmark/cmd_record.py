@@ -76,8 +76,8 @@ class _StopRequest:
 
 def record(args: argparse.Namespace) -> int:
     from annotator.recorder import record_batch
+    from pipelines.episodes.publish import open_store
     from pipelines.episodes.stats import stats_of_episode
-    from pipelines.store import open_store
 
     if args.episodes < 1:
         raise StepmarkError(f"--episodes must be >= 1, got {args.episodes}")

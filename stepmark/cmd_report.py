@@ -17,8 +17,8 @@ def report_command(args: argparse.Namespace) -> int:
     folder = args.output
     store = None
     if args.study:
+        from pipelines.episodes.publish import open_store
         from pipelines.report.store_stats import import_folders, store_stats
-        from pipelines.store import open_store
 
         with open_store(args.store, args.data) as repo:
             store = store_stats(repo, args.study)

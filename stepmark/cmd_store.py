@@ -8,8 +8,9 @@ import sys
 
 from google.protobuf import json_format
 
+from pipelines.episodes.publish import open_store
 from pipelines.errors import StepmarkError
-from pipelines.store import AlreadyExists, NameTaken, Repository, open_store
+from pipelines.store import AlreadyExists, NameTaken, Repository
 from pipelines.store.spec_file import load_study_spec
 from protos.rlds_creator import study_pb2
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from pipelines.store import open_store
+from pipelines.episodes.publish import open_store
 from pipelines.store import queue as work_queue
 from pipelines.store.agreement import AgreementReport, adjudicate, study_agreement
 from pipelines.store.field_agreement import FieldAgreement, study_field_agreement

@@ -247,12 +247,7 @@ def recover_at_start() -> None:
     except Exception as exc:  # noqa: BLE001 - the next recorder start tries again
         print(f"stepmark: recovering interrupted recordings failed: {exc}", file=sys.stderr)
         return
-    for episode in report.registered:
-        print(f"stepmark: recovered episode {episode.id} ({episode.num_steps} steps) as ABANDONED", file=sys.stderr)
-    for folder in report.deleted:
-        print(f"stepmark: removed {folder}: a recording killed before its first step", file=sys.stderr)
-    for folder, why in report.skipped:
-        print(f"stepmark: left {folder}: {why}", file=sys.stderr)
+    publish.print_report(report)
 
 
 def routes() -> list[BaseRoute]:

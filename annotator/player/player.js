@@ -283,7 +283,10 @@ class Player {
     const p = this.getJSON(`${this.base}/steps?start=${start}&end=${start + STEP_CHUNK}`)
       .then((body) => {
         for (const s of body.steps) this.steps.set(s.index, s);
-        if (step <= this.cur + STEP_CHUNK && !this.disposed) this.renderStepInfo();
+        if (step <= this.cur + STEP_CHUNK && !this.disposed) {
+          this.renderStepTexts();
+          this.renderStepInfo();
+        }
       })
       .catch((err) => {
         this.stepChunks.delete(start);
@@ -330,6 +333,7 @@ class Player {
     if (this.fields) this.fields.showStep(step); // at once: never the previous step's values under this step
     this.renderHeader();
     this.renderStepTags();
+    this.renderStepTexts();
     this.drawTimeline();
     this.prefetch();
     this.scheduleReport();
@@ -475,6 +479,27 @@ class Player {
       });
       box.appendChild(b);
     });
+  }
+
+  // The step's texts (instruction, chain-of-action-thought) with the step number, at once on every step change
+  // (a few lines; the object table waits for the keys to pause), so the texts beside the frame are always the
+  // step on screen's. Data from a trace: set with textContent, never markup. `data-step`: whose texts these are.
+  renderStepTexts() {
+    const box = el(this.root, ".sm-texts");
+    const s = this.kind === "ui" ? this.steps.get(this.cur) : null;
+    box.replaceChildren();
+    box.dataset.step = s ? String(this.cur) : "";
+    for (const t of (s && s.texts) || []) {
+      const div = document.createElement("div");
+      div.className = "sm-step-text";
+      div.dataset.text = t.name;
+      const b = document.createElement("b");
+      b.textContent = `${t.label}: `;
+      const span = document.createElement("span");
+      span.textContent = t.text;
+      div.append(b, span);
+      box.appendChild(div);
+    }
   }
 
   renderStepInfo() {

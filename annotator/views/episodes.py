@@ -9,7 +9,6 @@ when an action needs them, up to `MAX_BULK`."""
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import replace
 
 import pandas as pd
@@ -78,13 +77,15 @@ TAGS_TTL_S = 30.0
 
 def tag_options(ops, study_ids: list[str]) -> list[str]:
     """The Tag filter's options (each study's 50 most recent labels), read at most every TAGS_TTL_S seconds
-    per session: they read every tag of each study, and a label added since shows up within the TTL."""
-    cached = st.session_state.get("_ep_tags")
-    now = time.monotonic()
-    if cached is None or cached[0] != study_ids or now - cached[1] > TAGS_TTL_S:
-        cached = (study_ids, now, sorted({t for sid in study_ids for t in ops.recent_tags(sid, limit=50)}))
-        st.session_state["_ep_tags"] = cached
-    return cached[2]
+    per store and set of studies, for every session of this server: they read every tag of each study (0.3-0.6 s
+    on PostgreSQL beside a 1M-episode study), and each reload of the page is a new session. A label added since
+    shows up within the TTL."""
+    return _recent_labels(ops.repo.url, tuple(study_ids), ops)
+
+
+@st.cache_data(ttl=TAGS_TTL_S, max_entries=64, show_spinner=False)
+def _recent_labels(store: str, study_ids: tuple[str, ...], _ops) -> list[str]:  # noqa: ANN001
+    return sorted({t for sid in study_ids for t in _ops.recent_tags(sid, limit=50)})
 
 
 def filters(ops) -> EpisodeFilter:

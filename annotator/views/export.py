@@ -10,9 +10,9 @@ from urllib.parse import unquote, urlparse
 
 import streamlit as st
 
-from annotator.operations import ExportOptions, parse_ref_key, ref_key, ref_of
+from annotator.operations import ExportOptions, parse_ref_key
 from annotator.plain import md_escape
-from annotator.views import session
+from annotator.views import episode_picker, session
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import client_pb2
 
@@ -56,22 +56,41 @@ ANNOTATION_LABELS = {
 }
 
 
+def preselected(ops, keys: list[str]) -> list[str]:
+    """The keys the Episodes page handed over (at most its MAX_BULK) that still name an episode: looked up by id,
+    500 per query, never by listing a study."""
+    refs = ops.repo.refs_of(parse_ref_key(k).episode_id for k in keys)
+    return [k for k in keys if parse_ref_key(k).episode_id in refs]
+
+
+def choose(ops) -> list[str] | None:
+    """The selection: what the Episodes page handed over plus what is picked here from a search (at most
+    PICKER_SIZE options besides the chosen ones); None when there is nothing to export."""
+    if "export_pick" not in st.session_state:
+        st.session_state["export_pick"] = preselected(ops, st.session_state.get("export_refs", []))
+    chosen = list(st.session_state["export_pick"])
+    labels = st.session_state.setdefault("_export_labels", {})
+    found = episode_picker.search(ops, "export_find")
+    if not found and not chosen and not st.session_state.get("export_find"):
+        st.info("No episode to export yet.")
+        return None
+    labels.update(found)
+    for key in list(labels):  # labels of what is neither chosen nor offered are not kept
+        if key not in found and key not in chosen:
+            del labels[key]
+    options = [*chosen, *(k for k in found if k not in chosen)]
+    picked = st.multiselect("Episodes", options, format_func=lambda k: labels.get(k, k), key="export_pick")
+    studies = {parse_ref_key(k).study_id for k in picked}
+    st.caption(f"{len(picked):,} episode(s) selected, from {len(studies)} study(ies)")
+    return picked
+
+
 def render() -> None:
     ops = session.operations()
     st.title("Export")
-    found = ops.episodes()
-    keys = [ref_key(ref_of(m.episode)) for m in found.episodes]
-    labels = {
-        ref_key(ref_of(m.episode)): f"{m.study.name} · {m.episode.environment_id} · {m.status} · "
-        f"{m.episode.num_steps} steps · {m.episode.id}"
-        for m in found.episodes
-    }
-    if not keys:
-        st.info("No episode to export yet.")
+    chosen = choose(ops)
+    if chosen is None:
         return
-    if "export_pick" not in st.session_state:
-        st.session_state["export_pick"] = [k for k in st.session_state.get("export_refs", []) if k in keys]
-    chosen = st.multiselect("Episodes", keys, format_func=labels.get, key="export_pick")
     c1, c2 = st.columns(2)
     fmt = c1.radio("Format", list(FORMAT_LABELS), horizontal=True, key="export_format",
                    format_func=FORMAT_LABELS.get)  # fmt: skip

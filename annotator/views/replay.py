@@ -21,10 +21,9 @@ from annotator.operations import (
     episode_kind,
     parse_ref_key,
     ref_key,
-    ref_of,
 )
 from annotator.plain import md_escape
-from annotator.views import session
+from annotator.views import episode_picker, session
 from annotator.web import context
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import client_pb2
@@ -45,15 +44,10 @@ def choose_episode(ops) -> str | None:
         st.query_params["episode"] = last[0]
         st.query_params["step"] = str(last[1])
         return last[0]
-    found = ops.episodes()
-    if not found.episodes:
+    labels = episode_picker.search(ops, "replay_find")
+    if not labels and not st.session_state.get("replay_find"):
         st.info("No episode to replay yet.")
         return None
-    labels = {
-        ref_key(ref_of(m.episode)): f"{m.study.name} · {m.episode.environment_id} · {m.episode.num_steps} steps · "
-        f"{m.status} · {m.episode.user.email} · {m.episode.id[:8]}"
-        for m in found.episodes
-    }
     pick = st.selectbox("Episode", list(labels), index=None, format_func=labels.get,
                         placeholder="Choose an episode", key="replay_pick")  # fmt: skip
     if pick:

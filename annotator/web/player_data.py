@@ -27,6 +27,8 @@ DISPLAY_HEIGHT = 1280
 # decompression bomb (12000x12000) is refused before decoding.
 MAX_DECODE_PIXELS = 4096 * 4096
 MAX_JSON_CHARS = 4000
+# A step text (instruction, chain-of-action-thought) is sent whole up to this many characters.
+MAX_TEXT_CHARS = 4000
 MAX_OBJECTS = 5000
 STEPS_PER_REQUEST = 200
 
@@ -127,11 +129,23 @@ def step_payload(step: Any, kind: str) -> dict[str, Any]:
             else [view.touch.x, view.touch.y, view.touch.end_x, view.touch.end_y]
         )
         payload["warnings"] = [str(w) for w in view.warnings]
+        payload["texts"] = step_text_rows(view.texts)
     else:
         payload["observation"] = _short_json(step.observation)
         payload["action"] = _short_json(step.action)
         payload["last"] = bool(step.is_last)
     return payload
+
+
+def step_text_rows(texts: dict[str, str]) -> list[dict[str, str]]:
+    """The step's non-empty texts in STEP_TEXT_FIELDS order, each with its name and a label to show (plain
+    text: the browser sets it with textContent)."""
+    rows = []
+    for name, text in texts.items():
+        if text:
+            shown = text if len(text) <= MAX_TEXT_CHARS else text[:MAX_TEXT_CHARS] + " …"
+            rows.append({"name": name, "label": name.replace("_", " ").capitalize(), "text": shown})
+    return rows
 
 
 def tags_payload(episode: study_pb2.Episode) -> dict[str, Any]:

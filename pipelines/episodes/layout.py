@@ -21,6 +21,12 @@ TMP_MARK = ".tmp-"
 PENDING_FILE = "episode.pending.json"
 EPISODE_FILE = "episode.json"
 PICKLE_NAME = "episode.pkl"
+# One empty-named entry per episode being recorded, `<data>/.recording/<study>~<session>~<env>~<id>` holding
+# the recorder's pid: created before the episode's temp folder, removed once it is registered or dropped. So
+# finding what killed recorders left costs a listing of this folder, not a walk over every episode folder,
+# and every command that opens the store can afford it (`publish.recover_recorded`).
+RECORDING_DIR = ".recording"
+_ENTRY_SEP = "~"  # never in a safe component (see _UNSAFE), so an entry name splits back into its four parts
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._@+=-]")
 
@@ -83,6 +89,25 @@ def final_name(folder: Path) -> str:
 def temp_folders(data_dir: str | Path) -> list[Path]:
     """Temporary episode folders anywhere in the layout (`<study>/<session>/<env>/<id>.tmp-<pid>`)."""
     return sorted(p for p in Path(data_dir).glob(f"*/*/*/*{TMP_MARK}*") if p.is_dir())
+
+
+def recording_entry(folder: Path) -> Path:
+    """The index entry of an episode folder (temporary or final): `<data>/.recording/<s>~<s>~<e>~<id>`."""
+    parts = (*folder.parts[-4:-1], folder.name.split(TMP_MARK, 1)[0])
+    return folder.parents[3] / RECORDING_DIR / _ENTRY_SEP.join(parts)
+
+
+def recording_entries(data_dir: str | Path) -> list[tuple[Path, Path]]:
+    """(entry, final episode folder) for every index entry; names that are not four parts are left out."""
+    index = Path(data_dir) / RECORDING_DIR
+    if not index.is_dir():
+        return []
+    out = []
+    for entry in sorted(index.iterdir()):
+        parts = entry.name.split(_ENTRY_SEP)
+        if len(parts) == 4 and all(parts) and not any(p in (".", "..") for p in parts):
+            out.append((entry, Path(data_dir).joinpath(*parts)))
+    return out
 
 
 def pending_folders(data_dir: str | Path) -> list[Path]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -66,8 +67,20 @@ def write_pending(folder: Path, episode: study_pb2.Episode, name: str = layout.P
 
 
 def write_started(folder: Path, episode: study_pb2.Episode) -> Path:
-    """The marker of an episode being recorded (see the module docstring): who, where, which files."""
+    """The marker of an episode being recorded (see the module docstring): who, where, which files; and its
+    entry in the data directory's recording index, written first, so recovery finds the folder cheaply."""
+    entry = layout.recording_entry(folder)
+    entry.parent.mkdir(exist_ok=True)
+    with entry.open("w", encoding="utf-8") as f:
+        f.write(str(os.getpid()))
+        f.flush()
+        os.fsync(f.fileno())
     return write_pending(folder, episode, name=STARTED_FILE)
+
+
+def _forget(folder: Path) -> None:
+    """Drops a folder's recording-index entry: it is registered, or was dropped."""
+    layout.recording_entry(folder).unlink(missing_ok=True)
 
 
 def read_pending(folder: Path, name: str = layout.PENDING_FILE) -> tuple[int, study_pb2.Episode]:
@@ -86,6 +99,7 @@ def confirm(folder: Path) -> None:
     if pending.exists():
         os.replace(pending, folder / layout.EPISODE_FILE)
     (folder / STARTED_FILE).unlink(missing_ok=True)
+    _forget(folder)
 
 
 def publish(repo: Repository, paths: layout.EpisodePaths, episode: study_pb2.Episode) -> study_pb2.Episode:
@@ -101,7 +115,7 @@ def publish(repo: Repository, paths: layout.EpisodePaths, episode: study_pb2.Epi
     try:
         registered = repo.add_episode(episode)
     except store_errors.StoreError:
-        shutil.rmtree(paths.final, ignore_errors=True)
+        discard(paths.final)
         raise
     confirm(paths.final)
     return registered
@@ -109,6 +123,7 @@ def publish(repo: Repository, paths: layout.EpisodePaths, episode: study_pb2.Epi
 
 def discard(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
+    _forget(folder)
 
 
 @dataclass
@@ -119,6 +134,8 @@ class RecoveryReport:
     confirmed: list[Path] = field(default_factory=list)
     deleted: list[Path] = field(default_factory=list)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
+    #: Folders of recorders still running: theirs to finish, not leftovers.
+    live: list[Path] = field(default_factory=list)
 
 
 def _is_registered(repo: Repository, episode: study_pb2.Episode) -> bool:
@@ -194,56 +211,116 @@ def recover_abandoned(repo: Repository, data_dir: str | Path) -> RecoveryReport:
     Folders of live processes (by pid) are left alone, so this is safe while other recorders run. The only
     folders deleted are those of dead recorders that hold no step (only `episode.started.json`, or files
     without a transition), which the recorder would have dropped itself (`deleted`); whatever else cannot be
-    registered is reported in `skipped` and stays on disk.
+    registered is reported in `skipped` and stays on disk. Walks every episode folder: `record` and the
+    annotator run it at start; every other command runs the cheap `recover_recorded`.
     """
     data = Path(data_dir)
     report = RecoveryReport()
     for temp in layout.temp_folders(data):
-        pid = layout.temp_pid(temp)
-        if pid is None:
-            report.skipped.append((temp, "not a recorder temp folder name"))
-            continue
-        if pid == os.getpid() or pid_alive(pid):
-            report.skipped.append((temp, f"recorder process {pid} is still running"))
-            continue
-        if not (temp / layout.PENDING_FILE).exists():
-            why = _interrupted(temp, data)  # killed mid-episode: keep the steps its files hold
-            if why == EMPTY:
-                discard(temp)
-                report.deleted.append(temp)
-                continue
-            if why is not None:
-                report.skipped.append((temp, why))
-                continue
-        final = temp.with_name(layout.final_name(temp))
-        if final.exists():
-            report.skipped.append((temp, f"{final.name} already exists"))
-            continue
-        os.replace(temp, final)
+        _recover_temp(repo, data, temp, report)
     for folder in layout.pending_folders(data):
-        try:
-            pid, episode = read_pending(folder)
-        except StepmarkError as exc:
-            report.skipped.append((folder, str(exc)))
-            continue
-        if pid != os.getpid() and pid_alive(pid):
-            report.skipped.append((folder, f"recorder process {pid} is still registering it"))
-            continue
-        if _is_registered(repo, episode):
-            confirm(folder)
-            report.confirmed.append(folder)
-            continue
-        if not _files_readable(episode, data):
-            report.skipped.append((folder, "files cannot be read: kept for inspection"))
-            continue
-        intended = State.Name(episode.state) if episode.state else "STATE_UNSPECIFIED"
-        episode.state = State.STATE_ABANDONED
-        episode.metadata.update({"recovered": True, "intended_state": intended})
-        try:
-            registered = repo.add_episode(episode)
-        except store_errors.StoreError as exc:
-            report.skipped.append((folder, f"store refused it: {exc}"))
-            continue
-        confirm(folder)
-        report.registered.append(registered)
+        _recover_pending(repo, data, folder, report)
     return report
+
+
+def open_store(url: str | None, data_dir: str | Path) -> Repository:
+    """The store, once what killed recorders left under `data_dir` is registered (`recover_recorded`): every
+    command that opens the store goes through here, so a killed `record` leaves nothing behind for long.
+    Says on stderr, a line each, what it registered or removed, and what it had to leave."""
+    from pipelines.store import open_store as open_repository
+
+    repo = open_repository(url, data_dir)
+    try:
+        report = recover_recorded(repo, data_dir)
+    except BaseException:
+        repo.close()
+        raise
+    print_report(report)
+    return repo
+
+
+def print_report(report: RecoveryReport) -> None:
+    """One stderr line per episode recovered, folder removed or folder left (live recorders' are not news)."""
+    for episode in report.registered:
+        print(f"stepmark: recovered episode {episode.id} ({episode.num_steps} steps) as ABANDONED: its recorder "
+              "was killed", file=sys.stderr)  # fmt: skip
+    for folder in report.deleted:
+        print(f"stepmark: removed {folder}: a recording killed before its first step", file=sys.stderr)
+    for folder, why in report.skipped:
+        print(f"stepmark: left {folder}: {why}", file=sys.stderr)
+
+
+def recover_recorded(repo: Repository, data_dir: str | Path) -> RecoveryReport:
+    """`recover_abandoned` for the episodes in the recording index only (`layout.RECORDING_DIR`): what
+    recorders killed since the index exists left behind, found by listing one small folder. An entry whose
+    folders are gone (registered and confirmed, or dropped) is removed; one that cannot be handled stays, and
+    is tried again by the next command."""
+    data = Path(data_dir)
+    report = RecoveryReport()
+    for entry, final in layout.recording_entries(data):
+        try:
+            text = entry.read_text(encoding="utf-8").strip()
+            temp = final.with_name(f"{final.name}{layout.TMP_MARK}{text}") if text.isdigit() else None
+            if temp is not None and temp.is_dir():
+                _recover_temp(repo, data, temp, report)
+            if (final / layout.PENDING_FILE).exists():
+                _recover_pending(repo, data, final, report)
+            elif temp is None or not temp.exists():
+                entry.unlink(missing_ok=True)  # nothing left to recover
+        except OSError as exc:  # a read-only or full disk: the command itself goes on
+            report.skipped.append((final, f"recovery failed: {exc}"))
+    return report
+
+
+def _recover_temp(repo: Repository, data: Path, temp: Path, report: RecoveryReport) -> None:
+    """A dead recorder's temporary folder: made pending (registered by `_recover_pending`) or deleted."""
+    pid = layout.temp_pid(temp)
+    if pid is None:
+        report.skipped.append((temp, "not a recorder temp folder name"))
+        return
+    if pid == os.getpid() or pid_alive(pid):
+        report.live.append(temp)
+        return
+    if not (temp / layout.PENDING_FILE).exists():
+        why = _interrupted(temp, data)  # killed mid-episode: keep the steps its files hold
+        if why == EMPTY:
+            discard(temp)
+            report.deleted.append(temp)
+            return
+        if why is not None:
+            report.skipped.append((temp, why))
+            return
+    final = temp.with_name(layout.final_name(temp))
+    if final.exists():
+        report.skipped.append((temp, f"{final.name} already exists"))
+        return
+    os.replace(temp, final)
+
+
+def _recover_pending(repo: Repository, data: Path, folder: Path, report: RecoveryReport) -> None:
+    """A complete folder whose registration was never confirmed: confirmed, or registered as ABANDONED."""
+    try:
+        pid, episode = read_pending(folder)
+    except StepmarkError as exc:
+        report.skipped.append((folder, str(exc)))
+        return
+    if pid != os.getpid() and pid_alive(pid):
+        report.live.append(folder)
+        return
+    if _is_registered(repo, episode):
+        confirm(folder)
+        report.confirmed.append(folder)
+        return
+    if not _files_readable(episode, data):
+        report.skipped.append((folder, "files cannot be read: kept for inspection"))
+        return
+    intended = State.Name(episode.state) if episode.state else "STATE_UNSPECIFIED"
+    episode.state = State.STATE_ABANDONED
+    episode.metadata.update({"recovered": True, "intended_state": intended})
+    try:
+        registered = repo.add_episode(episode)
+    except store_errors.StoreError as exc:
+        report.skipped.append((folder, f"store refused it: {exc}"))
+        return
+    confirm(folder)
+    report.registered.append(registered)

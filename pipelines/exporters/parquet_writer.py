@@ -132,6 +132,7 @@ class RowBuilder:
                 "observation/screen_width": int(obs["screen_width"]),
                 "observation/screen_height": int(obs["screen_height"]),
                 "observation/proto": obs["proto"],
+                **{f"observation/step_text/{name}": text for name, text in obs["step_text"].items()},
             }
             if "objects" in obs:
                 cols["observation/objects"] = _objects_rows(obs["objects"])

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pipelines.errors import StepmarkError
 from pipelines.exporters.transform import KIND_UI, episode_kind, episode_name
 from pipelines.store import NotFound, Repository
+from pipelines.store.listing import EpisodeQuery
 from protos.rlds_creator import client_pb2, study_pb2
 
 COMPLETED = study_pb2.Episode.STATE_COMPLETED
@@ -179,16 +180,15 @@ def _why_empty(repo: Repository, query: SelectionQuery, selection: Selection) ->
         return "; left out: " + ", ".join(f"{n} x {r}" for r, n in sorted(reasons.items()))
     if query.refs:
         return ""
-    everything = repo.list_episodes(study_id=query.study_id, tag=query.tag, include_invalid_sessions=True)
-    if not everything:
+    by_state = repo.episode_states(  # one GROUP BY, not the study's episodes in memory
+        EpisodeQuery(study_id=query.study_id, tag=query.tag, include_invalid_sessions=True)
+    )
+    if not by_state:
         return ""
-    states: dict[str, int] = {}
-    for episode in everything:
-        name = study_pb2.Episode.State.Name(episode.state).removeprefix("STATE_").lower()
-        states[name] = states.get(name, 0) + 1
+    states = {study_pb2.Episode.State.Name(k).removeprefix("STATE_").lower(): n for k, n in by_state.items()}
     found = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
     return (
-        f"; the filters left out {len(everything)} episode(s) ({found}, counting invalid sessions): "
+        f"; the filters left out {sum(by_state.values())} episode(s) ({found}, counting invalid sessions): "
         "see --state, --include-incomplete, --include-invalid-sessions"
     )
 

@@ -63,7 +63,10 @@ def spec_to_space(spec: Any) -> Any:
     """A (nested) dm_env spec as a gymnasium space in Minari's JSON form (None for text/bytes leaves)."""
     if isinstance(spec, dict):
         items = {str(k): spec_to_space(v) for k, v in spec.items()}
-        return {"type": "Dict", "subspaces": {k: v for k, v in items.items() if v is not None}}
+        subspaces = {k: v for k, v in items.items() if v is not None}
+        if items and not subspaces:
+            return None  # only text/bytes leaves (a UI step's `step_text`): no space, like a text leaf
+        return {"type": "Dict", "subspaces": subspaces}
     if isinstance(spec, list | tuple):
         return {"type": "Tuple", "subspaces": [spec_to_space(v) for v in spec]}
     dtype = np.dtype(spec.dtype)

@@ -36,6 +36,7 @@ from pipelines.exporters.transform import (
     info_json,
 )
 from pipelines.exporters.ui_objects import PADDED_TEXT_FIELDS
+from pipelines.step_text import STEP_TEXT_FIELDS
 
 
 class _DropAbslWarnings(logging.Filter):
@@ -170,6 +171,7 @@ def _ui_observation_features(padded: int = 0) -> Any:
         "screen_width": np.int32,
         "screen_height": np.int32,
         "proto": tfds.features.Tensor(shape=(), dtype=np.object_),
+        "step_text": tfds.features.FeaturesDict({name: tfds.features.Text() for name in STEP_TEXT_FIELDS}),
     }
     if padded:
         fields["objects_padded"] = _padded_objects_features(padded)

@@ -31,6 +31,7 @@ import numpy as np
 from pipelines.episodes.base import Step, to_jsonable
 from pipelines.episodes.stats import EPISODE_KEY, SUCCESS_KEY, EpisodeStats
 from pipelines.errors import StepmarkError
+from pipelines.step_text import texts_of
 from protos.llm4mobile import episode_pb2
 from protos.rlds_creator import study_pb2
 from protos.stepmark import ui_episode_pb2
@@ -343,8 +344,10 @@ def ui_observation(
     annotations: Sequence[dict[str, Any]] = (),
     windows: Sequence[dict[str, Any]] = (),
     selected: list[int] | None = None,
+    texts: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A UI screen as fixed-named fields: the screenshot bytes, its size, an object table, and the proto.
+    """A UI screen as fixed-named fields: the screenshot bytes, its size, an object table, the proto, and the
+    step's texts (`step_text`: every name of `pipelines.step_text.STEP_TEXT_FIELDS`, "" when none).
 
     The object table has one entry per object (N varies by screen): each `bbox` is 4 int32 as
     (left, top, right, bottom) in screenshot pixels. `proto` is the whole `llm4mobile.proto.Observation`
@@ -391,6 +394,7 @@ def ui_observation(
         "screen_width": np.int32(observation.screen_width),
         "screen_height": np.int32(observation.screen_height),
         "proto": without_screenshot.SerializeToString(deterministic=True),
+        "step_text": texts if texts is not None else texts_of(None, None),
     }
     if padded:
         from pipelines.exporters.ui_objects import padded_objects
@@ -575,6 +579,7 @@ def transform_episode(
                 annotations=notes,
                 windows=step_info.get("windows", []),
                 selected=selected,
+                texts=texts_of(step.action if step is not None else None, step_info.get("text")),
             )
             action = (
                 None

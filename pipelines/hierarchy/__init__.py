@@ -1,4 +1,4 @@
-"""View hierarchies (uiautomator XML, Rico JSON, DroidBot JSON) -> `Screen`s of llm4mobile `Object`s.
+"""View hierarchies (uiautomator XML, Rico JSON, DroidBot JSON, DroidRun portal JSON, ...) -> `Screen`s of llm4mobile `Object`s.
 
 Pure functions from bytes: no file or network I/O. `parse` detects the format; the per-format modules hold the
 syntax, `objects` every computed field (defined in `schemas/objects.md`).
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from functools import partial
 
-from . import a11y_forest, aitw, droidbot, rico, uiautomator
+from . import a11y_forest, aitw, droidbot, droidrun, rico, uiautomator
 from .bounds import Box, parse_bounds
 from .encoding import bom_encoding
 from .errors import REASONS, HierarchyError
@@ -35,7 +35,7 @@ __all__ = [
     "rescale",
 ]  # fmt: skip
 
-FORMATS = ("uiautomator", "rico", "droidbot", "a11y_forest", "a11y_forest_text", "aitw_annotations")
+FORMATS = ("uiautomator", "rico", "droidbot", "a11y_forest", "a11y_forest_text", "aitw_annotations", "droidrun")
 _NON_BLANK = re.compile(rb"\S")
 _XML_START = re.compile(rb"<\?xml|<hierarchy[\s>]")
 
@@ -76,7 +76,8 @@ def parse(
 ) -> Screen:
     """A `Screen` from hierarchy bytes in `fmt` (one of FORMATS), detected when None (XML and JSON only).
 
-    JSON is told apart by its keys: Rico documents have `activity`, DroidBot states have `views`.
+    JSON is told apart by its keys: Rico documents have `activity`, DroidBot states have `views` (or are the
+    bare list of views, with `temp_id`s, LlamaTouch's `N.vh`), DroidRun portal states have `a11y_tree`.
     `screen_size` (width, height), when known (e.g. the screenshot's size), replaces the size estimated from
     the window bounds for uiautomator and DroidBot; Rico's coordinate space is always 1440x2560 and ignores it.
     """
@@ -92,6 +93,8 @@ def parse(
         return a11y_forest.parse_text(data, drop_invisible=drop_invisible, screen_size=screen_size)
     if fmt == "aitw_annotations":
         return aitw.parse(data, screen_size=screen_size)
+    if fmt == "droidrun":
+        return droidrun.parse(data, drop_invisible=drop_invisible, screen_size=screen_size)
     if fmt is not None:
         raise ValueError(f"unknown hierarchy format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if detect_format(data) == "uiautomator":
@@ -108,7 +111,16 @@ def _from_json(
         return droidbot.from_document(
             doc, drop_invisible=drop_invisible, screen_size=screen_size, warnings=warnings
         )
+    if isinstance(doc, list) and doc and isinstance(doc[0], dict) and "temp_id" in doc[0]:
+        # DroidBot's views alone, as a bare list (LlamaTouch's N.vh files): the state without its wrapper
+        return droidbot.from_document(
+            {"views": doc}, drop_invisible=drop_invisible, screen_size=screen_size, warnings=warnings
+        )
+    if isinstance(doc, dict) and "a11y_tree" in doc:
+        return droidrun.from_document(
+            doc, drop_invisible=drop_invisible, screen_size=screen_size, warnings=warnings
+        )
     keys = ", ".join(sorted(doc)[:8]) if isinstance(doc, dict) else type(doc).__name__
     raise HierarchyError(
-        "unknown_format", f"JSON that is neither Rico (activity) nor DroidBot (views): {keys}"
+        "unknown_format", f"JSON that is neither Rico (activity), DroidBot (views) nor DroidRun (a11y_tree): {keys}"
     )

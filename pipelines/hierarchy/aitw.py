@@ -3,7 +3,9 @@ screenshot becomes one object of a flat DOM (every object a depth-0 root and a l
 
 Input is the small JSON document `pipelines.traces.aitw` writes from a step's Example features (also what
 `Observation.json` keeps): {"width": W, "height": H, "annotations": [{"y", "x", "h", "w", "text",
-"ui_type"}]}, positions normalised to the screen. Mapping documented in schemas/objects.md.
+"ui_type"}]}, positions normalised to the screen. Android-in-the-Zoo's boxes (`pipelines.traces.aitz`) are the
+same detector's in screenshot pixels: {"units": "pixels", "annotations": [...]} without a size (the screenshot's
+is passed as `screen_size`). Mapping documented in schemas/objects.md.
 """
 
 from __future__ import annotations
@@ -15,7 +17,16 @@ from protos.llm4mobile import episode_pb2
 
 from .bounds import Box
 from .errors import HierarchyError
-from .objects import MAX_OBJECTS, UNKNOWN_LOCATION, Screen, build_screen, check_size, raw_node, too_large
+from .objects import (
+    MAX_OBJECTS,
+    UNKNOWN_LOCATION,
+    Screen,
+    build_screen,
+    check_size,
+    grid_location,
+    raw_node,
+    too_large,
+)
 
 FORMAT = "aitw_annotations"
 T = episode_pb2.ObjectType
@@ -50,6 +61,7 @@ def parse(data: bytes, *, drop_invisible: bool = False, screen_size: tuple[int, 
     width, height = screen_size or (doc.get("width"), doc.get("height"))
     if type(width) is not int or type(height) is not int or width <= 0 or height <= 0:
         raise HierarchyError("malformed", f"AITW step without a usable image size ({width!r}x{height!r})")
+    pixels = doc.get("units") == "pixels"
     warnings: list[str] = []
     nodes, grids, names = [], [], []
     unusable = 0
@@ -62,6 +74,9 @@ def parse(data: bytes, *, drop_invisible: bool = False, screen_size: tuple[int, 
         grid = UNKNOWN_LOCATION
         if None in (x, y, w, h):
             unusable += 1
+        elif pixels:
+            box = Box(round(x), round(y), round(x + w), round(y + h))
+            grid = grid_location(box, width, height)
         else:
             box = Box(round(x * width), round(y * height), round((x + w) * width), round((y + h) * height))
             grid = normalised_grid(x, y, w, h)

@@ -1,5 +1,8 @@
 """The one parser of bounding boxes, for every hierarchy format.
 
+Notations: uiautomator `"[x1,y1][x2,y2]"`, DroidBot `[[x1,y1],[x2,y2]]`, Rico `[l,t,r,b]`, DroidRun portal
+`"l, t, r, b"` (its simple tree) and `{"left", "top", "right", "bottom"}` (its full tree's `boundsInScreen`).
+
 Boxes are kept exactly as the source wrote them (no clamping): an inverted or off-screen box is evidence of
 what the device reported, and the caller flags it instead of silently repairing it.
 """
@@ -147,10 +150,38 @@ def from_ltrb(values: object) -> Box | None:
         return None
 
 
+def from_csv(text: object) -> Box | None:
+    """DroidRun portal `"l, t, r, b"` (four integers separated by commas, spaces allowed); None when malformed."""
+    if not isinstance(text, str):
+        return None
+    parts = text.split(",")
+    if len(parts) != 4:
+        return None
+    try:
+        return Box(*(_int(p.strip()) for p in parts))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+_EDGES = ("left", "top", "right", "bottom")
+
+
+def from_rect(value: object) -> Box | None:
+    """DroidRun portal `{"left": l, "top": t, "right": r, "bottom": b}`; None when malformed."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        return Box(*(_int(value[edge]) for edge in _EDGES))
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+
+
 def parse_bounds(value: object) -> Box | None:
-    """Any of the three notations above; None when the value is none of them."""
+    """Any of the notations above; None when the value is none of them."""
     if isinstance(value, str):
-        return from_string(value)
+        return from_string(value) if value.lstrip()[:1] == "[" else from_csv(value)
+    if isinstance(value, dict):
+        return from_rect(value)
     if isinstance(value, Sequence) and len(value) == 2:
         return from_pairs(value)
     return from_ltrb(value)

@@ -210,4 +210,8 @@ def from_document(
     width, height, estimated = resolve_screen_size(
         screen_size, (doc["width"], doc["height"]) if stated else None, root_boxes, warnings
     )
-    return build_screen(nodes, width, height, fmt=FORMAT, warnings=warnings, size_estimated=estimated)
+    screen = build_screen(nodes, width, height, fmt=FORMAT, warnings=warnings, size_estimated=estimated)
+    activity = doc.get("foreground_activity")  # "com.yelp.android/.ui.ActivityHome"
+    if type(activity) is str and "/" in activity:
+        screen.foreground_package = activity.split("/", 1)[0].strip()
+    return screen

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from json.decoder import scanstring
 from typing import TypeVar
 
+from .encoding import decode_detected
 from .errors import HierarchyError
 from .objects import MAX_DEPTH, check_size
 
@@ -146,7 +147,8 @@ def _loads(data: bytes | str) -> object:
 def load_json(data: bytes, *, repair_surrogates: bool = False) -> tuple[object, list[str]]:
     """(parsed JSON, warnings); `empty`, `malformed` or `too_deep` when it cannot be parsed.
 
-    Bytes invalid in UTF-8 become U+FFFD, with a warning. With `repair_surrogates`, lone surrogate escapes
+    Bytes invalid in UTF-8 are decoded in the encoding detected (`encoding.decode_detected`), else become
+    U+FFFD, with a warning either way. With `repair_surrogates`, lone surrogate escapes
     (`\\ud800` without its pair, which no proto string can hold) become U+FFFD too; callers ask for that only
     after a first attempt failed with UnicodeEncodeError (`with_json_document`), so the scan costs nothing on
     clean input. The C decoder recurses once per nesting level and stops with RecursionError near 1,000
@@ -164,8 +166,8 @@ def load_json(data: bytes, *, repair_surrogates: bool = False) -> tuple[object, 
     try:
         return _loads(data), warnings
     except UnicodeDecodeError as exc:
-        warnings.append(f"bytes invalid in UTF-8 replaced by U+FFFD (first at byte {exc.start})")
-        text = data.decode("utf-8", errors="replace")
+        text, warning = decode_detected(bytes(data), "utf-8", exc.start)
+        warnings.append(warning)
     except ValueError as exc:
         raise HierarchyError("malformed", f"not valid JSON: {exc}") from None
     try:

@@ -109,6 +109,10 @@ class Screen:
     size_estimated: bool = False
     #: Accessibility-forest windows (`ui_episode_pb2.WindowInfo`), in forest order; empty for other formats.
     windows: list = field(default_factory=list)
+    #: The app in the foreground when the screen was captured, when the dump says so (DroidBot's
+    #: `foreground_activity`, DroidRun's `phone_state.packageName`); "" otherwise. Used to name the app an
+    #: episode tested (schemas/ui_episode.md, `app_package`).
+    foreground_package: str = ""
 
 
 def grid_location(box: Box | None, width: int, height: int) -> int:
@@ -497,6 +501,7 @@ def rescale(screen: Screen, width: int, height: int) -> Screen:
         (sx * width / old_w, sy * height / old_h),
         screen.size_estimated,
         list(screen.windows),
+        screen.foreground_package,
     )
 
 

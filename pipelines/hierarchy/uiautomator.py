@@ -21,7 +21,7 @@ from operator import eq, itemgetter, ne
 from lxml import etree
 
 from .bounds import from_strings_sized
-from .encoding import bom_encoding
+from .encoding import bom_encoding, decode_detected
 from .errors import HierarchyError
 from .objects import (
     MAX_DEPTH,
@@ -442,8 +442,9 @@ def _decode(data: bytes, warnings: list[str]) -> str:
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
-        warnings.append(f"bytes invalid in {encoding} replaced by U+FFFD (first at byte {exc.start})")
-        return data.decode(encoding, errors="replace")
+        text, warning = decode_detected(data, encoding, exc.start)
+        warnings.append(warning)
+        return text
 
 
 def _excerpt(text: str, limit: int = 60) -> str:
@@ -551,6 +552,22 @@ def _int_attr(value: str | None, default: int = 0) -> int:
         return default
 
 
+_AMP = "&#38;"
+
+
+def _unescape_ampersands(columns):
+    """libxml2 without entity substitution (the hardened parser) hands an attribute's `&amp;` on as the text
+    `&#38;` ("Security &amp; privacy" became "Security &#38; privacy"); it writes every `&` so, a literal
+    `&#38;` too (`&amp;#38;` arrives as `&#38;#38;`), so replacing it back is exact. Only the text columns can
+    hold one in practice."""
+    fixed = {}
+    for name in ("text", "content_desc", "resource_id", "hint"):
+        values = getattr(columns, name)
+        if any(_AMP in v for v in values if v):
+            fixed[name] = [v.replace(_AMP, "&") if v and _AMP in v else v for v in values]
+    return columns._replace(**fixed) if fixed else columns
+
+
 def parse(
     data: bytes,
     *,
@@ -580,6 +597,8 @@ def parse(
         rotation = 0
 
     columns, box_texts, root_boxes, templates, small_boxes = found.columns()
+    if b"&" in data:
+        columns = _unescape_ampersands(columns)
     stated = None
     if top is not None:  # Appium page sources state the size on the root
         stated_w, stated_h = _int_attr(top.get("width")), _int_attr(top.get("height"))

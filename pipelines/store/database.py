@@ -47,6 +47,17 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE) else "BEGIN")
 
 
+def _configure_postgresql(engine: Engine) -> None:
+    """JIT compilation off for stepmark's sessions: its queries are index look-ups and ranges, and PostgreSQL
+    compiled the large-cost ones (a page jump's OFFSET at 1M episodes) for 240-290 ms each, more than the scan."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SET jit = off")
+        dbapi_connection.commit()
+
+
 def create_engine(url: str | None, data_dir: str | Path) -> Engine:
     """An engine for `url`, or for `<data_dir>/stepmark.db` when url is None (the folder is created)."""
     if url is None:
@@ -74,6 +85,8 @@ def create_engine(url: str | None, data_dir: str | Path) -> Engine:
             engine = sa.create_engine(parsed, pool_pre_ping=True)
         except Exception as exc:  # missing driver, bad options
             raise StoreError(f"--store {parsed.render_as_string()}: cannot create engine: {exc}") from exc
+        if engine.dialect.name == "postgresql":
+            _configure_postgresql(engine)
     return engine
 
 

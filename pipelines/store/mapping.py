@@ -10,6 +10,7 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from google.protobuf.message import Message
 
 from pipelines.store.audit import AuditEntry
+from pipelines.store.migrations import KIND_LENGTH
 from pipelines.store.models import (
     AuditRow,
     EnvironmentRow,
@@ -96,10 +97,18 @@ def session_proto(row: SessionRow) -> study_pb2.Session:
     return session
 
 
+def metadata_kind(meta: dict[str, Any] | None) -> str | None:
+    """`episodes.kind` (v8) of an episode's metadata: its "kind" when that is a string of at most 32 characters
+    (what migration 8 backfills), else None."""
+    kind = (meta or {}).get("kind")
+    return kind if isinstance(kind, str) and len(kind) <= KIND_LENGTH else None
+
+
 def episode_columns(episode: study_pb2.Episode) -> dict[str, Any]:
     """Column values of an episode row from the proto (everything but id, tags and bookkeeping)."""
     storage = episode.storage
     kind = storage.WhichOneof("type") if episode.HasField("storage") else None
+    meta = struct_to_json(episode.metadata) if episode.HasField("metadata") else None
     return {
         "study_id": episode.study_id,
         "session_id": episode.session_id or None,
@@ -108,7 +117,8 @@ def episode_columns(episode: study_pb2.Episode) -> dict[str, Any]:
         "state": episode.state,
         "start_time": to_datetime(episode.start_time) if episode.HasField("start_time") else None,
         "end_time": to_datetime(episode.end_time) if episode.HasField("end_time") else None,
-        "meta": struct_to_json(episode.metadata) if episode.HasField("metadata") else None,
+        "meta": meta,
+        "kind": metadata_kind(meta),
         "num_steps": episode.num_steps if episode.HasField("num_steps") else None,
         "total_reward": episode.total_reward if episode.HasField("total_reward") else None,
         "storage_kind": kind,

@@ -404,6 +404,42 @@ def _v7_list_indexes(conn: Connection) -> None:
     )
 
 
+# v8 (issue 21): what the report and the listing's kind counts read from a column instead of each row's JSON.
+KIND_LENGTH = 32
+
+
+def _v8_episode_kind(conn: Connection) -> None:
+    """Version 8 (issue 21): `episodes.kind`, a copy of `metadata.kind` ("ui", "env"; NULL when the metadata
+    has none, or a kind that is not a string of at most 32 characters), under an index (study_id, kind, id).
+
+    `stepmark report` counted UI episodes and picked the environment ones by reading every episode's JSON
+    metadata (twice), so its time grew faster than the study. Backfilled by one UPDATE in SQL (no row travels
+    to Python); set on insert by `Repository` from then on. Self-contained: one column, one index."""
+    conn.execute(sa.text(f"ALTER TABLE episodes ADD COLUMN kind VARCHAR({KIND_LENGTH})"))
+    episodes = sa.table("episodes", sa.column("metadata", sa.JSON), sa.column("kind", sa.String))
+    if conn.dialect.name == "sqlite":  # json_type: only a JSON string is a kind (numbers extract as numbers)
+        path = sa.literal_column("'$.kind'")
+        value = sa.func.json_extract(episodes.c.metadata, path)
+        is_text = sa.func.json_type(episodes.c.metadata, path) == "text"
+    else:
+        value = episodes.c.metadata["kind"].as_string()
+        is_text = sa.func.json_typeof(episodes.c.metadata["kind"]) == "string"
+    conn.execute(
+        sa.update(episodes)
+        .where(episodes.c.metadata.is_not(None), is_text, sa.func.length(value) <= KIND_LENGTH)
+        .values(kind=value)
+    )
+    conn.execute(sa.text("CREATE INDEX ix_episodes_study_kind ON episodes (study_id, kind, id)"))
+    # Fresh statistics for the new index and column, in the same transaction: without them SQLite took the new
+    # index for every `study_id = ?` query (it has no figures for it) and read each row through it (a GROUP BY
+    # state over a 1M-episode study: 0.3 -> 5.6 s).
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("PRAGMA analysis_limit = 1000")
+        conn.exec_driver_sql("ANALYZE episodes")
+    elif conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("ANALYZE episodes")
+
+
 def _v9_study_fields(conn: Connection) -> None:
     """Version 9 (issue 26): a study's own typed fields, the annotators' values, suggestions (imported or from
     a model) and per-field adjudications. Tables only; numbered 9 so it merges after version 8 (another
@@ -497,7 +533,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     # Version 5 comes from another branch (issue 12); this one is self-contained and applies after it.
     Migration(6, "grounding annotations on UI steps", _v6_grounding_annotations),
     Migration(7, "indexes for paged, filtered and sorted episode lists", _v7_list_indexes),
-    # Issue 26; version 8 is another branch's (issue 21: episodes.kind). Independent of it.
+    Migration(8, "episodes.kind (metadata.kind as a column, indexed) for aggregates", _v8_episode_kind),
+    # Issue 26; independent of version 8 (issue 21: episodes.kind).
     Migration(9, "study fields: definitions, values, suggestions, adjudications", _v9_study_fields),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version

@@ -127,6 +127,7 @@ class EpisodeRow(Base):
         Index("ix_episodes_study_state", "study_id", "state", "id"),
         Index("ix_episodes_study_steps", "study_id", "num_steps", "id"),
         Index("ix_episodes_study_reward", "study_id", "total_reward", "id"),
+        Index("ix_episodes_study_kind", "study_id", "kind", "id"),  # v8: the report's kinds
         Index(
             "ix_episodes_study_notes", "study_id", "id",
             sqlite_where=sa.text("notes IS NOT NULL"), postgresql_where=sa.text("notes IS NOT NULL"),
@@ -154,6 +155,8 @@ class EpisodeRow(Base):
     registered_time: Mapped[datetime] = mapped_column(TIME)
     # v2: where an imported episode came from ("ui:<UiEpisode.episode_id>"); NULL for recorded episodes.
     source_key: Mapped[str | None] = mapped_column(Text)
+    # v8: `metadata.kind` ("ui", "env") as a column, so aggregates never read the JSON; NULL when it has none.
+    kind: Mapped[str | None] = mapped_column(String(32))
 
     tags: Mapped[list[EpisodeTagRow]] = relationship(
         order_by="EpisodeTagRow.id", cascade="all, delete-orphan", passive_deletes=True

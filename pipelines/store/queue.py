@@ -367,7 +367,7 @@ def progress(repo: Repository, study_id: str) -> QueueProgress:
     with _read(repo) as s:
         config = _config(s, study_id)
         q = queue_query(config)
-        count = listing.count(s, q)
+        count = repo.count_episodes(q)  # the Episodes page counted the same study: remembered (listing.Counts)
         done = (
             sa.select(QueueAssignmentRow.episode_id, sa.func.count().label("n"))
             .where(QueueAssignmentRow.study_id == study_id, QueueAssignmentRow.state == DONE)
@@ -464,7 +464,7 @@ def done_labels(repo: Repository, study_id: str) -> list[EpisodeLabels]:
     with _read(repo) as s:
         done = s.execute(
             sa.select(
-                QueueAssignmentRow.episode_id, QueueAssignmentRow.user, EpisodeRow.num_steps, EpisodeRow.meta
+                QueueAssignmentRow.episode_id, QueueAssignmentRow.user, EpisodeRow.num_steps, EpisodeRow.kind
             )
             .join(EpisodeRow, EpisodeRow.id == QueueAssignmentRow.episode_id)
             .where(QueueAssignmentRow.study_id == study_id, QueueAssignmentRow.state == DONE)
@@ -483,17 +483,17 @@ def done_labels(repo: Repository, study_id: str) -> list[EpisodeLabels]:
     for episode_id, user, step, label in labels:
         sets.setdefault((episode_id, user), {}).setdefault(step, set()).add(label)
     out: dict[str, EpisodeLabels] = {}
-    for episode_id, user, num_steps, meta in done:
-        steps = _step_count(num_steps, meta)
+    for episode_id, user, num_steps, kind in done:
+        steps = _step_count(num_steps, kind)
         entry = out.setdefault(episode_id, EpisodeLabels(episode_id, steps, {}))
         entry.by_user[user] = {k: frozenset(v) for k, v in sets.get((episode_id, user), {}).items()}
     return list(out.values())
 
 
-def _step_count(num_steps: int | None, meta: dict | None) -> int:
+def _step_count(num_steps: int | None, kind: str | None) -> int:
     """Taggable steps: UI episodes have num_steps, environment episodes one more (the final observation)."""
     n = num_steps or 0
-    return n if (meta or {}).get("kind") == "ui" else n + 1
+    return n if kind == "ui" else n + 1
 
 
 def user_labels(repo: Repository, episode_id: str, user: str) -> dict[int, list[str]]:

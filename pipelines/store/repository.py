@@ -109,6 +109,7 @@ class Repository(StudyRoles):
     """Studies, sessions, episodes, tags and the audit log, over one SQLAlchemy engine."""
 
     def __init__(self, engine: Engine, data_dir: str | Path | None = None) -> None:
+        self._counts = listing.Counts()
         self.engine = engine
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self._write_engine = engine.execution_options(**{WRITE: True})
@@ -666,10 +667,44 @@ class Repository(StudyRoles):
             by_id = {row.id: row for row in rows}
             return [(mapping.episode_proto(by_id[i]), cursor) for i, cursor in ids if i in by_id]
 
-    def count_episodes(self, q: EpisodeQuery) -> int:
-        """How many episodes match (aggregates only)."""
+    def iter_stored(self, study_id: str, batch: int = listing.BATCH) -> Iterator[Episode]:
+        """The study's episodes that have files of their own (envlogger or Pickle storage), as protos holding only
+        their id and storage, `batch` rows at a time: what deleting one episode checks for shared files. UI
+        episodes (no storage) are not read at all."""
+        columns = (EpisodeRow.id, EpisodeRow.storage_kind, EpisodeRow.storage_tag_directory,
+                   EpisodeRow.storage_index, EpisodeRow.storage_pickle_path)  # fmt: skip
+        query = sa.select(*columns).where(EpisodeRow.study_id == study_id, EpisodeRow.storage_kind.is_not(None))
         with self._read() as s:
-            return listing.count(s, q)
+            for episode_id, kind, directory, index, pickle_path in s.execute(
+                query.execution_options(yield_per=batch)
+            ):
+                episode = Episode(id=episode_id)
+                if kind == "environment_logger":
+                    episode.storage.environment_logger.tag_directory = directory or ""
+                    episode.storage.environment_logger.index = index or 0
+                elif kind == "pickle":
+                    episode.storage.pickle.path = pickle_path or ""
+                yield episode
+
+    def find_episodes(self, text: str, *, study_id: str | None = None, limit: int = 50) -> list[Episode]:
+        """A picker's episodes (`listing.search_ids`): newest first, or by id prefix, then notes text; at most
+        `limit`, tags included."""
+        with self._read() as s:
+            ids = listing.search_ids(s, text, study_id, limit)
+            if not ids:
+                return []
+            rows = s.scalars(
+                sa.select(EpisodeRow)
+                .where(EpisodeRow.id.in_(ids))
+                .options(selectinload(EpisodeRow.tags), selectinload(EpisodeRow.step_tags))
+            ).all()
+            by_id = {row.id: row for row in rows}
+            return [mapping.episode_proto(by_id[i]) for i in ids if i in by_id]
+
+    def count_episodes(self, q: EpisodeQuery) -> int:
+        """How many episodes match (aggregates only; remembered until the store changes, `listing.Counts`)."""
+        with self._read() as s:
+            return self._counts.count(s, q)
 
     def episode_cursor(self, q: EpisodeQuery, sort: Sort, offset: int) -> Cursor | None:
         """The cursor that starts the page beginning at row `offset` of the list (jump to a page)."""
@@ -742,7 +777,7 @@ class Repository(StudyRoles):
         exactly `num_steps` steps.
         """
         last = row.num_steps
-        if last and row.storage_kind is None and (row.meta or {}).get("kind") == "ui":
+        if last and row.storage_kind is None and row.kind == "ui":
             last -= 1
         if index < 0 or (row.num_steps and index > last):
             raise StoreError(

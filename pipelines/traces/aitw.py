@@ -140,9 +140,17 @@ def action_of(example, warnings: list[str]) -> RawAction | None:
         {"action_type": types[0], "yx_touch": touch, "yx_lift": lift, "type_action": typed},
         ensure_ascii=False,
     )
-    kind = ACTION_TYPES.get(types[0], "other")
+    return results_action(types[0], touch, lift, typed, raw, warnings)
+
+
+def results_action(
+    action_type: int, touch: list[float], lift: list[float], typed: str, raw: str, warnings: list[str]
+) -> RawAction:
+    """An AITW action from its result fields (action_type code, normalised (y, x) touch and lift points, typed
+    text): the one mapping of AITW's codes, shared by AITW records and Android-in-the-Zoo's JSON steps."""
+    kind = ACTION_TYPES.get(action_type, "other")
     if kind == "other":
-        warnings.append(f"AITW action_type {types[0]} is not a known action: kept as OTHER")
+        warnings.append(f"AITW action_type {action_type} is not a known action: kept as OTHER")
     if kind == "type":
         return RawAction("type", text=typed, raw_json=raw)
     if kind != "dual_point":

@@ -3,6 +3,11 @@
 Rules (also in schemas/layouts.md), applied per folder, outermost first:
   * DroidBot run: the folder has `states/state_*.json` and `events/event_*.json`. Claims the whole subtree.
   * Rico trace: the folder has `view_hierarchies/*.json`. Claims the whole subtree.
+  * DroidRun trajectory: the folder has `ui_states/*.json`. Claims the whole subtree.
+  * GUI-Odyssey: the folder has `annotations/*.json` and `screenshots/` holding images. Claims the whole
+    subtree; one episode per annotation file.
+  * LlamaTouch trace: a folder (not claimed above) with `eventStructs.txt`. Its own files.
+  * Android-in-the-Zoo: a folder (not claimed above) holding `<folder>.json` and `<folder>_<n>.<image>`.
   * Step folder: a folder (not claimed above) with `actions.jsonl` or `episode.json`, or whose hierarchy files
     are named by consecutive step numbers after a common prefix (`0..n-1` or `1..n`: "3.xml", "step_003.xml";
     leading zeros allowed, at least two). Its own files.
@@ -25,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from pipelines.traces import files
+from pipelines.traces import files, gui_odyssey
 from pipelines.traces.model import DeadLetter, EpisodeSource
 
 HIERARCHY_EXTS = (".xml", ".json", ".pb", ".textproto")
@@ -38,6 +43,10 @@ ACTIONS = "actions.jsonl"
 RECORD_EXTS = (".tfrecord", ".tfrecords", ".tfrecord.gz", ".tfrecords.gz", ".tfr", ".tfr.gz")
 RECORD_FILE = "tfrecord_file"  # EpisodeSource.layout of a TFRecord input file (not an output layout)
 RESERVED = frozenset({GESTURES, MANIFEST})
+LLAMATOUCH_EVENTS = "eventStructs.txt"
+LLAMATOUCH_INSTRUCTION = "instruction.txt"
+DROIDRUN_MACRO = "macro.json"
+DROIDBOT_UTG = "utg.js"
 
 
 @dataclass(frozen=True)
@@ -121,8 +130,10 @@ def _is_screen_file(name: str, hierarchies: dict[str, list[str]]) -> bool:
 
 
 def _droidbot_file(rel: str) -> bool:
-    """states/state_*.json, states/screen_*.<image>, events/event_*.json (relative to the run folder)."""
+    """states/state_*.json, states/screen_*.<image>, events/event_*.json, utg.js (relative to the run folder)."""
     parts = rel.split("/")
+    if parts == [DROIDBOT_UTG]:
+        return True
     if len(parts) != 2:
         return False
     stem, ext = files.stem_and_ext(parts[1])
@@ -143,6 +154,39 @@ def _rico_trace_file(rel: str) -> bool:
         (parts[0] == "view_hierarchies" and ext == ".json")
         or (parts[0] == "screenshots" and ext in IMAGE_EXTS)
     )
+
+
+def _droidrun_file(rel: str) -> bool:
+    """ui_states/<n>.json, screenshots/<n>.<image>, macro.json (relative to the trajectory folder)."""
+    parts = rel.split("/")
+    if len(parts) == 1:
+        return rel == DROIDRUN_MACRO
+    stem, ext = files.stem_and_ext(parts[1])
+    return len(parts) == 2 and stem.isdigit() and (
+        (parts[0] == "ui_states" and ext == ".json") or (parts[0] == "screenshots" and ext in IMAGE_EXTS)
+    )
+
+
+def _llamatouch_file(name: str) -> bool:
+    """eventStructs.txt, instruction.txt and the numbered step files `N.xml|vh|activity|<image>` (`N.vh` is left
+    out by the caller when `N.xml` is there)."""
+    stem, ext = files.stem_and_ext(name)
+    return name in (LLAMATOUCH_EVENTS, LLAMATOUCH_INSTRUCTION) or (
+        stem.isdigit() and ext in (".xml", ".vh", ".activity", *IMAGE_EXTS)
+    )
+
+
+_CLAIMS = {"droidbot": _droidbot_file, "rico_trace": _rico_trace_file, "droidrun": _droidrun_file}
+def is_aitz_folder(folder_name: str, names: list[str]) -> bool:
+    """Android-in-the-Zoo: `<folder>.json` and at least one `<folder>_<n>.<image>` (file names only)."""
+    if f"{folder_name}.json" not in names:
+        return False
+    prefix = f"{folder_name}_"
+    for name in names:
+        stem, ext = files.stem_and_ext(name)
+        if ext in IMAGE_EXTS and stem.startswith(prefix) and stem[len(prefix) :].isdigit():
+            return True
+    return False
 
 
 def plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLetter | IgnoredFile]:
@@ -199,13 +243,31 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
             claimed.append((folder, "droidbot"))
         elif has(_under(folder, "view_hierarchies"), "", ".json"):
             claimed.append((folder, "rico_trace"))
+        elif has(_under(folder, "ui_states"), "", ".json"):
+            claimed.append((folder, "droidrun"))
+        elif has(_under(folder, "annotations"), "", ".json") and any(
+            has(f, "", ext)
+            for f in folders
+            if f == _under(folder, "screenshots") or f.startswith(_under(folder, "screenshots") + "/")
+            for ext in IMAGE_EXTS
+        ):
+            claimed.append((folder, "gui_odyssey"))
 
     used: set[str] = set()
     for folder, layout in claimed:
         prefix = folder + "/" if folder else ""
         subtree = sorted(rel for rel in by_rel if rel.startswith(prefix))
+        if layout == "gui_odyssey":
+            inner = {r[len(prefix) :]: by_rel[r] for r in subtree}
+            rel_of_path = {by_rel[r]: r for r in subtree}
+            for item in gui_odyssey.episode_sources(list(inner), inner):
+                used.update(rel_of_path[p] for p in item.files)
+                yield EpisodeSource(
+                    item.layout, _under(folder, item.episode_id), item.source_path, item.files
+                )
+            continue
         # Only the files the layout's reader uses; anything else in the folder is reported as ignored.
-        claims = _droidbot_file if layout == "droidbot" else _rico_trace_file
+        claims = _CLAIMS[layout]
         keep = [r for r in subtree if claims(r[len(prefix) :])]
         used.update(keep)
         yield EpisodeSource(
@@ -227,9 +289,30 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
                 used.add(_under(folder, name))
                 yield _record_source(by_rel[_under(folder, name)], _under(folder, name))
         names = [n for n in names if not is_record_file(n)]
-        hierarchies, images = pair_screens(names)
         folder_path = files.join(root, folder) if folder else root
+        if LLAMATOUCH_EVENTS in names:  # its other files (N_drawed.png, N.json, agg_plot.png, ...) are ignored
+            present = set(names)  # N.vh is read only for a step without N.xml
+            keep = [n for n in names if _llamatouch_file(n) and not (
+                n.endswith(".vh") and f"{files.stem_and_ext(n)[0]}.xml" in present)]  # fmt: skip
+            used.update(_under(folder, n) for n in keep)
+            yield EpisodeSource(
+                layout="llamatouch",
+                episode_id=folder or base_name,
+                source_path=folder_path,
+                files=tuple(by_rel[_under(folder, n)] for n in keep),
+            )
+            continue
         rel_of = {name: _under(folder, name) for name in names}
+        folder_name = _name(folder) if folder else base_name
+        if is_aitz_folder(folder_name, names):
+            keep = [n for n in names if n == f"{folder_name}.json" or (
+                files.stem_and_ext(n)[1] in IMAGE_EXTS and n.startswith(f"{folder_name}_"))]  # fmt: skip
+            used.update(rel_of[n] for n in keep)
+            yield EpisodeSource(
+                "aitz", folder or base_name, folder_path, tuple(by_rel[rel_of[n]] for n in keep)
+            )
+            continue
+        hierarchies, images = pair_screens(names)
         step_folder = ACTIONS in names or MANIFEST in names or _is_numbered(list(hierarchies))
         if step_folder and hierarchies:
             keep = [n for n in names if n in (ACTIONS, MANIFEST) or _is_screen_file(n, hierarchies)]
@@ -297,7 +380,7 @@ def discover(root: str, exclude: tuple[str, ...] = ()) -> Iterator[EpisodeSource
 
 
 def _is_input_name(name: str) -> bool:
-    return is_record_file(name) or name in (ACTIONS, *RESERVED) or files.stem_and_ext(name)[1] in (
+    return is_record_file(name) or name in (ACTIONS, LLAMATOUCH_EVENTS, DROIDRUN_MACRO, *RESERVED) or files.stem_and_ext(name)[1] in (
         HIERARCHY_EXTS + IMAGE_EXTS
     )
 

@@ -13,8 +13,15 @@ import json
 from typing import Any
 
 from pipelines.traces import files, validation
-from pipelines.traces.common import LayoutFileError, Reader, load_json
-from pipelines.traces.discover import IMAGE_EXTS, natural_key
+from pipelines.traces.common import (
+    LayoutFileError,
+    Reader,
+    decode_text,
+    load_json,
+    parse_json,
+    read_failure_reason,
+)
+from pipelines.traces.discover import DROIDBOT_UTG, IMAGE_EXTS, natural_key
 from pipelines.traces.model import DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
 
 KEYS = {"BACK": "back", "HOME": "home", "ENTER": "enter"}
@@ -102,6 +109,33 @@ def event_action(event: dict, raw: str) -> RawAction:
     return RawAction("other", space="hierarchy", raw_json=raw)
 
 
+def utg_app_package(text: str) -> str:
+    """`app_package` of DroidBot's utg.js (`var utg = {...};`, the app it tested); "" when it names none.
+    Raises ValueError when the file is not that."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start or text[:start].replace("var utg", "").strip(" \t\r\n="):
+        raise ValueError("not `var utg = {...}`")
+    utg = parse_json(text[start : end + 1])
+    package = utg.get("app_package") if isinstance(utg, dict) else None
+    return package.strip() if isinstance(package, str) else ""
+
+
+def _app_package(episode: RawEpisode, read_file: Reader, path: str) -> None:
+    """The app under test from utg.js; a utg.js that cannot be read or parsed is a `bad_manifest` dead letter
+    (only the app package is lost)."""
+    eid = episode.source.episode_id
+    try:
+        data = read_file(path)
+    except Exception as exc:
+        why = f"{path}: cannot read ({exc})"
+        episode.dead_letters.append(DeadLetter(path, None, read_failure_reason(exc), why, eid))
+        return
+    try:
+        episode.app_package = utg_app_package(decode_text(data))
+    except ValueError as exc:  # UnicodeDecodeError is one
+        episode.dead_letters.append(DeadLetter(path, None, "bad_manifest", f"{path}: {exc}", eid))
+
+
 def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     states: dict[str, str] = {}  # tag -> state json path
     screens: dict[str, str] = {}  # tag -> screenshot path
@@ -125,6 +159,9 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     events.sort(key=lambda e: natural_key(e[0]))
     eid = source.episode_id
     episode = RawEpisode(source=source, steps=[], num_source_steps=len(events), warnings=duplicates)
+    utg = [p for p in source.files if files.relative(source.source_path, p) == DROIDBOT_UTG]
+    if utg:
+        _app_package(episode, read_file, utg[0])
 
     by_state_str: dict[str, tuple[str, str]] = {}  # state_str -> (tag, path)
     for tag, path in sorted(states.items(), key=lambda kv: natural_key(kv[0])):

@@ -16,6 +16,7 @@ from pipelines.errors import StepmarkError
 from pipelines.hierarchy.errors import HierarchyError
 from pipelines.hierarchy.objects import MAX_BYTES
 from pipelines.hierarchy.screenshot import MAX_SCREENSHOT_BYTES
+from pipelines.storage import file_kind
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
 
@@ -99,20 +100,12 @@ def check_file(path: str, limit: int, policy: ReadPolicy = ANYWHERE) -> int:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
             raise FileRefused(
-                "not_regular", f"{display(path)}: {_kind(st.st_mode)}, not a regular file: not read"
+                "not_regular", f"{display(path)}: {file_kind(st.st_mode)}, not a regular file: not read"
             )
         size = st.st_size
     if size > limit:
         raise _too_large(path, size, limit)
     return size
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):  # fmt: skip
-        if test(mode):
-            return name
-    return "a special file"
 
 
 def _read_capped(f, path: str, limit: int, expected: int) -> bytes:
@@ -158,7 +151,7 @@ def read_limited(path: str, limit: int, policy: ReadPolicy = ANYWHERE) -> bytes:
     with os.fdopen(fd, "rb") as f:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise FileRefused("not_regular", f"{display(path)}: {_kind(mode)}, not a regular file: not read")
+            raise FileRefused("not_regular", f"{display(path)}: {file_kind(mode)}, not a regular file: not read")
         return _read_capped(f, path, limit, size)
 
 
@@ -320,7 +313,7 @@ def open_guarded(path: str, limit: int = MAX_STREAMED_FILE, policy: ReadPolicy =
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise FileRefused("not_regular", f"{display(path)}: {_kind(mode)}, not a regular file: not read")
+            raise FileRefused("not_regular", f"{display(path)}: {file_kind(mode)}, not a regular file: not read")
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

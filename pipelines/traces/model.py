@@ -8,10 +8,13 @@ and memory does not grow with the number of episodes.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 #: Input layouts, as written to `UiEpisode.source`.
-LAYOUTS = ("rico_trace", "step_folder", "single_screen", "droidbot", "android_control", "aitw")
+LAYOUTS = (
+    "rico_trace", "step_folder", "single_screen", "droidbot", "android_control", "aitw", "llamatouch", "droidrun",
+    "aitz", "gui_odyssey", "android_control_json",
+)  # fmt: skip
 
 #: Action kinds a reader may emit (see schemas/actions.schema.json).
 ACTION_KINDS = (
@@ -21,6 +24,9 @@ ACTION_KINDS = (
 
 #: Coordinate spaces a raw action's points may be given in.
 SPACES = ("screenshot", "hierarchy", "normalized")
+#: `RawStep.hierarchy_format` of a screenshot-only step: no hierarchy file, no objects, the screen is the
+#: screenshot (schemas/ui_episode.md, "Screenshot-only steps").
+NO_HIERARCHY = "none"
 
 
 @dataclass(frozen=True)
@@ -75,8 +81,16 @@ class RawStep:
     screenshot_path: str | None
     action: RawAction | None = None
     warnings: tuple[str, ...] = ()
-    #: `pipelines.hierarchy.FORMATS` name of the hierarchy bytes; "" = detect (XML / JSON files).
+    #: `pipelines.hierarchy.FORMATS` name of the hierarchy bytes; "" = detect (XML / JSON files); NO_HIERARCHY =
+    #: a screenshot-only step (`hierarchy_path` is then "").
     hierarchy_format: str = ""
+    _: KW_ONLY  # the fields below are named where they are given: two branches added one each, in one place
+    #: The app in the foreground on this step when the trace records it beside the dump (LlamaTouch
+    #: `N.activity`); "" = ask the dump (`Screen.foreground_package`) or its objects.
+    foreground_package: str = ""
+    #: Step-level texts for `StepInfo.text` (field name -> text; names from pipelines.step_text.STEP_TEXT_FIELDS
+    #: except "instruction", which travels in `action.instruction`).
+    text: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -144,3 +158,17 @@ class RawEpisode:
     goal: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: Step bytes the reader derived from its layout files (an AitZ step's detector boxes as an annotation
+    #: document, an AndroidControl-JSON step's decoded screenshot), by the pseudo path its RawStep names;
+    #: read instead of a file by `ui_episode.convert_episode`.
+    blobs: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DiscoveryReport:
+    """What discovery saw besides episodes."""
+
+    episodes: int
+    ignored_files: int
+    ignored_examples: tuple[str, ...]
+    collapsed_records: int = 0  # record copies read once (schemas/layouts.md, "Duplicate records")

@@ -92,3 +92,28 @@ def test_activity_changes_with_what_the_quality_page_shows(team):
     assert changed()
     queue.set_queue(env.repo, QueueConfig(env.study.id, overlap=3), ALICE)
     assert changed()
+
+
+def test_activity_reads_the_adjudications_not_the_study(team):
+    """The fingerprint runs on every rerun of the team pages (and their follow fragment): it starts from the
+    study's few adjudications, each one's episode looked up by key. A join from the study's episodes let SQLite
+    walk a 1M-episode study on every rerun (0.2-0.4 s); only an adjudication of this study counts."""
+    import sqlalchemy as sa
+
+    env, second = team
+    alice = ops_for(env, ALICE)
+    statements: list[str] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+        statements.append(" ".join(statement.split()))
+
+    sa.event.listen(env.repo.engine, "before_cursor_execute", capture)
+    try:
+        before = queue_ops.activity(alice, second.id)
+    finally:
+        sa.event.remove(env.repo.engine, "before_cursor_execute", capture)
+    adjudications = [s for s in statements if "FROM adjudications" in s]
+    assert adjudications and not any("JOIN episodes" in s for s in adjudications), adjudications
+    agreement.adjudicate(env.repo, env.episodes[0].id, 1, ["jump"], ALICE)  # an episode of the other study
+    assert queue_ops.activity(alice, second.id) == before
+    assert queue_ops.activity(alice, env.study.id)[1][0] == 1

@@ -78,9 +78,9 @@ def test_recovery_leaves_live_recorders_alone_and_keeps_dead_broken_ones(setup):
     (dead.temp / "metadata.riegeli").write_bytes(b"half written")
     report = publish.recover_abandoned(repo, data)
     assert report.deleted == [] and dead.temp.exists()  # never deleted unregistered: reported instead
-    skipped = dict(report.skipped)
-    assert set(skipped) == {live.temp, dead.temp} and live.temp.exists()
-    assert "still running" in skipped[live.temp] and "kept for inspection" in skipped[dead.temp]
+    assert report.live == [live.temp] and live.temp.exists()
+    [(folder, why)] = report.skipped
+    assert folder == dead.temp and "kept for inspection" in why
     assert repo.list_episodes(study_id=study.id) == []
 
 

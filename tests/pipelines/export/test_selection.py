@@ -84,3 +84,34 @@ def test_data_that_does_not_match_its_spec_is_never_merged(export_data: ExportDa
     with pytest.raises(StepmarkError, match=f"another observation/action spec.*{impostor.id}"):
         export.export_episodes(export.ExportRequest(data_dir=str(data_dir), out=str(out), refs=refs))
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith("out")]
+
+
+def test_an_empty_selection_says_what_the_filters_left_out_by_aggregates(tmp_path: Path, monkeypatch) -> None:
+    """`stepmark export --study S` with nothing completed names what the filters left out, counted by one GROUP
+    BY over the study (it listed every episode of the study into memory for this message)."""
+    from pipelines.exporters.selection import SelectionQuery, select_episodes
+    from pipelines.store import Repository
+    from tests.pipelines.store.conftest import env_episode, study_spec
+
+    repo = open_store(None, tmp_path)
+    study = repo.create_study(study_spec(), ALICE)
+    session = repo.create_session(study.id, ALICE)
+    episodes = [env_episode(study.id, session) for _ in range(5)]
+    for e, state in zip(episodes, [study_pb2.Episode.STATE_REJECTED] * 3 + [study_pb2.Episode.STATE_ABANDONED] * 2,
+                        strict=True):  # fmt: skip
+        e.state = state
+    repo.add_episodes(episodes)
+    listed: list[int] = []
+    original = Repository.list_episodes
+
+    def counted(self, **kwargs):  # noqa: ANN001, ANN202
+        found = original(self, **kwargs)
+        listed.append(len(found))
+        return found
+
+    monkeypatch.setattr(Repository, "list_episodes", counted)
+    with pytest.raises(StepmarkError) as info:
+        select_episodes(repo, SelectionQuery(study_id=study.id))
+    message = str(info.value)
+    assert listed == [0]  # the selection itself (completed: none), not the whole study again for the message
+    assert "the filters left out 5 episode(s) (2 abandoned, 3 rejected, counting invalid sessions)" in message

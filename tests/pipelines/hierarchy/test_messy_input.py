@@ -600,3 +600,15 @@ def test_parsing_in_threads_gives_the_same_objects():
     with ThreadPoolExecutor(max_workers=4) as pool:
         got = list(pool.map(lambda b: _serialized(parse(b)), blobs))
     assert got == expected
+
+
+def test_escaped_ampersands_are_ampersands():
+    """libxml2 without entity substitution hands `&amp;` on as `&#38;`; the real dump below says
+    "Security &amp; privacy" and its object must read "Security & privacy". A literal "&#38;" stays."""
+    data = (FIXTURES / "uiautomator" / "visiontest_hierarchy.xml").read_bytes()
+    assert b"Security &amp; privacy" in data
+    descs = [o.content_desc for o in parse(data).objects if "Security" in o.content_desc]
+    assert descs == ["Security & privacy notification: Set a screen lock"]
+    dump = b'<hierarchy><node text="a &amp;#38; b &amp; c" content-desc="&lt;&amp;&gt;" bounds="[0,0][5,5]"/></hierarchy>'
+    (o,) = parse(dump).objects
+    assert (o.text, o.content_desc) == ("a &#38; b & c", "<&>")

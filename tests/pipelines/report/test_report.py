@@ -169,3 +169,61 @@ def test_report_opens_in_chromium(converted: str, study, tmp_path: Path) -> None
             Path(folder).mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(Path(folder) / "report.png"), full_page=True)
         browser.close()
+
+
+def _counting_json_reads(engine) -> list[int]:
+    """Count every `json_extract` SQLite evaluates on this engine's new connections (each is one episode's JSON
+    metadata read): a Python stand-in for the built-in, which an application-defined function overrides."""
+    import json
+
+    import sqlalchemy as sa
+
+    calls = [0]
+
+    def extract(document, *paths):  # noqa: ANN001, ANN202
+        calls[0] += 1
+        value = None if document is None else json.loads(document)
+        for part in re.findall(r'"([^"]*)"|\.([A-Za-z_]\w*)', paths[0].removeprefix("$")):
+            key = part[0] or part[1]
+            value = value.get(key) if isinstance(value, dict) else None
+        return json.dumps(value) if isinstance(value, (dict, list)) else value
+
+    engine.dispose()
+    sa.event.listen(engine, "connect", lambda conn, _: conn.create_function("json_extract", -1, extract))
+    return calls
+
+
+def test_report_reads_no_ui_episode_metadata(converted: str, tmp_path: Path) -> None:
+    """The report's kinds come from `episodes.kind` (migration 8) and the import folders from one UI episode per
+    import session: with 600 UI episodes the JSON of at most a few is read (the code before read every episode's
+    metadata twice for the kinds and once for the folders: 1,800+ reads)."""
+    repo = open_store(None, tmp_path)
+    spec = import_ui(repo, converted, "ui study", ALICE)
+    listed = repo.list_episodes(study_id=spec.id)
+    session = repo.create_session(spec.id, BOB)
+    more = []
+    for i in range(600 - len(listed)):
+        episode = study_pb2.Episode(study_id=spec.id, session_id=session.id, environment_id=listed[0].environment_id,
+                                    state=study_pb2.Episode.STATE_COMPLETED, num_steps=3)  # fmt: skip
+        episode.user.email = BOB
+        meta = {"kind": "ui", "ui_record": {"shard": listed[0].metadata["ui_record"]["shard"], "offset": i,
+                                            "episode_id": f"extra/{i}"}}  # fmt: skip
+        episode.metadata.update(meta)
+        more.append(episode)
+    repo.add_episodes(more)
+    calls = _counting_json_reads(repo.engine)
+    stats = store_stats(repo, spec.id)
+    folders = import_folders(repo, spec.id, tmp_path)
+    assert stats.episodes == stats.ui_episodes == 600 and stats.returns == {} and stats.lengths == {}
+    assert folders == [str(Path(converted).resolve())]
+    assert 0 < calls[0] <= 4, calls  # the folders: one shard per session (2 sessions), nothing per episode
+
+
+def test_recorded_episodes_have_kind_env(study) -> None:
+    """The recorder's registration (pipelines/episodes/publish.py) sets `episodes.kind` on insert, as import-ui's
+    does (both go through Repository), so the report's environment figures come from that column."""
+    import sqlalchemy as sa
+
+    with study.repo.engine.connect() as conn:
+        kinds = conn.execute(sa.text("SELECT kind, count(*) FROM episodes GROUP BY kind")).all()
+    assert [tuple(k) for k in kinds] == [("env", 3)]

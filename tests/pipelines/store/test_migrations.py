@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -247,3 +248,75 @@ def test_upgrade_from_v3_renames_duplicate_study_names_and_keeps_old_undos(
             with repo.engine.begin() as conn:
                 for _ in (1, 2):
                     _insert(conn, "audit_log", time=t0, user="ann", action="undo", undo_of=8, reverts=8)
+
+
+def test_upgrade_from_v7_backfills_episode_kind(store_url: str | None, data_dir: Path) -> None:
+    """Migration 8 on a version-7 database with episodes: every row kept, `kind` backfilled in SQL from
+    `metadata.kind` (only a string of at most 32 characters), the (study_id, kind, id) index built, and new
+    episodes get their kind on insert."""
+    engine = create_engine(store_url, data_dir)
+    spec = study_spec()
+    t0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    metas = {
+        "e-env": {"kind": "env", "success": True},
+        "e-ui": {"kind": "ui", "ui_record": {"shard": "s-0", "offset": 7, "episode_id": "rico/1"}},
+        "e-none": None,
+        "e-nokind": {"success": False},
+        "e-number": {"kind": 3},
+        "e-long": {"kind": "x" * 33},
+        "e-object": {"kind": {"nested": "ui"}},
+    }
+    with engine.execution_options(**{WRITE: True}).begin() as conn:
+        assert migrate(conn, target=7) == (0, 7)
+        _insert(conn, "studies", id="s1", name="Old", creator="alice", creation_time=t0, state=1, updated_time=t0)
+        for i, env in enumerate(spec.environment_specs):
+            _insert(
+                conn, "environments", study_id="s1", id=env.id, position=i, name=env.name,
+                family=env.WhichOneof("type"), spec=env.SerializeToString(),
+            )  # fmt: skip
+        _insert(conn, "sessions", id="se1", study_id="s1", user="bob", state=1, start_time=t0)
+        for n, (episode_id, meta) in enumerate(metas.items()):
+            _insert(
+                conn, "episodes", id=episode_id, study_id="s1", session_id="se1", environment_id="maze",
+                user="bob", state=1, metadata=None if meta is None else json.dumps(meta), num_steps=5,
+                total_reward=1.0, notes=f"note {n}", registered_time=datetime(2026, 1, 2, 3, 4, n, tzinfo=UTC),
+            )  # fmt: skip
+    engine.dispose()
+
+    with open_store(store_url, data_dir) as repo:
+        with repo.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT MAX(version) FROM schema_version")).scalar() == CURRENT_VERSION
+            kinds = dict(conn.execute(sa.text("SELECT id, kind FROM episodes")).all())
+            indexes = {i["name"]: i["column_names"] for i in sa.inspect(conn).get_indexes("episodes")}
+        assert kinds == {
+            "e-env": "env", "e-ui": "ui", "e-none": None, "e-nokind": None, "e-number": None, "e-long": None,
+            "e-object": None,
+        }  # fmt: skip
+        assert indexes["ix_episodes_study_kind"] == ["study_id", "kind", "id"]
+        with repo.engine.connect() as conn:  # the planner has figures for the new index and column at once
+            if conn.dialect.name == "sqlite":
+                stats = conn.execute(sa.text("SELECT stat FROM sqlite_stat1 WHERE idx = 'ix_episodes_study_kind'"))
+            else:
+                stats = conn.execute(sa.text("SELECT 1 FROM pg_stats WHERE tablename = 'episodes' AND attname = 'kind'"))
+            assert stats.all()
+            if conn.dialect.name == "postgresql":  # open_store vacuumed the rewritten table (counts index-only)
+                vacuumed = None
+                for _ in range(50):
+                    conn.exec_driver_sql("SELECT pg_stat_clear_snapshot()")
+                    vacuumed = conn.exec_driver_sql(
+                        "SELECT last_vacuum FROM pg_stat_user_tables WHERE relname = 'episodes'"
+                    ).scalar()
+                    if vacuumed is not None:
+                        break
+                    time.sleep(0.1)
+                assert vacuumed is not None
+        episodes = {e.id: e for e in repo.list_episodes(study_id="s1")}
+        assert set(episodes) == set(metas)  # nothing lost, metadata untouched
+        assert episodes["e-ui"].metadata["ui_record"]["offset"] == 7 and episodes["e-number"].metadata["kind"] == 3
+        assert repo.source_keys("s1") == {}  # v2 backfilled keys only for rows present then (none)
+        fresh = study_pb2.Episode(study_id="s1", session_id="se1", environment_id="maze", state=1, id="e-new")
+        fresh.user.email = "bob"
+        fresh.metadata.update({"kind": "ui", "ui_record": {"shard": "s-1", "offset": 0, "episode_id": "x"}})
+        repo.add_episodes([fresh])
+        with repo.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT kind FROM episodes WHERE id = 'e-new'")).scalar() == "ui"

@@ -1,0 +1,189 @@
+"""GUI-Odyssey: `annotations/<episode_id>.json` (one episode each) beside `screenshots/` (the PNGs, flat or in
+`data_*/` sub-folders as downloaded). Mapping in schemas/layouts.md.
+
+Screenshot-only: no hierarchy and no detector boxes, so every step is a `NO_HIERARCHY` step whose screen is
+its screenshot. Coordinates in `info` are 0..1000 on both axes (fractions of the screen: `device_info` `w`/`h`
+times x/1000 gives device pixels), read as normalised points. `ps` is the step's instruction
+(`Action.instruction`), `task_info.instruction` the goal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from pipelines.hierarchy import image_info
+from pipelines.traces import examples, files
+from pipelines.traces.common import LayoutFileError, Reader, load_json
+from pipelines.traces.model import NO_HIERARCHY, DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
+
+LAYOUT = "gui_odyssey"
+ANNOTATIONS, SCREENSHOTS = "annotations", "screenshots"
+#: GUI-Odyssey coordinates run 0..SCALE on both axes.
+SCALE = 1000.0
+#: `action` -> RawAction kind. TEXT and INCOMPLETE are the names the release's own converter reads
+#: (data/format_converter.py) beside the documented TYPE and IMPOSSIBLE.
+KINDS = {
+    "CLICK": "tap",
+    "LONG_PRESS": "long_press",
+    "SCROLL": "swipe",
+    "TYPE": "type",
+    "TEXT": "type",
+    "COMPLETE": "task_complete",
+    "IMPOSSIBLE": "task_impossible",
+    "INCOMPLETE": "task_impossible",
+    "HOME": "home",
+    "BACK": "back",
+}
+#: A CLICK whose `info` names a key instead of a point.
+KEYS = {"KEY_HOME": "home", "KEY_BACK": "back", "KEY_APPSELECT": "other"}
+#: Episode fields kept in `UiEpisode.metadata` (JSON text).
+METADATA_FIELDS = ("device_info", "task_info", "step_length")
+
+
+def _point(value: Any) -> tuple[float, float] | None:
+    """(x, y) as fractions of the screen from [x, y] in 0..1000; None when not such a pair."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], list):
+        value = value[0]  # CLICK info is a list holding one point
+    if not (isinstance(value, list) and len(value) == 2 and all(type(v) in (int, float) for v in value)):
+        return None
+    x, y = value
+    if not (math.isfinite(x) and math.isfinite(y) and 0 <= x <= SCALE and 0 <= y <= SCALE):
+        return None
+    return x / SCALE, y / SCALE
+
+
+def action_of(step: dict, warnings: list[str]) -> RawAction:
+    """The step's RawAction; raises ValueError when `action` or its `info` is unusable."""
+    name = step.get("action")
+    info = step.get("info")
+    instruction = step.get("ps") if isinstance(step.get("ps"), str) else ""
+    raw = json.dumps({k: step.get(k) for k in ("action", "info", "ps")}, ensure_ascii=False)
+    if not isinstance(name, str) or name.upper() not in KINDS:
+        raise ValueError(f"action {str(name)[:30]!r} is not one of {', '.join(KINDS)}")
+    kind = KINDS[name.upper()]
+    if kind in ("tap", "long_press") and isinstance(info, str) and info in KEYS:
+        key = KEYS[info]
+        return RawAction(key, text=info if key == "other" else "", raw_json=raw, instruction=instruction)
+    if kind in ("tap", "long_press"):
+        point = _point(info)
+        if point is None:
+            raise ValueError(f"{name} info {str(info)[:40]!r} is not [[x, y]] in 0..1000")
+        return RawAction(
+            kind, x=point[0], y=point[1], space="normalized", raw_json=raw, instruction=instruction
+        )
+    if kind == "swipe":
+        points = info if isinstance(info, list) and len(info) == 2 else []
+        start, end = (_point(p) for p in points) if points else (None, None)
+        if start is None or end is None:
+            raise ValueError(f"SCROLL info {str(info)[:40]!r} is not [[x1, y1], [x2, y2]] in 0..1000")
+        return RawAction("swipe", x=start[0], y=start[1], end_x=end[0], end_y=end[1], space="normalized",
+                         raw_json=raw, instruction=instruction)  # fmt: skip
+    if kind == "type":
+        if not isinstance(info, str):
+            warnings.append("TYPE without a text in info")
+        return RawAction(
+            "type", text=info if isinstance(info, str) else "", raw_json=raw, instruction=instruction
+        )
+    return RawAction(kind, raw_json=raw, instruction=instruction)
+
+
+def episode_sources(rels: list[str], by_rel: dict[str, str]) -> list[EpisodeSource]:
+    """One source per `annotations/<id>.json` under a GUI-Odyssey folder; its files: the annotation and the
+    screenshots named `<id>_*` anywhere under `screenshots/` (names only, nothing opened)."""
+    shots: dict[str, list[str]] = {}
+    for rel in rels:
+        if rel.startswith(SCREENSHOTS + "/"):
+            stem = files.stem_and_ext(rel.rsplit("/", 1)[-1])[0]
+            shots.setdefault(stem.rsplit("_", 1)[0], []).append(rel)
+    out = []
+    for rel in rels:
+        parts = rel.split("/")
+        if len(parts) == 2 and parts[0] == ANNOTATIONS and parts[1].lower().endswith(".json"):
+            stem = files.stem_and_ext(parts[1])[0]
+            group = [rel, *sorted(shots.get(stem, []))]
+            out.append(EpisodeSource(LAYOUT, stem, by_rel[rel], tuple(by_rel[r] for r in group)))
+    return out
+
+
+def _check_size(
+    shot: str, device: tuple[int, int] | None, read_file: Reader, blobs: dict[str, bytes], warnings: list[str]
+) -> None:
+    """Warn when the screenshot is not the `device_info` size (points are placed as fractions of the screenshot
+    either way). The bytes read here are kept in `blobs`, so the converter does not read the file again; a file
+    that cannot be read or is no image is left to the converter, whose dead letter says why."""
+    if device is None:
+        return
+    try:
+        data = read_file(shot)
+        image = image_info(data)
+    except Exception:  # noqa: BLE001 - reported by the converter when it reads the step
+        return
+    blobs[shot] = data
+    if (image.width, image.height) != device:
+        warnings.append(
+            f"screenshot is {image.width}x{image.height} but device_info says {device[0]}x{device[1]}: points "
+            f"(0..1000) placed as fractions of the screenshot"
+        )
+
+
+def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
+    """The episode of one annotation file: steps in `step` order."""
+    eid = source.episode_id
+    path = source.source_path
+    episode = RawEpisode(source=source, steps=[])
+    try:
+        doc = load_json(read_file, path)
+        if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+            raise LayoutFileError(f"{path}: a GUI-Odyssey annotation is a JSON object with a 'steps' list")
+        if len(doc["steps"]) > examples.MAX_STEPS:
+            raise LayoutFileError(f"{path}: {len(doc['steps'])} steps; at most {examples.MAX_STEPS} are read")
+    except LayoutFileError as exc:
+        episode.dead_letters.append(DeadLetter(path, None, exc.reason or "bad_episode_file", str(exc), eid))
+        return episode
+    task = doc.get("task_info") if isinstance(doc.get("task_info"), dict) else {}
+    goal = task.get("instruction") or task.get("task")
+    episode.goal = goal if isinstance(goal, str) else ""
+    for key in METADATA_FIELDS:
+        if key in doc:
+            episode.metadata[key] = json.dumps(doc[key], ensure_ascii=False)
+    if isinstance(doc.get("episode_id"), str | int):
+        episode.metadata["episode_id"] = str(doc["episode_id"])
+    by_name = {files.split(p)[1]: p for p in source.files[1:]}
+    info = doc.get("device_info") if isinstance(doc.get("device_info"), dict) else {}
+    device = (info.get("w"), info.get("h")) if all(type(info.get(k)) is int for k in ("w", "h")) else None
+    entries = doc["steps"]
+    episode.num_source_steps = len(entries)
+    order = sorted(range(len(entries)), key=lambda i: (
+        entries[i].get("step") if isinstance(entries[i], dict) and type(entries[i].get("step")) is int else i, i))  # fmt: skip
+    for position, i in enumerate(order):
+        entry = entries[i]
+        if not isinstance(entry, dict):
+            episode.dead_letters.append(
+                DeadLetter(path, position, "bad_step", f"{path}: steps[{i}] is not an object", eid)
+            )
+            continue
+        name = files.split(str(entry.get("screenshot", "")).replace("\\", "/"))[1]
+        shot = by_name.get(name) if name else None
+        if shot is None:
+            message = (
+                f"{path}: steps[{i}] names screenshot {name[:80] or '(none)'!r}, not found under {SCREENSHOTS}/"
+            )
+            episode.dead_letters.append(DeadLetter(path, position, "missing_screenshot", message, eid))
+            continue
+        warnings: list[str] = []
+        _check_size(shot, device, read_file, episode.blobs, warnings)
+        action = None
+        try:
+            action = action_of(entry, warnings)
+        except ValueError as exc:
+            episode.dead_letters.append(
+                DeadLetter(
+                    path, position, "bad_action", f"{path}: steps[{i}]: action not usable ({exc})", eid
+                )
+            )
+        episode.steps.append(
+            RawStep(position, files.stem_and_ext(name)[0], "", shot, action, tuple(warnings), NO_HIERARCHY)
+        )
+    return episode
