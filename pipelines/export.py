@@ -36,7 +36,7 @@ from pipelines import storage
 from pipelines.beam_options import check_runner, pipeline_options, spread_over_dask
 from pipelines.episodes.publish import open_store
 from pipelines.errors import StepmarkError
-from pipelines.exporters import archive, envlogger_writer, spaces
+from pipelines.exporters import archive, envlogger_writer, spaces, study_fields
 from pipelines.exporters.episode_fn import (
     NAMESPACE,
     DatasetJob,
@@ -139,6 +139,7 @@ def _sample(group: SpecGroup, job: DatasetJob) -> tuple[ExportEpisode | None, di
             finally:
                 reader.close()
             exported = transform_episode(0, episode, steps, job.options, metadata, split="x" if job.splits else "")
+            study_fields.apply(exported, job.field_defs, job.field_values)
         except Exception as exc:  # noqa: BLE001 - reported as the dead letters of the group
             errors.append(f"{episode_name(episode)}: {exc}")
             continue
@@ -301,6 +302,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         environment_specs = {g.name: environment_spec_json(repo, g) for g in groups}
         minari_ids = _minari_ids(request, out, groups)
         grounding_notes = _grounding_of(repo, groups, request.annotations)
+        field_defs, field_values = study_fields.load(repo, selection.episodes, request.annotations, request.user)
     if progress:
         progress(0.0)
 
@@ -338,6 +340,8 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                 annotations=request.annotations,
                 annotations_user=request.user,
                 grounding={e.id: grounding_notes[e.id] for e in group.episodes if e.id in grounding_notes},
+                field_defs=field_defs,
+                field_values={e.id: field_values[e.id] for e in group.episodes if e.id in field_values},
             )
             sample, specs, error = _sample(group, job)
             if sample is None:
@@ -515,6 +519,7 @@ def _export_info(
         "split_names": list(split_names(job.splits)),
         "images": "jpeg_frames" if jpeg_frames else "as_recorded",
         **spaces.spaces_metadata(env_specs),
+        "study_fields": study_fields.metadata(job.field_defs),
     }
 
 
@@ -670,7 +675,8 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["none", "mine", "all", "consensus"],
         help="UI episodes: which grounding annotations (corrected targets, object labels, drawn and corrected "
         "boxes) apply on top of the converted record: consensus (default: what most of a step's annotators "
-        "agree on), all, mine (--user's), none",
+        "agree on), all, mine (--user's), none; and which values of the study's own fields become the typed "
+        "field:<name> columns: consensus (adjudicated, else a majority), all (the newest), mine, none (no columns)",
     )
     how.add_argument(
         "--jpeg-frames",

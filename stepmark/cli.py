@@ -56,6 +56,7 @@ COMMAND_MODULES = {
     "adjudicate": "stepmark.cmd_team",
     "report": "stepmark.cmd_report",
     "copy": "stepmark.cmd_storage",
+    "fields": "stepmark.cmd_fields",
 }
 
 

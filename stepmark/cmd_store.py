@@ -137,6 +137,10 @@ def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse
         p.add_argument("id", metavar="ID")
         p.set_defaults(func=lambda args, enable=enable: _set_enabled(args, enable))
 
+    from stepmark.cmd_fields import register_study_action
+
+    register_study_action(sub, store)
+
     imp = subparsers.add_parser(
         "import-ui",
         parents=store,

@@ -8,6 +8,7 @@ import json
 from pipelines.episodes.publish import open_store
 from pipelines.store import queue as work_queue
 from pipelines.store.agreement import AgreementReport, adjudicate, study_agreement
+from pipelines.store.field_agreement import FieldAgreement, study_field_agreement
 from stepmark.cmd_store import _table
 
 
@@ -48,19 +49,66 @@ def format_agreement(report: AgreementReport) -> str:
     return "\n".join(lines)
 
 
+def format_field_agreement(fields: list[FieldAgreement]) -> str:
+    """The per-field agreement of a study's own fields as text (the Quality page shows the same table)."""
+    if not fields:
+        return ""
+    rows = [["FIELD", "KIND", "METRIC", "UNITS", "ALPHA", "SIMILARITY", "DISPUTED"]]
+    rows += [[f.field, f.kind, f.metric, str(f.units), _fmt(f.alpha), _fmt(f.similarity), str(len(f.disputed))]
+             for f in fields]  # fmt: skip
+    lines = ["", "study fields:", _table(rows)]
+    disputes = [["FIELD", "EPISODE", "STEP", "VALUES", "CONSENSUS"]]
+    for f in fields:
+        for d in f.disputed:
+            step = "episode" if d.step < 0 else str(d.step) if d.end == d.step else f"{d.step}-{d.end}"
+            values = "; ".join(f"{u}: {json.dumps(v, ensure_ascii=False)}" for u, v in d.values.items())
+            consensus = "" if d.consensus is None else json.dumps(d.consensus, ensure_ascii=False)
+            disputes.append([f.field, d.episode_id, step, values, consensus])
+    if len(disputes) > 1:
+        lines += ["", f"disputed field values ({len(disputes) - 1}):", _table(disputes)]
+    return "\n".join(lines)
+
+
 def agreement_command(args: argparse.Namespace) -> int:
     with open_store(args.store, args.data) as repo:
         report = study_agreement(repo, args.study)
-    print(json.dumps(report.to_json(), indent=2) if args.json else format_agreement(report))
+        fields = study_field_agreement(repo, args.study)
+    if args.json:
+        print(json.dumps({**report.to_json(), "fields": [f.to_json() for f in fields]}, indent=2))
+    else:
+        print(format_agreement(report) + format_field_agreement(fields))
     return 0
 
 
 def adjudicate_command(args: argparse.Namespace) -> int:
+    if args.field:
+        return adjudicate_field_command(args)
     with open_store(args.store, args.data) as repo:
         chosen = adjudicate(repo, args.episode, args.step, args.label, args.user)
     print(
         f"episode {args.episode} step {args.step}: consensus {', '.join(chosen) or '(no tag)'} by {args.user}"
     )
+    return 0
+
+
+def adjudicate_field_command(args: argparse.Namespace) -> int:
+    """`stepmark adjudicate --field NAME --value JSON`: the consensus value of a study field at a place."""
+    from pipelines.errors import StepmarkError
+    from pipelines.store import field_values
+
+    try:
+        value = json.loads(args.value) if args.value is not None else None
+    except ValueError:
+        raise StepmarkError(f"--value {args.value!r} is not JSON (a text value is quoted: '\"yes\"')") from None
+    if value is None:
+        raise StepmarkError("--field needs --value (JSON: \"yes\", 3, true, [\"a\", \"b\"])")
+    with open_store(args.store, args.data) as repo:
+        ref = repo.refs_of([args.episode]).get(args.episode)
+        if ref is None:
+            raise StepmarkError(f"episode {args.episode!r} not found")
+        step = None if args.step < 0 else args.step
+        chosen = field_values.adjudicate(repo, ref, args.field, args.user, value, step=step, end=args.end)
+    print(f"episode {args.episode} step {args.step}: consensus {args.field} = {json.dumps(chosen)} by {args.user}")
     return 0
 
 
@@ -135,4 +183,7 @@ def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse
     adj.add_argument("--episode", required=True, metavar="ID")
     adj.add_argument("--step", required=True, type=int)
     adj.add_argument("--label", action="append", default=[], help="a consensus label (repeat; none: no tag)")
+    adj.add_argument("--field", help="a study field instead of labels: set its consensus value (--value)")
+    adj.add_argument("--value", help="with --field: the consensus value as JSON, e.g. '\"yes\"', 3, true")
+    adj.add_argument("--end", type=int, help="with --field on a segment field: the segment's last step")
     adj.set_defaults(func=adjudicate_command)

@@ -26,6 +26,7 @@ def _component():
         # `typing()` and `el()` are shared with the live recorder (annotator/web/browser_common.js).
         js=(_HERE.parent / "web" / "browser_common.js").read_text(encoding="utf-8")
         + (_HERE / "grounding.js").read_text(encoding="utf-8")
+        + (_HERE / "fields.js").read_text(encoding="utf-8")
         + (_HERE / "player.js").read_text(encoding="utf-8"),
     )
 

@@ -101,6 +101,9 @@ class Player {
       this.grounding = new Grounding(this);
       this.grounding.start();
     }
+    // The study's own fields (issue 26): this annotator's values, on Replay and Label alike.
+    this.fields = new StepFields(this);
+    this.fields.start();
     this.buildPalette();
     this.bind();
     this.show(this.cur);
@@ -327,6 +330,7 @@ class Player {
         else this.drawMissing(step);
       });
     }
+    if (this.fields) this.fields.showStep(step); // at once: never the previous step's values under this step
     this.renderHeader();
     this.renderStepTags();
     this.renderStepTexts();
@@ -500,6 +504,7 @@ class Player {
 
   renderStepInfo() {
     if (this.grounding) this.grounding.load(this.cur, true);
+    if (this.fields) this.fields.load(this.cur, false);
     const info = el(this.root, ".sm-stepinfo");
     const s = this.steps.get(this.cur);
     info.replaceChildren();
@@ -843,6 +848,7 @@ class Player {
   // ---- input --------------------------------------------------------------------------------------------------
 
   onKey(e) {
+    if (this.fields && this.fields.owns(e)) return; // the fields form has the keys while it has the focus
     if (this.disposed || !this.root.isConnected || typing(e) || this.n === 0) return;
     if (e.altKey || e.metaKey) return;
     const digit = /^(Digit|Numpad)([1-9])$/.exec(e.code || "");
@@ -862,6 +868,7 @@ class Player {
     else if (e.key === "End") this.go(this.n - 1);
     else if (e.key === " " || e.code === "Space") this.togglePlay();
     else if (e.key === "]" || e.key === "[") this.jumpTagged(e.key === "]" ? 1 : -1);
+    else if (e.code === "KeyF" && !e.shiftKey && this.fields) this.fields.focus();
     else if (digit) {
       const label = this.palette[Number(digit[2]) - 1];
       if (label === undefined) this.say(`No palette tag ${digit[2]} in this study (Studies page)`, true);
@@ -1041,6 +1048,7 @@ class Player {
         this.applyTags(reply);
         this.say(reply.message || "");
         if (path !== "tags" && this.grounding) this.grounding.load(this.cur, true);
+        if (path !== "tags" && this.fields) this.fields.reload();
         if (path !== "tags") this.setTriggerValue("changed", reply.version || "");
       },
       (err) => {

@@ -3,9 +3,12 @@ the queue's agreement tables, and adjudication of the steps annotators disagree 
 
 from __future__ import annotations
 
+import json
+
 import streamlit as st
 
-from annotator import queue_ops
+from annotator import field_ops, queue_ops
+from annotator.plain import md_escape
 from annotator.views import session
 from pipelines.errors import StepmarkError
 from pipelines.report.html import numbers
@@ -95,6 +98,50 @@ def adjudication(ops, report, keys: dict[str, str]) -> None:
         st.switch_page("views/replay.py", query_params=where)
 
 
+FIELDS_MEAN = (
+    "Per study field, over the places (steps, segments, episodes) two or more annotators gave a value: "
+    "Krippendorff's alpha with the field's metric (nominal for choices and yes/no, interval for numbers, Jaccard "
+    "distance for multi-choice, normalised edit distance for text); for text also the mean similarity "
+    "(1 - normalised edit distance) of the annotators' texts, places under 0.8 listed as disputed."
+)
+
+
+def study_fields_section(ops, study_id: str) -> None:
+    """Agreement per study field and adjudication of a disputed place (issue 26)."""
+    fields = field_ops.agreement(ops, study_id)
+    if not fields:
+        return
+    st.header("Study fields")
+    tables = field_ops.agreement_tables(fields)
+    st.dataframe(tables["fields"], hide_index=True, key="field_agreement")
+    for f in fields:  # the figures as text too (plain: names come from the study's file)
+        alpha = "n/a" if f.alpha is None else f"{f.alpha:.3f}"
+        similarity = "" if f.similarity is None else f", similarity {f.similarity:.3f}"
+        st.text(f"{f.field} ({f.metric}): alpha {alpha}{similarity} over {f.units} place(s) of "
+                f"{', '.join(f.annotators) or 'nobody'}; {len(f.disputed)} disputed")  # fmt: skip
+    st.caption(FIELDS_MEAN)
+    disputes = [(f, d) for f in fields for d in f.disputed]
+    if not disputes:
+        return
+    st.dataframe(tables["disputes"], hide_index=True, width="stretch", key="field_disputes")
+    labels = {f"{f.field} · {d.episode_id} · {'episode' if d.step < 0 else d.step}": (f, d) for f, d in disputes}
+    pick = st.selectbox("Adjudicate a field value", list(labels), index=None, placeholder="Choose a disputed value",
+                        key="field_adj_pick")  # fmt: skip
+    if pick is None:
+        return
+    f, d = labels[pick]
+    given = sorted({json.dumps(v, ensure_ascii=False) for v in d.values.values()})
+    value = st.text_input("Consensus value (JSON: \"text\", 3, true, [\"a\"])", given[0], key=f"field_adj_{pick}")
+    if st.button("Save field consensus", key="field_adj_save"):
+        try:
+            saved = field_ops.adjudicate(ops, d.episode_id, f.field, d.step, d.end, json.loads(value))
+        except (StepmarkError, ValueError) as exc:
+            st.error(md_escape(str(exc)))
+        else:
+            session.confirm(f"Consensus of {f.field}: {json.dumps(saved, ensure_ascii=False)}")
+            st.rerun()
+
+
 def render() -> None:
     ops = session.operations()
     st.title("Quality")
@@ -123,6 +170,7 @@ def render() -> None:
     st.header("Study")
     show_plots(store_plots(stats))
 
+    study_fields_section(ops, study_id)
     st.header("Agreement")
     report = stats.agreement
     if report is None or not report.units:

@@ -296,6 +296,32 @@ def render() -> None:
         for env in study.environment_specs:
             st.text(env_summary(env))
     roles_and_palette(ops, study, is_creator)
+    study_fields(ops, study, is_creator)
+
+
+def study_fields(ops, study: study_pb2.StudySpec, is_creator: bool) -> None:
+    """The study's own fields (issue 26): the YAML of `stepmark study fields`, editable by the creator or a
+    reviewer; the store checks it (schemas/study_fields.schema.json) and its refusal is shown as plain text."""
+    from annotator import field_ops
+
+    st.markdown("**Fields** (the form beside the step in the player: key F)")
+    text = field_ops.fields_text(ops, study.id)
+    removed = field_ops.removed_fields(ops, study.id)
+    if removed:
+        st.caption(md_escape(f"Removed (their values are kept and exported): {', '.join(removed)}"))
+    if not (is_creator or ops.user in ops.reviewers(study.id)):
+        st.code(text, language="yaml")
+        return
+    edited = st.text_area("Fields (YAML or JSON, as for `stepmark study fields`)", text, height=220,
+                          key=f"fields_{study.id}")  # fmt: skip
+    if st.button("Save fields", key=f"fields_save_{study.id}"):
+        try:
+            saved = field_ops.save_fields(ops, study.id, edited)
+        except StepmarkError as exc:
+            st.error(md_escape(str(exc)))
+        else:
+            session.confirm(f"Fields saved ({len(saved)})")
+            st.rerun()
 
 
 def _lines(text: str) -> list[str]:

@@ -83,6 +83,8 @@ def step_metadata(step: ExportStep) -> dict[str, Any]:
         data[CUSTOM_KEYS] = list(step.keys or [])
     data[CUSTOM_INFO] = info
     data.update({k: bool(v) for k, v in step.tags.items()})
+    # study fields: multi-choice flags as a bool array, the rest as they are (exporters/study_fields.py)
+    data.update({k: np.asarray(v, np.bool_) if isinstance(v, list) else v for k, v in step.fields.items()})
     return data
 
 

@@ -19,7 +19,7 @@ from pipelines import storage
 from pipelines.episodes import open_episode
 from pipelines.episodes.ui import UiEpisodeReader
 from pipelines.errors import StepmarkError
-from pipelines.exporters import envlogger_writer
+from pipelines.exporters import envlogger_writer, study_fields
 from pipelines.exporters.request import DeadLetter
 from pipelines.exporters.splits import SplitSpec
 from pipelines.exporters.transform import (
@@ -59,6 +59,9 @@ class DatasetJob:
     annotations: str = "none"
     annotations_user: str = ""
     grounding: dict[str, tuple] = field(default_factory=dict)
+    # Study fields (issue 26; exporters/study_fields.py): the definitions and this dataset's resolved values.
+    field_defs: tuple = ()
+    field_values: dict[str, dict] = field(default_factory=dict)
 
 
 # A full, over-quota or read-only destination: the export's problem, not one episode's.
@@ -261,7 +264,8 @@ def read_and_transform(
         metadata = reader.metadata
     finally:
         reader.close()
-    return transform_episode(index, episode, steps, job.options, metadata, split=split)
+    exported = transform_episode(index, episode, steps, job.options, metadata, split=split)
+    return study_fields.apply(exported, job.field_defs, job.field_values)
 
 
 def _record_outcome(progress_dir: str, dataset: str, index: int, outcome: tuple[str, str, str]) -> None:

@@ -393,6 +393,9 @@ def episode_columns(writer: EpisodeWriter, episode: ExportEpisode) -> dict[str, 
     }
     for label in sorted(steps[0].tags):
         infos[label] = np.asarray([s.tags[label] for s in steps], np.bool_)
+    for name, first in steps[0].fields.items():  # study fields (exporters/study_fields.py), typed per kind
+        dtype = np.str_ if isinstance(first, str) else np.float64 if isinstance(first, float) else np.bool_
+        infos[name] = np.asarray([s.fields[name] for s in steps], dtype)
     if not layout.strip:
         # What the action that led to observation k returned, and the keys pressed for it (none before k = 0).
         infos["json"] = np.asarray(["{}"] + [info_json(s.info) for s in steps[:n]], dtype=np.str_)

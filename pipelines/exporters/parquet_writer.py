@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.exporters import frames
+from pipelines.exporters import frames, study_fields
 from pipelines.exporters.transform import (
     KIND_UI,
     UI_OBJECT_FIELDS,
@@ -178,6 +178,7 @@ class RowBuilder:
                     "info_episode_s": bool(step.episode["s"]),
                     "info_episode_mask": bool(step.episode["mask"]),
                     **{k: bool(v) for k, v in step.tags.items()},
+                    **step.fields,
                 }
             )
             if not self.strip:
@@ -216,6 +217,8 @@ def schema_for(
             typ = _objects_type()
         elif name == "observation/windows":
             typ = _windows_type()
+        elif name.startswith(study_fields.PREFIX):  # typed by the field's kind (exporters/study_fields.py)
+            typ = pa.list_(pa.bool_()) if isinstance(value, list) else _arrow_type(value)
         elif name in ("tags", "keys"):
             typ = pa.list_(pa.string())
         elif name == builder.frame_column:

@@ -279,6 +279,13 @@ def build_features(sample: ExportEpisode, options: TransformOptions, *, jpeg_fra
     }
     for label in options.step_tag_labels:
         step[f"tag:{label}"] = np.bool_
+    for name, value in sample.steps[0].fields.items():  # study fields (exporters/study_fields.py)
+        if isinstance(value, str):
+            step[name] = tfds.features.Text()
+        elif isinstance(value, list):  # multi_choice: one flag per option
+            step[name] = tfds.features.Tensor(shape=(len(value),), dtype=np.bool_)
+        else:
+            step[name] = _float64() if isinstance(value, float) else np.bool_
     if not strip:
         if leaf is None:
             step["image"] = tfds.features.Tensor(shape=(), dtype=np.object_)
@@ -375,6 +382,7 @@ def _step_example(
         "is_terminal": bool(step.is_terminal),
         "info": info,
         **{k: bool(v) for k, v in step.tags.items()},
+        **{k: np.asarray(v, np.bool_) if isinstance(v, list) else v for k, v in step.fields.items()},
     }
     if not strip:
         if leaf is None:

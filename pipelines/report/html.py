@@ -92,6 +92,26 @@ def _table(figures: dict[str, tuple[str, float | int | None]], prefix: tuple[str
     return f"<table>{''.join(rows)}</table>" if rows else ""
 
 
+def _fields_table(store: StoreStats) -> str:
+    """Per study field (issue 26): fill rate, values, annotators, time spent, agreement (report/field_stats.py)."""
+    if not store.fields:
+        return ""
+    head = ("field", "kind", "scope", "fill rate", "values", "annotators", "seconds per value", "seconds in all",
+            "alpha", "similarity", "disputed")  # fmt: skip
+    rows = []
+    for f in store.fields:
+        cells = (
+            f.field + ("" if f.active else " (removed)"), f.kind, f.scope,
+            "n/a" if f.fill_rate is None else f"{f.fill_rate:.1%} ({f.filled} of {f.places})", str(f.values),
+            str(f.annotators), "n/a" if f.seconds_mean is None else f"{f.seconds_mean:.1f}", f"{f.seconds_total:.0f}",
+            "n/a" if f.alpha is None else f"{f.alpha:.3f}", "n/a" if f.similarity is None else f"{f.similarity:.3f}",
+            str(f.disputed),
+        )  # fmt: skip
+        rows.append(f'<tr id="field-{html.escape(f.field)}">' + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    header = "".join(f"<th>{h}</th>" for h in head)
+    return f"<h2>Study fields</h2><table><tr>{header}</tr>{''.join(rows)}</table>"
+
+
 def _plots(plots: list[Plot]) -> str:
     parts = []
     for p in plots:
@@ -120,6 +140,7 @@ def render(ui: UiStats | None, store: StoreStats | None) -> str:
             _table(figures, ("study-", "success-")),
             "<h2>Queue and agreement</h2>",
             _table(figures, ("queue-", "agreement-")),
+            _fields_table(store),
             _plots(store_plots(store)),
         ]
     made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -43,6 +43,7 @@ class StoreStats:
     tags_by_annotator: Counter[str] = field(default_factory=Counter)
     queue: QueueProgress | None = None
     agreement: AgreementReport | None = None
+    fields: list = field(default_factory=list)  # study fields (issue 26): report/field_stats.FieldStat per field
 
     @property
     def success_rate(self) -> dict[str, float]:
@@ -134,4 +135,7 @@ def store_stats(repo: Repository, study_id: str) -> StoreStats:
                 stats.tags_by_annotator[user or "(unknown)"] += n
     stats.queue = progress(repo, study_id)
     stats.agreement = study_agreement(repo, study_id)
+    from pipelines.report.field_stats import field_stats
+
+    stats.fields = field_stats(repo, study_id)
     return stats

@@ -7,6 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from pipelines.store import field_actions
 from pipelines.store import grounding_kinds as grounding
 
 
@@ -109,6 +110,10 @@ def describe(entry: AuditEntry, episode_label: str | None = None) -> str:
         value = original.after if action == grounding.ADD else original.before
         where = episode_label or f"episode {_short(entry.episode_id)}"
         return f"{prefix}{grounding.describe(action, value, entry.step_index)} ({where})"
+    if action.startswith("field."):  # study fields (issue 26) say themselves what they are
+        value = original.before if action == field_actions.CLEAR else original.after
+        where = episode_label or f"episode {_short(entry.episode_id)}"
+        return f"{prefix}{field_actions.describe(action, value, entry.step_index)} ({where})"
     side = original.after or original.before or {}
     state_before = (original.before or {}).get("state", "?") if isinstance(original.before, dict) else "?"
     state_after = (original.after or {}).get("state", "?") if isinstance(original.after, dict) else "?"

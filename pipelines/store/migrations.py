@@ -24,7 +24,7 @@ from pipelines.store.errors import SchemaVersionError
 # Tables stepmark owns; a database holding some of them but no version table is not ours to touch.
 _TABLES = (
     "studies", "environments", "sessions", "episodes", "episode_tags", "step_tags", "audit_log", "study_reviewers",
-    "grounding_annotations",
+    "grounding_annotations", "study_fields", "field_values",
 )  # fmt: skip
 # Arbitrary constant for pg_advisory_xact_lock ("stepmark" in ASCII, truncated to fit a bigint).
 _PG_LOCK_KEY = 0x737465706D61726B
@@ -440,6 +440,83 @@ def _v8_episode_kind(conn: Connection) -> None:
         conn.exec_driver_sql("ANALYZE episodes")
 
 
+def _v9_study_fields(conn: Connection) -> None:
+    """Version 9 (issue 26): a study's own typed fields, the annotators' values, suggestions (imported or from
+    a model) and per-field adjudications. Tables only; numbered 9 so it merges after version 8 (another
+    branch: `episodes.kind`), with which it shares nothing."""
+    md = sa.MetaData()
+    id_ = sa.String(64)
+    email = sa.String(320)
+    name = sa.String(64)
+    time = sa.DateTime(timezone=True)
+    stubs = [sa.Table(t, md, sa.Column("id", id_, primary_key=True)) for t in ("studies", "episodes")]  # FK only
+
+    def episode() -> sa.ForeignKey:
+        return sa.ForeignKey("episodes.id", ondelete="CASCADE")
+
+    sa.Table(
+        "study_fields",
+        md,
+        sa.Column("study_id", id_, sa.ForeignKey("studies.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column("name", name, primary_key=True),
+        sa.Column("position", sa.Integer, nullable=False),
+        sa.Column("scope", sa.String(16), nullable=False),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("definition", sa.JSON, nullable=False),
+        sa.Column("active", sa.Boolean, nullable=False),
+        sa.Column("updated_by", email, nullable=False),
+        sa.Column("updated_time", time, nullable=False),
+    )
+    values = sa.Table(
+        "field_values",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("episode_id", id_, episode(), nullable=False),
+        sa.Column("field", name, nullable=False),
+        sa.Column("step_index", sa.Integer, nullable=False),
+        sa.Column("end_index", sa.Integer, nullable=False),
+        sa.Column("user", email, nullable=False),
+        sa.Column("value", sa.JSON, nullable=False),
+        sa.Column("origin", sa.String(16), nullable=False),
+        sa.Column("seconds", sa.Float),
+        sa.Column("created_time", time, nullable=False),
+        sa.UniqueConstraint(
+            "episode_id", "field", "user", "step_index", "end_index", name="uq_field_values_slot"
+        ),
+    )
+    sa.Index("ix_field_values_episode_step", values.c.episode_id, values.c.step_index)
+    suggestions = sa.Table(
+        "field_suggestions",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("episode_id", id_, episode(), nullable=False),
+        sa.Column("field", name, nullable=False),
+        sa.Column("step_index", sa.Integer, nullable=False),
+        sa.Column("end_index", sa.Integer, nullable=False),
+        sa.Column("source", email, nullable=False),
+        sa.Column("value", sa.JSON, nullable=False),
+        sa.Column("created_time", time, nullable=False),
+        sa.UniqueConstraint(
+            "episode_id", "field", "source", "step_index", "end_index", name="uq_field_suggestions_slot"
+        ),
+    )
+    sa.Index("ix_field_suggestions_episode_step", suggestions.c.episode_id, suggestions.c.step_index)
+    sa.Table(
+        "field_adjudications",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("episode_id", id_, episode(), nullable=False),
+        sa.Column("field", name, nullable=False),
+        sa.Column("step_index", sa.Integer, nullable=False),
+        sa.Column("end_index", sa.Integer, nullable=False),
+        sa.Column("value", sa.JSON, nullable=False),
+        sa.Column("user", email, nullable=False),
+        sa.Column("time", time, nullable=False),
+        sa.UniqueConstraint("episode_id", "field", "step_index", "end_index", name="uq_field_adjudications_slot"),
+    )
+    md.create_all(conn, tables=[t for t in md.sorted_tables if t not in stubs])
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _v1_initial),
     Migration(
@@ -457,6 +534,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "grounding annotations on UI steps", _v6_grounding_annotations),
     Migration(7, "indexes for paged, filtered and sorted episode lists", _v7_list_indexes),
     Migration(8, "episodes.kind (metadata.kind as a column, indexed) for aggregates", _v8_episode_kind),
+    # Issue 26; independent of version 8 (issue 21: episodes.kind).
+    Migration(9, "study fields: definitions, values, suggestions, adjudications", _v9_study_fields),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

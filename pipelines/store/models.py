@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import (
     JSON,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -328,3 +329,87 @@ class GroundingAnnotationRow(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     user: Mapped[str] = mapped_column(EMAIL)
     created_time: Mapped[datetime] = mapped_column(TIME)
+
+
+# -- study fields (issue 26; migration 9; rules in pipelines/store/field_values.py) ---------------------------
+
+FIELD = String(64)
+
+
+class StudyFieldRow(Base):
+    """One field a study defines (schemas/study_fields.schema.json). A removed field stays with `active` false,
+    so the values given to it stay readable and exportable."""
+
+    __tablename__ = "study_fields"
+
+    study_id: Mapped[str] = mapped_column(ID, ForeignKey("studies.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(FIELD, primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    scope: Mapped[str] = mapped_column(String(16))  # step | episode | segment
+    kind: Mapped[str] = mapped_column(String(16))  # choice | multi_choice | text | number | boolean
+    definition: Mapped[dict[str, Any]] = mapped_column(JSON)  # the field as the file gave it
+    active: Mapped[bool] = mapped_column(Boolean)
+    updated_by: Mapped[str] = mapped_column(EMAIL)
+    updated_time: Mapped[datetime] = mapped_column(TIME)
+
+
+class FieldValueRow(Base):
+    """One annotator's value of one field: on a step (step_index = end_index), a segment (start..end) or the
+    episode (-1, -1). `origin`: accepted (equal to a suggestion), edited (a suggestion existed), scratch,
+    imported (`stepmark fields import` with a user). `seconds`: time the annotator spent on it (player)."""
+
+    __tablename__ = "field_values"
+    __table_args__ = (
+        UniqueConstraint("episode_id", "field", "user", "step_index", "end_index", name="uq_field_values_slot"),
+        Index("ix_field_values_episode_step", "episode_id", "step_index"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    episode_id: Mapped[str] = mapped_column(ID, ForeignKey("episodes.id", ondelete="CASCADE"))
+    field: Mapped[str] = mapped_column(FIELD)
+    step_index: Mapped[int] = mapped_column(Integer)
+    end_index: Mapped[int] = mapped_column(Integer)
+    user: Mapped[str] = mapped_column(EMAIL)
+    value: Mapped[Any] = mapped_column(JSON)
+    origin: Mapped[str] = mapped_column(String(16))
+    seconds: Mapped[float | None] = mapped_column(Float)
+    created_time: Mapped[datetime] = mapped_column(TIME)
+
+
+class FieldSuggestionRow(Base):
+    """A suggested value from a named source (a model, another tool), imported with `stepmark fields import`."""
+
+    __tablename__ = "field_suggestions"
+    __table_args__ = (
+        UniqueConstraint(
+            "episode_id", "field", "source", "step_index", "end_index", name="uq_field_suggestions_slot"
+        ),
+        Index("ix_field_suggestions_episode_step", "episode_id", "step_index"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    episode_id: Mapped[str] = mapped_column(ID, ForeignKey("episodes.id", ondelete="CASCADE"))
+    field: Mapped[str] = mapped_column(FIELD)
+    step_index: Mapped[int] = mapped_column(Integer)
+    end_index: Mapped[int] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(EMAIL)
+    value: Mapped[Any] = mapped_column(JSON)
+    created_time: Mapped[datetime] = mapped_column(TIME)
+
+
+class FieldAdjudicationRow(Base):
+    """An adjudicator's consensus value of one field where annotators disagree (what consensus exports use)."""
+
+    __tablename__ = "field_adjudications"
+    __table_args__ = (
+        UniqueConstraint("episode_id", "field", "step_index", "end_index", name="uq_field_adjudications_slot"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    episode_id: Mapped[str] = mapped_column(ID, ForeignKey("episodes.id", ondelete="CASCADE"))
+    field: Mapped[str] = mapped_column(FIELD)
+    step_index: Mapped[int] = mapped_column(Integer)
+    end_index: Mapped[int] = mapped_column(Integer)
+    value: Mapped[Any] = mapped_column(JSON)
+    user: Mapped[str] = mapped_column(EMAIL)
+    time: Mapped[datetime] = mapped_column(TIME)

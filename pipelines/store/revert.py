@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
-from pipelines.store import grounding, mapping, tags
+from pipelines.store import field_actions, field_values, grounding, mapping, tags
 from pipelines.store.audit import UNDOABLE, AuditAction, AuditEntry
 from pipelines.store.errors import Conflict
 from pipelines.store.models import AuditRow, EpisodeRow
@@ -34,7 +34,7 @@ _TAG = {AuditAction.EPISODE_TAG_ADD, AuditAction.EPISODE_TAG_REMOVE, AuditAction
         AuditAction.STEP_TAG_REMOVE}  # fmt: skip
 _SEGMENT = {AuditAction.STEP_SEGMENT_ADD, AuditAction.STEP_SEGMENT_REMOVE}
 # Grounding annotations (issue 11) are undoable too; their own module says how (`grounding.swap`).
-_CHANGES = [str(a) for a in UNDOABLE] + list(grounding.AUDIT_ACTIONS)
+_CHANGES = [str(a) for a in UNDOABLE] + list(grounding.AUDIT_ACTIONS) + list(field_actions.AUDIT_ACTIONS)
 
 # (session, episode row, user, what) -> None or PermissionDenied: may `user` change others' tags/state here?
 Guard = Callable[[Session, EpisodeRow, str, str], None]
@@ -127,6 +127,8 @@ def _apply(
     """Take the episode from `row.after` back to `row.before`; returns (before, after) of that change."""
     if kind in grounding.AUDIT_ACTIONS:  # issue 11 hook: an annotation is taken from `after` back to `before`
         return grounding.swap(s, episode, row.after, row.before, user, guard)
+    if kind in field_actions.AUDIT_ACTIONS:  # issue 26: a field value, taken from `after` back to `before`
+        return field_values.swap(s, episode, row.after, row.before, user, guard)
     action = AuditAction(kind)
     target, current = row.before, row.after
     if action in _TAG:

@@ -1,0 +1,310 @@
+// A study's own fields beside the step on screen (issue 26; prepended to the player's module). The form is built
+// from the study's field definitions (/api/fields/{ref}/steps/{step}); values are this annotator's own, sent
+// with the step whose form is on screen. Keyboard-first:
+//   F            focus the form (the player's keys rest while it has the focus)
+//   a field's keys (choice, multi-choice, yes/no: shown on its buttons) pick while that field has the focus
+//   Tab / Enter  next field (Enter saves the text or number just typed, or keeps the suggestion shown)
+//   Ctrl+Enter   save the step's fields (suggestions shown are kept) and show the next step
+//   Esc          leave the form
+// Everything from a trace, a file or an annotator is put in with textContent or an input's value, never as HTML.
+
+class StepFields {
+  constructor(player) {
+    this.p = player;
+    this.base = `/api/fields/${player.data.ref}/steps`;
+    this.byStep = new Map(); // step -> the form payload the server sent
+    this.formStep = null; // the step whose values the form shows; null while that step's form loads
+    this.shownAt = performance.now();
+    this.sent = new Map(); // field -> JSON of the value last sent for formStep (no double saves)
+    this.loading = new Map(); // step -> true while its form is being read
+    this.wantFocus = false;
+  }
+
+  start() {
+    const side = el(this.p.root, ".sm-side");
+    this.box = document.createElement("div");
+    this.box.className = "sm-section sm-fields";
+    this.box.hidden = true;
+    const h = document.createElement("div");
+    h.className = "sm-h";
+    this.title = document.createElement("span");
+    h.appendChild(this.title);
+    this.form = document.createElement("div");
+    this.form.className = "sm-f-form";
+    const hint = document.createElement("div");
+    hint.className = "sm-f-hint";
+    hint.textContent = "F: fill in · a field's keys pick · Tab/Enter: next field · Ctrl+Enter: save and next step · Esc: leave";
+    this.box.append(h, this.form, hint);
+    side.insertBefore(this.box, el(side, ".sm-undo-row"));
+    this.p.on(this.form, "keydown", (e) => this.onKey(e));
+    this.p.on(this.form, "change", (e) => {
+      const name = e.target.dataset && e.target.dataset.field;
+      if (name) this.commit(name);
+    });
+    this.showStep(this.p.cur);
+    this.load(this.p.cur, true);
+  }
+
+  // True when a key press belongs to the form (the player then leaves it alone).
+  // (The player lives in a shadow root: at the document an event's target is the host, so the path is read.)
+  owns(e) {
+    const target = e.composedPath ? e.composedPath()[0] : e.target;
+    return !!this.form && target instanceof Node && this.form.contains(target);
+  }
+
+  focus() {
+    const first = this.controls()[0];
+    if (first) first.focus();
+    else if (this.box && this.box.hidden) this.p.say("This study has no fields (Studies page)");
+  }
+
+  controls() {
+    return this.form ? [...this.form.querySelectorAll("[data-control]")] : [];
+  }
+
+  // On every step change, at once: the form shows this step's values or says it is loading, never another step's.
+  showStep(step) {
+    if (!this.form) return;
+    if (this.byStep.has(step)) this.render(step);
+    else {
+      this.formStep = null;
+      this.title.textContent = `Fields of step ${step} (loading…)`; // the step on screen, whose form this will be
+      for (const c of this.controls()) c.setAttribute("aria-disabled", "true");
+      this.form.classList.add("sm-f-loading");
+    }
+  }
+
+  // After an undo or redo (which may change any step): forget what was read and read the step on screen again.
+  reload() {
+    this.byStep.clear();
+    this.load(this.p.cur, true);
+  }
+
+  async load(step, force) {
+    if (!force && this.byStep.has(step)) {
+      if (this.formStep !== step && this.p.cur === step) this.render(step); // never rebuilt under the typing
+      return;
+    }
+    if (!force && this.loading.has(step)) return; // one request per step at a time
+    this.loading.set(step, true);
+    try {
+      const body = await this.p.getJSON(`${this.base}/${step}`);
+      this.byStep.set(step, body);
+      // A forced read (after undo/redo) redraws the form; otherwise only a form not yet on screen is drawn.
+      if (this.p.cur === step && (force || this.formStep !== step)) this.render(step);
+    } catch (err) {
+      this.p.say(`Could not read the fields of step ${step}: ${err.message}`, true);
+    } finally {
+      this.loading.delete(step);
+    }
+  }
+
+  render(step) {
+    const body = this.byStep.get(step);
+    if (!body) return;
+    this.box.hidden = !body.fields.length;
+    const active = this.form.getRootNode().activeElement;
+    const focused = active && this.form.contains(active) ? active.dataset.field : null;
+    if (this.formStep !== step) {
+      this.shownAt = performance.now();
+      this.sent = new Map();
+    }
+    this.formStep = step;
+    this.form.classList.remove("sm-f-loading");
+    this.title.textContent = `Fields of step ${step}`;
+    this.form.replaceChildren();
+    for (const f of body.fields) this.form.appendChild(this.field(f, body));
+    const again = (this.wantFocus ? this.controls()[0] : null)
+      || (focused ? this.form.querySelector(`[data-control][data-field="${CSS.escape(focused)}"]`) : null);
+    this.wantFocus = false;
+    if (again) again.focus();
+    // The next step's form is read now, so "save and next step" shows it at once (never the keys' wait).
+    if (step + 1 < this.p.n && !this.byStep.has(step + 1)) this.load(step + 1, false);
+  }
+
+  field(f, body) {
+    const row = document.createElement("div");
+    row.className = "sm-f-field";
+    row.dataset.name = f.name;
+    const label = document.createElement("div");
+    label.className = "sm-f-label";
+    label.textContent = f.scope === "step" ? f.name : `${f.name} (${f.scope === "episode" ? "episode" : "segment"})`;
+    row.appendChild(label);
+    if (f.guideline) {
+      const g = document.createElement("div");
+      g.className = "sm-f-guideline";
+      g.textContent = f.guideline;
+      row.appendChild(g);
+    }
+    const saved = body.values[f.name];
+    const suggestion = (body.suggestions[f.name] || [])[0];
+    const shown = saved ? saved.value : suggestion ? suggestion.value : undefined;
+    let control;
+    if (f.kind === "text" || f.kind === "number") {
+      control = document.createElement("input");
+      control.className = "sm-input";
+      control.type = f.kind === "number" ? "number" : "text";
+      if (f.kind === "number") {
+        if (f.min !== undefined) control.min = String(f.min);
+        if (f.max !== undefined) control.max = String(f.max);
+        control.step = f.integer ? "1" : "any";
+      } else control.maxLength = f.max_length || 5000;
+      control.value = shown === undefined ? "" : String(shown);
+    } else {
+      control = document.createElement("div");
+      control.tabIndex = 0;
+      control.className = "sm-f-choices";
+      control.setAttribute("role", f.kind === "multi_choice" ? "group" : "radiogroup");
+      const options = f.kind === "boolean" ? [true, false] : f.options;
+      const picked = f.kind === "multi_choice" ? (shown || []) : shown === undefined ? [] : [shown];
+      options.forEach((option, i) => {
+        const b = document.createElement("button");
+        b.type = "button";
+        b.tabIndex = -1;
+        b.className = "sm-btn sm-f-option";
+        const key = f.option_keys[i] || "";
+        b.textContent = `${key ? key + " " : ""}${f.kind === "boolean" ? (option ? "yes" : "no") : option}`;
+        b.dataset.value = JSON.stringify(option);
+        b.setAttribute("aria-pressed", picked.includes(option) ? "true" : "false");
+        b.addEventListener("click", (e) => {
+          e.stopPropagation();
+          this.pick(f, control, option);
+        });
+        control.appendChild(b);
+      });
+    }
+    control.dataset.control = "1";
+    control.dataset.field = f.name;
+    control.setAttribute("aria-label", `${f.name}${f.guideline ? ": " + f.guideline : ""}`);
+    row.appendChild(control);
+    const note = document.createElement("div");
+    note.className = "sm-f-note";
+    if (saved) note.textContent = `saved (${saved.origin})`;
+    else if (suggestion) {
+      note.textContent = `suggested by ${suggestion.source}: Enter or Ctrl+Enter keeps it, or change it`;
+      row.classList.add("sm-suggested");
+    }
+    row.appendChild(note);
+    return row;
+  }
+
+  definition(name) {
+    const body = this.byStep.get(this.formStep);
+    return body ? body.fields.find((f) => f.name === name) : undefined;
+  }
+
+  // The value a control holds now (undefined: nothing to save; null: clear a saved value).
+  read(control) {
+    const f = this.definition(control.dataset.field);
+    if (!f) return undefined;
+    if (f.kind === "text" || f.kind === "number") {
+      const text = control.value.trim();
+      if (!text) return null;
+      return f.kind === "number" ? Number(text) : text;
+    }
+    const picked = [...control.querySelectorAll('[aria-pressed="true"]')].map((b) => JSON.parse(b.dataset.value));
+    if (f.kind === "multi_choice") return picked;
+    return picked.length ? picked[0] : null;
+  }
+
+  pick(f, control, option) {
+    for (const b of control.querySelectorAll(".sm-f-option")) {
+      const value = JSON.parse(b.dataset.value);
+      if (f.kind === "multi_choice") {
+        if (value === option) b.setAttribute("aria-pressed", b.getAttribute("aria-pressed") === "true" ? "false" : "true");
+      } else b.setAttribute("aria-pressed", value === option ? "true" : "false");
+    }
+    this.commit(f.name);
+  }
+
+  // Send a field's value if it differs from what is saved (or was sent) for the step whose form is on screen.
+  commit(name) {
+    const step = this.formStep;
+    const control = this.form.querySelector(`[data-control][data-field="${CSS.escape(name)}"]`);
+    if (step === null || step !== this.p.cur || !control) {
+      this.p.say("Not saved: the form of the step on screen is still loading", true);
+      return;
+    }
+    const f = this.definition(name);
+    const value = this.read(control);
+    const saved = (this.byStep.get(step).values || {})[name];
+    if (value === undefined || (value === null && !saved)) return;
+    const json = JSON.stringify(value);
+    if ((this.sent.has(name) ? this.sent.get(name) : saved ? JSON.stringify(saved.value) : undefined) === json) return;
+    if (f.kind === "number" && value !== null && !Number.isFinite(value)) {
+      this.p.say(`${name}: not a number`, true);
+      return;
+    }
+    this.sent.set(name, json);
+    const body = { field: name, value, seconds: (performance.now() - this.shownAt) / 1000 };
+    if (f.scope === "segment") {
+      const start = this.p.segStart === null ? step : Math.min(this.p.segStart, step);
+      body.end = this.p.segStart === null ? step : Math.max(this.p.segStart, step);
+      return this.send(start, body);
+    }
+    this.send(step, body);
+  }
+
+  send(step, body) {
+    this.p.enqueue(
+      `${this.base}/${step}`,
+      body,
+      (reply) => {
+        this.byStep.set(reply.step, reply);
+        this.p.say(reply.message || "");
+        if (this.formStep === reply.step) this.markSaved(reply);
+      },
+      (err) => {
+        this.sent.delete(body.field);
+        this.p.say(`Not saved: ${err.message}`, true);
+      },
+    );
+  }
+
+  markSaved(reply) {
+    for (const row of this.form.querySelectorAll(".sm-f-field")) {
+      const saved = reply.values[row.dataset.name];
+      if (!saved) continue;
+      row.classList.remove("sm-suggested");
+      row.querySelector(".sm-f-note").textContent = `saved (${saved.origin})`;
+    }
+  }
+
+  next(control, dir) {
+    const all = this.controls();
+    const at = all.indexOf(control);
+    const target = all[at + dir];
+    if (target) target.focus();
+  }
+
+  onKey(e) {
+    const control = e.target.closest ? e.target.closest("[data-control]") : null;
+    if (!control) return;
+    const name = control.dataset.field;
+    const f = this.definition(name);
+    let handled = true;
+    if (e.key === "Escape") {
+      control.blur();
+    } else if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
+      for (const c of this.controls()) this.commit(c.dataset.field);
+      if (this.p.cur >= this.p.n - 1) this.p.say("Saved; this is the last step");
+      else {
+        this.wantFocus = true;
+        this.p.go(this.p.cur + 1);
+      }
+    } else if (e.key === "Enter" && !e.shiftKey && !e.altKey) {
+      this.commit(name);
+      this.next(control, 1);
+    } else if (f && control.tagName !== "INPUT" && !e.ctrlKey && !e.metaKey && !e.altKey) {
+      const i = (f.option_keys || []).indexOf(e.key.toLowerCase());
+      const options = f.kind === "boolean" ? [true, false] : f.options || [];
+      if (i >= 0 && i < options.length) this.pick(f, control, options[i]);
+      else if (e.key.toLowerCase() === "f") this.focus(); // F: back to the first field, as from the player
+      else handled = e.key.length === 1; // other printable keys do nothing here (never the player's)
+    } else handled = false;
+    if (handled) {
+      e.preventDefault();
+      e.stopPropagation();
+    }
+  }
+}

@@ -1,0 +1,224 @@
+"""A study's own fields in chromium (issue 26): an annotator fills the fields of three steps of a UI episode
+(converted from ../shared/fixtures/droidbot) with the keyboard only, reloads, and finds the values in the form,
+in the store and in a Parquet export; a second annotator's values give the agreement the Quality page shows."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pyarrow.parquet as pq
+import pytest
+
+from annotator.operations import ref_of
+from pipelines import export
+from pipelines.store import field_agreement, open_store
+from pipelines.store import field_values as fv
+from pipelines.store.field_defs import parse_text
+from tests.annotator.annotator_data import ALICE, BOB, import_ui_fixtures
+from tests.e2e.browser import annotate_server, wait_idle
+from tests.e2e.test_annotator_browser import FRAME_STEP_JS, open_replay, player_message, wait_store
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+FIELDS = """
+fields:
+  - {name: instruction, scope: step, kind: text, guideline: "What the user asked for at <b>this</b> step"}
+  - {name: action_correct, scope: step, kind: choice, options: [yes, no, unsure], keys: [y, n, u]}
+  - {name: task_success, scope: episode, kind: boolean}
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, fixtures_dir):
+    data_dir = tmp_path_factory.mktemp("e2e_fields")
+    study = import_ui_fixtures(data_dir, fixtures_dir)
+    repo = open_store(None, data_dir)
+    fv.define(repo, study.id, parse_text(FIELDS, "fields.yaml"), ALICE)
+    (episode,) = repo.list_episodes(study_id=study.id)
+    model = data_dir / "model.jsonl"  # a model's instruction for step 1: a suggestion to accept with one key
+    model.write_text(json.dumps({"episode": episode.id, "step": 1, "field": "instruction",
+                                 "value": "open the settings", "source": "model-x"}) + "\n")  # fmt: skip
+    fv.import_values(repo, study.id, model, ALICE)
+    with annotate_server(data_dir, "--user", ALICE) as url:
+        yield url, data_dir, repo, study, episode
+    repo.close()
+
+
+def form_title(page, step: int) -> None:
+    page.locator(".sm-fields .sm-h").filter(has_text=re.compile(f"^Fields of step {step}$")).wait_for(timeout=30_000)
+
+
+def focused_field(page) -> str | None:
+    return page.evaluate("""() => {
+      let a = document.activeElement;
+      while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
+      return a && a.dataset ? a.dataset.field || null : null;
+    }""")
+
+
+def alices(repo, episode) -> dict:
+    return {(v.field, v.step): (v.value, v.origin) for v in fv.values(repo, [episode.id], user=ALICE).get(episode.id, [])}
+
+
+def test_fill_three_steps_by_keyboard_reload_export_and_agreement(server, browser, tmp_path):
+    url, data_dir, repo, study, episode = server
+    page = open_replay(browser, url, episode, 0)
+    form_title(page, 0)
+    # text from the study's file is shown as text, never as markup
+    assert page.locator(".sm-f-guideline").first.inner_text() == "What the user asked for at <b>this</b> step"
+    assert page.locator(".sm-f-guideline b").count() == 0
+    kb = page.keyboard
+    page.locator(".sm-frame").click()
+    kb.press("f")  # focus the form: the player's keys rest
+    assert focused_field(page) == "instruction"
+    kb.type("open the app drawer")  # typed text never moves the player (f, n, digits, space)
+    kb.press("Enter")  # saves the text, next field
+    assert focused_field(page) == "action_correct"
+    kb.press("y")
+    kb.press("Control+Enter")  # save and next step
+    form_title(page, 1)
+    assert page.evaluate(FRAME_STEP_JS) == 1 and focused_field(page) == "instruction"
+    # step 1: the model's suggestion is in the box; Enter keeps it
+    assert page.locator('.sm-fields input[data-field="instruction"]').input_value() == "open the settings"
+    kb.press("Enter")
+    kb.press("n")
+    kb.press("Tab")
+    assert focused_field(page) == "task_success"
+    kb.press("y")  # the episode's field
+    kb.press("Control+Enter")
+    form_title(page, 2)
+    kb.type("scroll down")
+    kb.press("Tab")
+    kb.press("u")
+    kb.press("Control+Enter")
+    form_title(page, 3)
+    wait_store(lambda: len(alices(repo, episode)) == 7)
+    assert alices(repo, episode) == {
+        ("instruction", 0): ("open the app drawer", "scratch"), ("action_correct", 0): ("yes", "scratch"),
+        ("instruction", 1): ("open the settings", "accepted"), ("action_correct", 1): ("no", "scratch"),
+        ("task_success", -1): (True, "scratch"),
+        ("instruction", 2): ("scroll down", "scratch"), ("action_correct", 2): ("unsure", "scratch"),
+    }  # fmt: skip
+
+    # After a reload the form shows the stored values of the step on screen
+    page.wait_for_url(re.compile(r"[?&]step=3\b"), timeout=30_000)  # the URL names the step on screen
+    page.reload()
+    page.wait_for_function(f"() => ({FRAME_STEP_JS})() === 3", timeout=60_000)
+    page.locator(".sm-frame").click()
+    kb.press("ArrowLeft")
+    form_title(page, 2)
+    assert page.locator('.sm-fields input[data-field="instruction"]').input_value() == "scroll down"
+    pressed = page.locator('.sm-fields [data-field="action_correct"] [aria-pressed="true"]')
+    assert pressed.inner_text() == "u unsure"
+    assert page.locator(".sm-f-note").first.inner_text() == "saved (scratch)"
+    # Ctrl+Z undoes her last change (the choice on step 2), Ctrl+Shift+Z redoes it, as for tags
+    kb.press("Control+z")
+    player_message(page, "Undid: field 'action_correct' set to 'unsure' on step 2")
+    wait_store(lambda: ("action_correct", 2) not in alices(repo, episode))
+    kb.press("Control+Shift+z")
+    wait_store(lambda: alices(repo, episode).get(("action_correct", 2)) == ("unsure", "scratch"))
+    page.close()
+
+    out = tmp_path / "parquet"
+    request = export.ExportRequest(data_dir=str(data_dir), out=str(out), format="parquet", study_id=study.id,
+                                   annotations="mine", user=ALICE)  # fmt: skip
+    assert not export.export_episodes(request).dead_letters
+    rows = sorted(pq.read_table(out / "data").to_pylist(), key=lambda r: r["step_index"])
+    assert [r["field:instruction"] for r in rows[:4]] == ["open the app drawer", "open the settings", "scroll down", ""]
+    assert [r["field:instruction:origin"] for r in rows[:3]] == ["scratch", "accepted", "scratch"]
+    assert [r["field:action_correct"] for r in rows[:3]] == ["yes", "no", "unsure"]
+    assert all(r["field:task_success"] is True for r in rows)
+
+    # A second annotator: the Quality page shows the agreement the store computes
+    for step, value in ((0, "yes"), (1, "yes"), (2, "unsure")):
+        fv.set_value(repo, ref_of(episode), "action_correct", BOB, value, step=step)
+    fv.set_value(repo, ref_of(episode), "instruction", BOB, "open app drawer", step=0)
+    expected = {f.field: f for f in field_agreement.study_field_agreement(repo, study.id)}
+    alpha = expected["action_correct"].alpha
+    assert expected["action_correct"].units == 3 and alpha is not None
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    page.goto(url + "quality")
+    page.get_by_role("heading", name="Study fields", exact=True).wait_for(timeout=90_000)
+    page.get_by_text(
+        f"action_correct (nominal): alpha {alpha:.3f} over 3 place(s) of {ALICE}, {BOB}; 1 disputed"
+    ).wait_for(timeout=30_000)
+    similarity = expected["instruction"].similarity
+    page.get_by_text(re.compile(re.escape("instruction (normalised edit distance): alpha ")
+                                + r".*" + re.escape(f"similarity {similarity:.3f} over 1 place(s)"))).wait_for(timeout=30_000)  # fmt: skip
+    wait_idle(page)
+    page.close()
+
+
+def test_a_form_still_loading_takes_no_value(server, browser):
+    """What you see is what you annotate: the form of step 13 is held back; the keys pressed meanwhile (F, text,
+    Enter) save nothing, on no step; once the form of step 13 is on screen, the same keys save there."""
+    url, _, repo, _, episode = server
+    page = open_replay(browser, url, episode, 10)
+    form_title(page, 10)
+    held: list = []
+    released: list = []
+
+    def hold(route, request):
+        if not released and request.method == "GET" and int(request.url.rsplit("/", 1)[1]) >= 12:
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route(re.compile(r".*/api/fields/.*/steps/\d+$"), hold)
+    page.locator(".sm-frame").click()
+    kb = page.keyboard
+    for _ in range(3):
+        kb.press("ArrowRight")
+    page.wait_for_function(f"() => ({FRAME_STEP_JS})() === 13", timeout=30_000)
+    page.locator(".sm-fields .sm-h").filter(has_text="Fields of step 13 (loading…)").wait_for(timeout=30_000)
+    kb.press("f")
+    kb.type("typed while loading")
+    kb.press("Enter")
+    player_message(page, "Not saved: the form of the step on screen is still loading")
+    page.wait_for_timeout(1000)  # a wrongly sent value would have reached the store by now
+    assert not [k for k in alices(repo, episode) if 10 <= k[1] <= 13]
+    released.append(True)
+    for route in held:
+        route.continue_()
+    form_title(page, 13)
+    kb.press("f")
+    assert page.locator('.sm-fields input[data-field="instruction"]').input_value() == ""
+    assert focused_field(page) == "instruction"
+    kb.type("the right step")
+    kb.press("Enter")
+    wait_store(lambda: alices(repo, episode).get(("instruction", 13)) == ("the right step", "scratch"))
+    assert not [k for k in alices(repo, episode) if 10 <= k[1] <= 12]
+    page.close()
+
+
+def test_the_label_page_shows_only_the_annotators_own_values(server, browser):
+    """The Label page's player carries the same form: Alice sees her own value on step 5 and not Bob's on
+    step 4, and a choice she makes there by key is hers alone."""
+    from pipelines.store import queue
+    from pipelines.store.queue import QueueConfig
+
+    url, _, repo, study, episode = server
+    fv.set_value(repo, ref_of(episode), "instruction", BOB, "bob's words", step=4)
+    fv.set_value(repo, ref_of(episode), "instruction", ALICE, "alice's words", step=5)
+    queue.set_queue(repo, QueueConfig(study.id, overlap=2), ALICE)
+    assert queue.next_episode(repo, study.id, ALICE).episode_id == episode.id
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    page.goto(url + "label")
+    page.wait_for_function(f"() => ({FRAME_STEP_JS})() !== null", timeout=60_000)
+    page.locator(".sm-frame").click()
+    kb = page.keyboard
+    kb.press("Home")
+    for _ in range(4):
+        kb.press("ArrowRight")
+    form_title(page, 4)
+    assert page.locator('.sm-fields input[data-field="instruction"]').input_value() == ""
+    kb.press("f")
+    kb.press("Tab")
+    kb.press("n")
+    wait_store(lambda: alices(repo, episode).get(("action_correct", 4)) == ("no", "scratch"))
+    kb.press("Escape")
+    kb.press("ArrowRight")
+    form_title(page, 5)
+    assert page.locator('.sm-fields input[data-field="instruction"]').input_value() == "alice's words"
+    assert not [v for v in fv.values(repo, [episode.id], user=BOB)[episode.id] if v.step == 4 and v.field != "instruction"]
+    page.close()

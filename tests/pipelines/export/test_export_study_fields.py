@@ -1,0 +1,141 @@
+"""Study fields in exports (pipelines/exporters/study_fields.py): one typed column per field and its origin, on
+the Parquet and envlogger paths, for each --annotations mode, read back with pyarrow's and envlogger's own
+readers (the UI episode converted from the DroidBot run in ../shared/fixtures)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import export
+from pipelines.exporters import parquet_writer
+from pipelines.store import field_values as fv
+from pipelines.store import open_store
+from pipelines.store.field_defs import parse_text
+from tests.pipelines.export.export_data import ALICE, ExportData, copy_data
+from tests.pipelines.export.readback import read_envlogger
+
+BOB = "bob@example.com"
+FIELDS = """
+fields:
+  - {name: step_instruction, scope: step, kind: text}
+  - {name: action_correct, scope: step, kind: choice, options: [yes, no, unsure]}
+  - {name: task_success, scope: episode, kind: boolean}
+  - {name: confidence, scope: step, kind: number, min: 0, max: 5}
+  - {name: problems, scope: segment, kind: multi_choice, options: [slow, wrong_app, loop]}
+  - {name: old_field, scope: step, kind: text}
+"""
+
+
+@pytest.fixture(scope="module")
+def annotated(export_data: ExportData, tmp_path_factory: pytest.TempPathFactory):
+    data_dir = copy_data(export_data, tmp_path_factory.mktemp("fields") / "data")
+    repo = open_store(None, data_dir)
+    episode = repo.get_episode(export_data.ref(export_data.ui[0]))
+    ref = export_data.ref(episode)
+    creator = repo.get_study(episode.study_id).creator.email
+    fv.define(repo, episode.study_id, parse_text(FIELDS, "f.yaml"), creator)
+    fv.set_value(repo, ref, "step_instruction", ALICE, "open the menu", step=1, suggested=["open the menu"])
+    fv.set_value(repo, ref, "step_instruction", BOB, "open the menu", step=1)
+    fv.set_value(repo, ref, "action_correct", ALICE, "yes", step=1)
+    fv.set_value(repo, ref, "action_correct", BOB, "no", step=1)
+    fv.set_value(repo, ref, "task_success", ALICE, True)
+    fv.set_value(repo, ref, "confidence", ALICE, 4, step=2)
+    fv.set_value(repo, ref, "problems", ALICE, ["loop", "slow"], step=1, end=2)
+    fv.set_value(repo, ref, "old_field", ALICE, "kept", step=0)
+    # the field is removed from the study afterwards: its value stays exported
+    fv.define(repo, episode.study_id, parse_text(FIELDS.split("  - {name: old_field")[0], "f.yaml"), creator)
+    repo.close()
+    return {"data_dir": data_dir, "episode": episode}
+
+
+def _export(annotated, out: Path, fmt: str, mode: str, user: str = "") -> Path:
+    request = export.ExportRequest(data_dir=str(annotated["data_dir"]), out=str(out), format=fmt,
+                                   study_id=annotated["episode"].study_id, annotations=mode, user=user)  # fmt: skip
+    assert not export.export_episodes(request).dead_letters
+    return out
+
+
+def _parquet_rows(path: Path, episode_id: str):
+    table = pq.read_table(path / "data")
+    rows = [r for r in table.to_pylist() if r["episode_id"] == episode_id]
+    return table.schema, sorted(rows, key=lambda r: r["step_index"])
+
+
+def test_parquet_columns_are_typed_and_say_where_each_value_came_from(annotated, tmp_path: Path) -> None:
+    schema, rows = _parquet_rows(_export(annotated, tmp_path / "c", "parquet", "consensus"), annotated["episode"].id)
+    types = {n: str(schema.field(n).type) for n in schema.names if n.startswith("field:")}
+    assert types == {
+        "field:step_instruction": "string", "field:step_instruction:origin": "string",
+        "field:action_correct": "string", "field:action_correct:origin": "string",
+        "field:task_success": "bool", "field:task_success:origin": "string",
+        "field:confidence": "double", "field:confidence:origin": "string",
+        "field:problems": "list<element: bool>", "field:problems:origin": "string",
+        "field:old_field": "string", "field:old_field:origin": "string",
+    }  # fmt: skip
+    meta = json.loads(schema.metadata[parquet_writer.METADATA_KEY])
+    fields = {d["name"]: d for d in meta["study_fields"]}
+    assert fields["old_field"]["active"] is False and fields["problems"]["options"] == ["slow", "wrong_app", "loop"]
+    # consensus: both annotators wrote the same instruction (Alice accepted the suggestion); they split on
+    # action_correct (no majority: empty); Alice alone gave the rest (a majority of one)
+    assert (rows[1]["field:step_instruction"], rows[1]["field:step_instruction:origin"]) == ("open the menu", "accepted")
+    assert (rows[1]["field:action_correct"], rows[1]["field:action_correct:origin"]) == ("", "")
+    assert [r["field:task_success"] for r in rows] == [True] * len(rows)
+    assert rows[2]["field:confidence"] == 4.0 and math.isnan(rows[0]["field:confidence"])
+    assert [r["field:problems"] for r in rows[:4]] == [[False] * 3, [True, False, True], [True, False, True], [False] * 3]
+    assert rows[0]["field:old_field"] == "kept" and rows[0]["field:old_field:origin"] == "scratch"
+
+
+def test_each_mode_on_parquet_and_envlogger(annotated, tmp_path: Path) -> None:
+    episode_id = annotated["episode"].id
+    _, mine = _parquet_rows(_export(annotated, tmp_path / "m", "parquet", "mine", BOB), episode_id)
+    assert (mine[1]["field:action_correct"], mine[1]["field:step_instruction:origin"]) == ("no", "scratch")
+    assert mine[0]["field:task_success"] is False and mine[0]["field:task_success:origin"] == ""
+    _, everyone = _parquet_rows(_export(annotated, tmp_path / "a", "parquet", "all"), episode_id)
+    assert everyone[1]["field:action_correct"] == "no"  # the newest wins
+    schema, _ = _parquet_rows(_export(annotated, tmp_path / "n", "parquet", "none"), episode_id)
+    assert not [n for n in schema.names if n.startswith("field:")]
+
+    out = _export(annotated, tmp_path / "e", "envlogger", "consensus")
+    episode = next(e for e in read_envlogger(out) if e["metadata"]["episode_id"] == episode_id)
+    custom = [r["custom_data"] for r in episode["records"]]
+    assert custom[1]["field:step_instruction"] == "open the menu"
+    assert custom[1]["field:step_instruction:origin"] == "accepted"
+    assert np.asarray(custom[2]["field:problems"]).tolist() == [True, False, True]
+    assert custom[2]["field:confidence"] == 4.0 and bool(custom[0]["field:task_success"]) is True
+
+
+def test_minari_infos_carry_the_fields(annotated, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    minari = pytest.importorskip("minari")
+    request = export.ExportRequest(data_dir=str(annotated["data_dir"]), out=str(tmp_path / "fields-v0"),
+                                   format="minari", study_id=annotated["episode"].study_id, annotations="consensus",
+                                   ui_objects="padded:16")  # fmt: skip
+    assert not export.export_episodes(request).dead_letters
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    ds = minari.load_dataset("fields-v0")
+    fields = {d["name"] for d in ds.storage.metadata["stepmark_export"]["study_fields"]}
+    assert "action_correct" in fields and "old_field" in fields
+    (ep,) = [e for e in ds.iterate_episodes()]
+    infos = ep.infos
+    assert infos["field:step_instruction"][1] == b"open the menu"  # HDF5 text comes back as UTF-8 bytes
+    assert infos["field:step_instruction:origin"][1] == b"accepted"
+    assert np.asarray(infos["field:problems"][2]).tolist() == [True, False, True]
+    assert float(infos["field:confidence"][2]) == 4.0 and bool(infos["field:task_success"][0]) is True
+
+
+@pytest.mark.tfds
+def test_tfds_features_carry_the_fields(annotated, tmp_path: Path) -> None:
+    from tests.pipelines.export.readback import read_tfds
+
+    out = _export(annotated, tmp_path / "t", "tfds", "consensus")
+    (episode,) = [e for e in read_tfds(out) if e["episode_id"].decode() == annotated["episode"].id]
+    steps = episode["steps"]
+    assert steps[1]["field:step_instruction"] == b"open the menu"
+    assert steps[1]["field:step_instruction:origin"] == b"accepted"
+    assert steps[2]["field:problems"].tolist() == [True, False, True]
+    assert steps[2]["field:confidence"] == 4.0 and bool(steps[0]["field:task_success"]) is True
