@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from pipelines.store import field_values, open_store
+from pipelines.episodes.publish import open_store
+from pipelines.store import field_values
 from pipelines.store.field_defs import load_fields
 
 
