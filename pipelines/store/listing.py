@@ -15,8 +15,9 @@ same order (`cursor_at`), once.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -182,23 +183,30 @@ class Counts:
     own transaction, so the audit log's newest id (one look-up of its primary key) says whether a remembered
     count still holds. A rerun that only pages or sorts then counts nothing (a COUNT of a 1M-episode study is
     0.15-0.26 s on PostgreSQL, and the Episodes page with its queue panel made two). Counts stay exact. Rows
-    changed outside stepmark (no audit entry) are counted after a restart. Thread-safe, `size` lists at most."""
+    changed outside stepmark (no audit entry) are counted after a restart. Thread-safe, `size` lists at most.
 
-    def __init__(self, size: int = 256) -> None:
+    On PostgreSQL audit ids come from a sequence and may commit out of order (id 10 committing after id 11 was
+    read), so a remembered count is also given up after `max_age` seconds: a count may lag by that much, never
+    for good."""
+
+    def __init__(self, size: int = 256, max_age: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
-        self._cache: OrderedDict[EpisodeQuery, tuple[int | None, int]] = OrderedDict()
+        self._cache: OrderedDict[EpisodeQuery, tuple[int | None, float, int]] = OrderedDict()
         self._size = size
+        self._max_age = max_age
+        self._clock = clock
 
     def count(self, s: Session, q: EpisodeQuery) -> int:
         mark = s.scalar(sa.select(sa.func.max(AuditRow.id)))  # read first: the count is at least this new
+        now = self._clock()
         with self._lock:
             hit = self._cache.get(q)
-            if hit is not None and hit[0] == mark:
+            if hit is not None and hit[0] == mark and now - hit[1] < self._max_age:
                 self._cache.move_to_end(q)
-                return hit[1]
+                return hit[2]
         n = count(s, q)
         with self._lock:
-            self._cache[q] = (mark, n)
+            self._cache[q] = (mark, now, n)
             self._cache.move_to_end(q)
             while len(self._cache) > self._size:
                 self._cache.popitem(last=False)
@@ -304,7 +312,11 @@ def search_ids(s: Session, text: str, study_id: str | None, limit: int) -> list[
     q = EpisodeQuery(study_id=study_id)
     if not text:
         return [i for i, _ in page_ids(s, q, Sort("registered", True), None, limit)]
-    prefix = where(sa.select(EpisodeRow.id), q).where(EpisodeRow.id >= text, EpisodeRow.id < text + "\U0010ffff")
+    if s.get_bind().dialect.name == "sqlite":  # binary collation: a prefix is a range of the primary key
+        starts = sa.and_(EpisodeRow.id >= text, EpisodeRow.id < text + "\U0010ffff")
+    else:  # a database collation (en_US: "-" and "_" ignored at first level) makes that range miss matches
+        starts = EpisodeRow.id.startswith(text, autoescape=True)
+    prefix = where(sa.select(EpisodeRow.id), q).where(starts)
     found = list(s.scalars(prefix.order_by(EpisodeRow.id).limit(limit)))
     if len(found) < limit:
         noted = where(sa.select(EpisodeRow.id), replace(q, notes_query=text))
