@@ -206,6 +206,33 @@ def test_malformed_files_are_dead_letters_naming_the_file(converted) -> None:
     assert [i.index for i in episodes["control/damaged"].step_info] == [0, 2]
 
 
+def test_aitz_steps_with_shared_or_missing_step_ids_keep_their_own_boxes(tmp_path: Path) -> None:
+    """Two steps with step_id 0, and a step without step_id at file index 3 beside one whose step_id is 3: each
+    step keeps its own detector boxes and its own name (they were keyed by step_id, so the later step's boxes
+    replaced the earlier one's and both steps showed them), with warnings naming the ids."""
+    steps = aitz_steps()
+    steps[1]["step_id"] = 0
+    steps[2]["step_id"] = 3
+    del steps[3]["step_id"]
+    build_aitz(tmp_path / "in", steps)
+    episodes, dead = _convert(tmp_path / "in", tmp_path / "out")
+    assert dead == []
+    episode = episodes[AITZ_ID]
+    assert [len(t.observation.objects) for t in episode.episode.time_steps] == [5, 4, 3, 2]
+    texts = [[o.text for o in t.observation.objects if o.text] for t in episode.episode.time_steps]
+    assert texts == [["M", "Set", "up email"], ["Man, Aug 8", "M", "Fhotca"], ["Cleck", "File Mener"],
+                     ["larm", "Clock"]]  # fmt: skip
+    image_ids = [t.observation.image_id for t in episode.episode.time_steps]
+    assert len(set(image_ids)) == 4 and image_ids[3] == f"{AITZ_ID}/step_3"
+    assert [i.index for i in episode.step_info] == [0, 1, 2, 3]
+    assert "step_id 0 is given to 2 steps: placed in file order" in episode.step_info[1].warnings
+    assert "no integer step_id: placed by its file position 3 (also another step's step_id)" in (
+        episode.step_info[3].warnings
+    )  # fmt: skip
+    assert "step_id given to several steps: 0 (2 steps)" in episode.metadata["warnings"]
+    assert "1 step(s) without an integer step_id, placed by file position" in episode.metadata["warnings"]
+
+
 def test_base64_data_urls_and_bounded_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pipelines.traces import android_control_json as reader
 
