@@ -28,6 +28,7 @@ from tests.pipelines.screenshot_first import (
     build_aitz,
     build_gui_odyssey,
     odyssey_annotation,
+    screenshot,
 )
 
 Action = ui_episode_pb2.Action
@@ -231,6 +232,36 @@ def test_aitz_steps_with_shared_or_missing_step_ids_keep_their_own_boxes(tmp_pat
     )  # fmt: skip
     assert "step_id given to several steps: 0 (2 steps)" in episode.metadata["warnings"]
     assert "1 step(s) without an integer step_id, placed by file position" in episode.metadata["warnings"]
+
+
+def test_gui_odyssey_reader_keeps_no_screenshot_bytes(tmp_path: Path) -> None:
+    """The reader reads the annotation only: each screenshot is read by the converter when it converts the step
+    (the reader used to read every screenshot of the episode into `blobs`, all held at once, to check its size).
+    The size check is kept: a screenshot of another size than device_info's is still a step warning, one of the
+    device's size none, and a screenshot that is no image is still the converter's bad_screenshot."""
+    from pipelines.traces import files as trace_files
+    from pipelines.traces import read_episode
+    from pipelines.ui_episode import convert_episode
+
+    root = build_gui_odyssey(tmp_path / "in")
+    (root / "screenshots" / f"{ODYSSEY_ID}_2.png").write_bytes(screenshot((1080, 2400), 9))  # the device's size
+    (root / "screenshots" / f"{ODYSSEY_ID}_4.png").write_bytes(b"not an image")
+    (source,) = [s for s in discover(str(root)) if isinstance(s, EpisodeSource)]
+    read: list[str] = []
+
+    def reader(path: str) -> bytes:
+        read.append(path)
+        return trace_files.read_bytes(path)
+
+    raw = read_episode(source, reader)
+    assert read == [source.source_path] and raw.blobs == {}
+    result = convert_episode(raw, reader)
+    assert sorted(read[1:]) == sorted(s.screenshot_path for s in raw.steps)  # each screenshot read once
+    mismatch = "screenshot is 270x600 but device_info says 1080x2400: points (0..1000) placed as fractions"
+    warned = {i.index: any(w.startswith(mismatch) for w in i.warnings) for i in result.episode.step_info}
+    assert warned == {0: True, 1: True, 2: False, 3: True, 5: True}
+    (dead,) = result.dead_letters
+    assert (dead.step, dead.reason) == (4, "bad_screenshot") and dead.source_path.endswith(f"{ODYSSEY_ID}_4.png")
 
 
 def test_base64_data_urls_and_bounded_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
