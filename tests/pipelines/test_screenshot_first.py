@@ -264,6 +264,40 @@ def test_gui_odyssey_reader_keeps_no_screenshot_bytes(tmp_path: Path) -> None:
     assert (dead.step, dead.reason) == (4, "bad_screenshot") and dead.source_path.endswith(f"{ODYSSEY_ID}_4.png")
 
 
+def test_a_rico_screen_holding_the_key_names_as_values_stays_a_screen(tmp_path: Path, fixtures_dir: Path) -> None:
+    """A real Rico screen whose texts are "screenshots" and "actions" has both words in its bytes, so the cheap
+    byte test sends it to the AndroidControl JSON reader; the keys are not at its top level, so it is read as
+    the single screen it is (it used to become an empty android_control_json episode: no_steps, the screen
+    lost). A JSON list holding the words (DroidBot's bare views) falls back the same way."""
+    import shutil
+
+    doc = json.loads((fixtures_dir / "rico" / "336.json").read_text())
+
+    def nodes(node):
+        yield node
+        for child in node.get("children") or []:
+            if child:
+                yield from nodes(child)
+
+    texts = [n for n in nodes(doc["activity"]["root"]) if n.get("text")]
+    texts[0]["text"], texts[1]["text"] = "screenshots", "actions"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "336.json").write_text(json.dumps(doc))
+    shutil.copy(fixtures_dir / "rico" / "336.jpg", tmp_path / "in" / "336.jpg")
+    state = json.loads((fixtures_dir / "droidbot" / "yelp" / "states" / "state_2017-08-11_202329.json").read_text())
+    views = state["views"]
+    views[0]["text"], views[1]["content_description"] = "screenshots", "actions"
+    (tmp_path / "in" / "views.json").write_text(json.dumps(views))
+    episodes, dead = _convert(tmp_path / "in", tmp_path / "out")
+    assert dead == []
+    screen = episodes["336"]
+    assert screen.source == "single_screen" and len(screen.episode.time_steps) == 1
+    assert {"screenshots", "actions"} <= {o.text for o in screen.episode.time_steps[0].observation.objects}
+    assert screen.step_info[0].screenshot_path.endswith("336.jpg")
+    assert episodes["views"].source == "single_screen"
+    assert len(episodes["views"].episode.time_steps[0].observation.objects) == len(views)
+
+
 def test_base64_data_urls_and_bounded_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pipelines.traces import android_control_json as reader
 
