@@ -134,3 +134,16 @@ def gap_warnings(position: int, first: int, span: int, stepped: set[int], missin
         n = first + position + 1
         out.append(f"gap after this step: screen {n} has no {missing.format(n=n)} (the next step is a later screen)")
     return out
+
+
+def runs(items: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """(position, where) pairs in order, split into runs of consecutive positions: the actions of screens that
+    have no file at all become one dead letter per run, not one per action (a gap of 10^5 screens would be
+    10^5 letters from a small macro.json)."""
+    out: list[list[tuple[int, int]]] = []
+    for item in items:
+        if out and out[-1][-1][0] + 1 == item[0]:
+            out[-1].append(item)
+        else:
+            out.append([item])
+    return out
