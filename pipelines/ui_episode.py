@@ -418,6 +418,11 @@ def build_step(raw: RawStep, obs: Observed, position: int, episode_id: str) -> C
     o.screen_width, o.screen_height = obs.width, obs.height
     o.debug_vh_filepath = display(raw.hierarchy_path)
     action, action_warnings = resolve_action(raw.action, obs)
+    size_warnings = []
+    if raw.expected_size is not None and obs.image is not None:
+        width, height, warning = raw.expected_size
+        if (obs.image.width, obs.image.height) != (width, height):
+            size_warnings.append(warning.format(width=obs.image.width, height=obs.image.height))
     sx, sy = obs.screen.scale
     info = ui_episode_pb2.StepInfo(
         index=raw.index,
@@ -429,7 +434,7 @@ def build_step(raw: RawStep, obs: Observed, position: int, episode_id: str) -> C
         scale_y=sy,
         screenshot_format=obs.image.format if obs.image else "",
         warnings=[
-            display(w) for w in (*raw.warnings, *obs.warnings, *action_warnings)
+            display(w) for w in (*raw.warnings, *size_warnings, *obs.warnings, *action_warnings)
         ],  # may quote file names
         rotation=obs.screen.rotation,
         hierarchy_format=obs.screen.format,

@@ -37,7 +37,9 @@ def _single_screen(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     except Exception:  # refused or unreadable: the step's dead letter says why, when the step is read
         return single_screen.read(source, read_file)
     if android_control_json.looks_like(data):
-        return android_control_json.read_bytes(source, data)
+        episode = android_control_json.read_bytes(source, data)
+        if episode is not None:
+            return episode  # else JSON without the keys at its top level: an ordinary screen holding the words
     episode = single_screen.read(source, read_file)
     episode.blobs[path] = data
     return episode

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from typing import Any
 
 from pipelines.traces import aitw, files
@@ -119,11 +120,18 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
         episode.dead_letters.append(DeadLetter(path, None, exc.reason or "bad_episode_file", str(exc), eid))
         return episode
     episode.num_source_steps = len(entries)
-    order = sorted(
-        range(len(entries)),
-        key=lambda i: (entries[i].get("step_id") if isinstance(entries[i], dict)
-                       and type(entries[i].get("step_id")) is int else i, i),
-    )  # fmt: skip
+    ids = [e.get("step_id") if isinstance(e, dict) and type(e.get("step_id")) is int else None for e in entries]
+    order = sorted(range(len(entries)), key=lambda i: (i if ids[i] is None else ids[i], i))
+    # Steps are keyed by position in that order (blobs, names): a step_id given twice, or a missing one whose
+    # file index is another step's step_id, must not make two steps share one key (and so one set of boxes).
+    counts = Counter(n for n in ids if n is not None)
+    shared = sorted(n for n, c in counts.items() if c > 1)
+    missing = [i for i, e in enumerate(entries) if isinstance(e, dict) and ids[i] is None]
+    if shared:
+        shown = ", ".join(f"{n} ({counts[n]} steps)" for n in shared[:10])
+        episode.warnings.append(f"step_id given to several steps: {shown}; each kept, in file order")
+    if missing:
+        episode.warnings.append(f"{len(missing)} step(s) without an integer step_id, placed by file position")
     used_images: set[str] = set()
     for position, i in enumerate(order):
         entry = entries[i]
@@ -133,6 +141,11 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             )
             continue
         warnings: list[str] = []
+        if ids[i] is None:
+            also = " (also another step's step_id)" if i in counts else ""
+            warnings.append(f"no integer step_id: placed by its file position {i}{also}")
+        elif counts[ids[i]] > 1:
+            warnings.append(f"step_id {ids[i]} is given to {counts[ids[i]]} steps: placed in file order")
         if not episode.goal and isinstance(entry.get("instruction"), str):
             episode.goal = entry["instruction"]
         step_id = entry.get("step_id") if type(entry.get("step_id")) is int else i
@@ -148,7 +161,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             episode.dead_letters.append(DeadLetter(path, position, "missing_screenshot", message, eid))
             continue
         used_images.add(files.split(shot)[1])
-        tree_path = f"{path}#step_{step_id}/ui_positions"
+        tree_path = f"{path}#step_{position}/ui_positions"
         try:
             episode.blobs[tree_path] = annotations_doc(entry, warnings)
         except ValueError as exc:
@@ -171,7 +184,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
         episode.steps.append(
             RawStep(
                 position,
-                f"step_{step_id}",
+                f"step_{position}",
                 tree_path,
                 shot,
                 action,

@@ -29,8 +29,14 @@ REQUIRED = ("screenshots", "actions")
 
 
 def looks_like(data: bytes) -> bool:
-    """Cheap test on the bytes (no parse): the required keys appear as JSON keys."""
+    """Cheap test on the bytes (no parse): the required keys appear as JSON strings. They may be values of an
+    ordinary screen (a Rico node whose text is "actions"): `read_bytes` checks them as top-level keys."""
     return all(f'"{key}"'.encode() in data for key in REQUIRED)
+
+
+def is_episode(doc: object) -> bool:
+    """The parsed file is an AndroidControl JSON episode: an object with every REQUIRED key at its top level."""
+    return isinstance(doc, dict) and all(key in doc for key in REQUIRED)
 
 
 def _list(doc: dict, key: str) -> list:
@@ -60,15 +66,23 @@ def _b64(value: object, what: str) -> bytes:
         ) from None
 
 
-def read_bytes(source: EpisodeSource, data: bytes) -> RawEpisode:
-    """The episode of one AndroidControl JSON file (its bytes already read)."""
-    source = replace(source, layout=LAYOUT)
+def read_bytes(source: EpisodeSource, data: bytes) -> RawEpisode | None:
+    """The episode of one AndroidControl JSON file (its bytes already read); None when the file is JSON but not
+    such an episode (`is_episode`): an ordinary `.json` screen whose values hold the key names, for the
+    single-screen reader. Bytes that are not JSON are a `bad_episode_file`."""
     path, eid = source.source_path, source.episode_id
-    episode = RawEpisode(source=source, steps=[])
     try:
         doc = parse_json(decode_text(data))
-        if not isinstance(doc, dict):
-            raise ValueError("not a JSON object")
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        episode = RawEpisode(source=replace(source, layout=LAYOUT), steps=[])
+        message = f"{path}: not an AndroidControl JSON episode ({exc})"
+        episode.dead_letters.append(DeadLetter(path, None, "bad_episode_file", message, eid))
+        return episode
+    if not is_episode(doc):
+        return None
+    source = replace(source, layout=LAYOUT)
+    episode = RawEpisode(source=source, steps=[])
+    try:
         shots, actions = _list(doc, "screenshots"), _list(doc, "actions")
         trees, instructions = _list(doc, "accessibility_trees"), _list(doc, "step_instructions")
         widths, heights = _list(doc, "screenshot_widths"), _list(doc, "screenshot_heights")

@@ -8,10 +8,15 @@ from typing import Any
 
 from pipelines.hierarchy.encoding import bom_encoding
 from pipelines.hierarchy.jsonio import replace_lone_surrogates
-from pipelines.traces import validation
+from pipelines.traces import examples, validation
 from pipelines.traces.model import DeadLetter, RawEpisode
 
 Reader = Callable[[str], bytes]
+
+#: Positions a numbered trace (LlamaTouch `N.xml`, DroidRun `ui_states/N.json`) may span from its first screen
+#: number: a screen numbered further on is a `bad_step` dead letter. Bounds the source steps counted and the
+#: `dropped_steps` listed (0.xml beside 99999999999.xml is not a trace of 10^11 screens).
+MAX_SCREEN_SPAN = examples.MAX_STEPS
 
 
 class LayoutFileError(Exception):
@@ -87,3 +92,58 @@ def apply_manifest(episode: RawEpisode, read: Reader, path: str) -> None:
     episode.app_package = manifest.get("app_package", "")
     episode.goal = manifest.get("goal", "")
     episode.metadata.update(manifest.get("metadata", {}))
+
+
+def screen_number(stem: str) -> int | None:
+    """The screen number a numbered trace file's stem gives ("12" -> 12), None for any other stem ("²", "1a")."""
+    if not stem.isdecimal():
+        return None
+    try:
+        return int(stem)
+    except ValueError:  # more digits than int() converts
+        return None
+
+
+def number_screens(screens: dict[int, list[str]], episode: RawEpisode) -> tuple[int, int]:
+    """(first, span) of a numbered trace whose files `screens` holds by screen number: its first number, and the
+    positions 0..span-1 (number - first) its screens cover, gaps included, so that action i stays screen i's.
+    Numbers MAX_SCREEN_SPAN or more after the first are removed from `screens`, each of their files a `bad_step`
+    dead letter. Sets `episode.num_source_steps` to the span."""
+    if not screens:
+        return 0, 0
+    first = min(screens)
+    for number in sorted(n for n in screens if n - first >= MAX_SCREEN_SPAN):
+        for path in screens.pop(number):
+            why = (f"{path}: screen {number} is {number - first} screens after the trace's first ({first}); "
+                   f"at most {MAX_SCREEN_SPAN} are read")  # fmt: skip
+            episode.dead_letters.append(DeadLetter(path, None, "bad_step", why, episode.source.episode_id))
+    span = max(screens) - first + 1
+    episode.num_source_steps = span
+    return first, span
+
+
+def gap_warnings(position: int, first: int, span: int, stepped: set[int], missing: str) -> list[str]:
+    """Warnings for the step at `position` of a numbered trace when a neighbouring screen has no step (`stepped`:
+    the positions that have one): its action, if any, is a dead letter, not this step's. `missing` says what
+    the neighbour lacks, with {n} for its number ("{n}.xml or {n}.vh")."""
+    out = []
+    if position > 0 and position - 1 not in stepped:
+        n = first + position - 1
+        out.append(f"gap before this step: screen {n} has no {missing.format(n=n)} (its action is not this step's)")
+    if position + 1 < span and position + 1 not in stepped:
+        n = first + position + 1
+        out.append(f"gap after this step: screen {n} has no {missing.format(n=n)} (the next step is a later screen)")
+    return out
+
+
+def runs(items: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """(position, where) pairs in order, split into runs of consecutive positions: the actions of screens that
+    have no file at all become one dead letter per run, not one per action (a gap of 10^5 screens would be
+    10^5 letters from a small macro.json)."""
+    out: list[list[tuple[int, int]]] = []
+    for item in items:
+        if out and out[-1][-1][0] + 1 == item[0]:
+            out[-1].append(item)
+        else:
+            out.append([item])
+    return out

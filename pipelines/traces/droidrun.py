@@ -13,8 +13,16 @@ import json
 from typing import Any
 
 from pipelines.traces import files
-from pipelines.traces.common import LayoutFileError, Reader, load_json
-from pipelines.traces.discover import DROIDRUN_MACRO, IMAGE_EXTS, natural_key
+from pipelines.traces.common import (
+    LayoutFileError,
+    Reader,
+    gap_warnings,
+    load_json,
+    number_screens,
+    runs,
+    screen_number,
+)
+from pipelines.traces.discover import DROIDRUN_MACRO, IMAGE_EXTS
 from pipelines.traces.model import DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
 
 #: Android key codes DroidRun's KeyPressActionEvent records, for the keys an Action names.
@@ -65,21 +73,27 @@ def macro_action(item: Any) -> RawAction:
 
 
 def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
-    states: dict[str, str] = {}
-    shots: dict[str, str] = {}
+    """Steps by UI state number: macro action i is state (first + i)'s action, whatever states are missing, so
+    a gap never shifts the later actions onto other screens (schemas/layouts.md, section (g))."""
+    states: dict[int, list[str]] = {}
+    shots: dict[int, str] = {}
     macro_path = None
-    for path in source.files:
+    for path in sorted(source.files):
         parts = files.relative(source.source_path, path).split("/")
         stem, ext = files.stem_and_ext(parts[-1])
+        number = screen_number(stem)
         if parts == [DROIDRUN_MACRO]:
             macro_path = path
-        elif len(parts) == 2 and parts[0] == "ui_states" and ext == ".json" and stem.isdigit():
-            states[stem] = path
-        elif len(parts) == 2 and parts[0] == "screenshots" and ext in IMAGE_EXTS and stem.isdigit():
-            shots.setdefault(stem, path)
-    stems = sorted(states, key=natural_key)
+        elif len(parts) == 2 and parts[0] == "ui_states" and ext == ".json" and number is not None:
+            states.setdefault(number, []).append(path)
+        elif len(parts) == 2 and parts[0] == "screenshots" and ext in IMAGE_EXTS and number is not None:
+            shots.setdefault(number, path)
     eid = source.episode_id
-    episode = RawEpisode(source=source, steps=[], num_source_steps=len(stems))
+    episode = RawEpisode(source=source, steps=[], num_source_steps=0)
+    screens = {n: states.get(n, []) + ([shots[n]] if n in shots else []) for n in {*states, *shots}}
+    first, span = number_screens(screens, episode)
+    numbers = sorted(n for n in states if n in screens)
+    stepped = {n - first for n in numbers}
     actions: dict[int, RawAction] = {}
     if macro_path is not None:
         try:
@@ -92,33 +106,59 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
         if isinstance(macro.get("description"), str):
             episode.goal = macro["description"]
         items = macro.get("actions", [])
-        if len(items) > len(stems):  # one letter for all of them, however many a file lists
-            why = (f"{macro_path}: {len(items) - len(stems)} action(s) beyond the trajectory's {len(stems)} UI "
-                   f"states (actions[{len(stems)}] on) not used")  # fmt: skip
+        if len(items) > span:  # one letter for all of them, however many a file lists
+            why = (f"{macro_path}: {len(items) - span} action(s) beyond the trajectory's {span} UI "
+                   f"states (actions[{span}] on) not used")  # fmt: skip
             episode.dead_letters.append(DeadLetter(macro_path, None, "bad_action", why, eid))
-        for i, item in enumerate(items[: len(stems)]):
+        lost: list[tuple[int, int]] = []  # (position, position) of actions on screens with no file at all
+        for i, item in enumerate(items[:span]):
+            if i not in stepped:  # its state was never saved: no step to take the action
+                n = first + i
+                if n not in shots:
+                    lost.append((i, i))
+                    continue
+                why = (f"{macro_path}: actions[{i}] is the action on screen {n}, which has no ui_states/{n}.json "
+                       f"(only its screenshot {shots[n]}); not used")  # fmt: skip
+                episode.dead_letters.append(DeadLetter(macro_path, i, "bad_action", why, eid))
+                continue
             try:
                 actions[i] = macro_action(item)
             except ValueError as exc:
                 why = f"{macro_path}: actions[{i}]: {exc}"
                 episode.dead_letters.append(DeadLetter(macro_path, i, "bad_action", why, eid))
+        for run in runs(lost):
+            p0, p1 = run[0][0], run[-1][0]
+            if len(run) == 1:
+                why = (f"{macro_path}: actions[{p0}] is the action on screen {first + p0}, which has no "
+                       f"ui_states/{first + p0}.json (no screenshot either); not used")  # fmt: skip
+            else:
+                why = (f"{macro_path}: actions[{p0}..{p1}] are the actions on screens {first + p0}-{first + p1}, "
+                       f"which have no ui_states/N.json and no screenshot; not used")  # fmt: skip
+            episode.dead_letters.append(DeadLetter(macro_path, p0, "bad_action", why, eid))
     else:
         episode.warnings.append(f"no {DROIDRUN_MACRO}: the trajectory has no actions and no goal")
-    for i, stem in enumerate(stems):
-        shot = shots.get(stem)
-        warnings = () if shot else (f"no screenshots/{stem}.png: step has no screenshot",)
+    for number in numbers:
+        position = number - first
+        state, *others = states[number]
+        stem = files.stem_and_ext(files.split(state)[1])[0]
+        shot = shots.get(number)
+        warnings = [f"also found {files.split(p)[1]} for this step; not used" for p in others]
+        if not shot:
+            warnings.append(f"no screenshots/{stem}.png: step has no screenshot")
+        warnings += gap_warnings(position, first, span, stepped, "ui_states/{n}.json")
         episode.steps.append(
             RawStep(
-                index=i,
+                index=position,
                 name=stem,
-                hierarchy_path=states[stem],
+                hierarchy_path=state,
                 screenshot_path=shot,
-                action=actions.get(i),
-                warnings=warnings,
+                action=actions.get(position),
+                warnings=tuple(warnings),
                 hierarchy_format="droidrun",
             )
         )
-    for stem in sorted(set(shots) - set(states), key=natural_key):
-        why = f"{shots[stem]}: screenshot has no ui_states/{stem}.json"
-        episode.dead_letters.append(DeadLetter(shots[stem], None, "orphan_screenshot", why, eid))
+    for number in sorted(set(shots) - set(states)):
+        if number in screens:  # (beyond the span: already a dead letter)
+            why = f"{shots[number]}: screenshot has no ui_states/{number}.json"
+            episode.dead_letters.append(DeadLetter(shots[number], number - first, "orphan_screenshot", why, eid))
     return episode

@@ -13,7 +13,6 @@ import json
 import math
 from typing import Any
 
-from pipelines.hierarchy import image_info
 from pipelines.traces import examples, files
 from pipelines.traces.common import LayoutFileError, Reader, load_json
 from pipelines.traces.model import NO_HIERARCHY, DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
@@ -107,25 +106,18 @@ def episode_sources(rels: list[str], by_rel: dict[str, str]) -> list[EpisodeSour
     return out
 
 
-def _check_size(
-    shot: str, device: tuple[int, int] | None, read_file: Reader, blobs: dict[str, bytes], warnings: list[str]
-) -> None:
-    """Warn when the screenshot is not the `device_info` size (points are placed as fractions of the screenshot
-    either way). The bytes read here are kept in `blobs`, so the converter does not read the file again; a file
-    that cannot be read or is no image is left to the converter, whose dead letter says why."""
+def size_check(device: tuple[int, int] | None) -> tuple[int, int, str] | None:
+    """`RawStep.expected_size` for a step of a device of that size: the converter warns when the screenshot is
+    not the `device_info` size (points are placed as fractions of the screenshot either way). The reader reads
+    no screenshot: the converter reads each one once, when it converts its step, so an episode's screenshots
+    are never all in memory at once."""
     if device is None:
-        return
-    try:
-        data = read_file(shot)
-        image = image_info(data)
-    except Exception:  # noqa: BLE001 - reported by the converter when it reads the step
-        return
-    blobs[shot] = data
-    if (image.width, image.height) != device:
-        warnings.append(
-            f"screenshot is {image.width}x{image.height} but device_info says {device[0]}x{device[1]}: points "
-            f"(0..1000) placed as fractions of the screenshot"
-        )
+        return None
+    w, h = device
+    return w, h, (
+        f"screenshot is {{width}}x{{height}} but device_info says {w}x{h}: points (0..1000) placed as fractions "
+        "of the screenshot"
+    )
 
 
 def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
@@ -173,7 +165,6 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             episode.dead_letters.append(DeadLetter(path, position, "missing_screenshot", message, eid))
             continue
         warnings: list[str] = []
-        _check_size(shot, device, read_file, episode.blobs, warnings)
         action = None
         try:
             action = action_of(entry, warnings)
@@ -184,6 +175,15 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
                 )
             )
         episode.steps.append(
-            RawStep(position, files.stem_and_ext(name)[0], "", shot, action, tuple(warnings), NO_HIERARCHY)
+            RawStep(
+                position,
+                files.stem_and_ext(name)[0],
+                "",
+                shot,
+                action,
+                tuple(warnings),
+                NO_HIERARCHY,
+                expected_size=size_check(device),
+            )
         )
     return episode

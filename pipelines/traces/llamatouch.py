@@ -15,8 +15,16 @@ import re
 
 from pipelines.hierarchy.encoding import decode_detected
 from pipelines.traces import files
-from pipelines.traces.common import Reader, decode_text, read_failure_reason
-from pipelines.traces.discover import IMAGE_EXTS, LLAMATOUCH_EVENTS, LLAMATOUCH_INSTRUCTION, natural_key
+from pipelines.traces.common import (
+    Reader,
+    decode_text,
+    gap_warnings,
+    number_screens,
+    read_failure_reason,
+    runs,
+    screen_number,
+)
+from pipelines.traces.discover import IMAGE_EXTS, LLAMATOUCH_EVENTS, LLAMATOUCH_INSTRUCTION
 from pipelines.traces.model import DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
 
 #: Most eventStructs lines read (a trace has tens); the rest are one dead letter.
@@ -101,23 +109,30 @@ def _read_text(read_file: Reader, path: str, episode: RawEpisode) -> str | None:
 
 
 def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
+    """Steps by screen number: line i of eventStructs.txt is screen (first + i)'s action, whatever screens lack a
+    dump, so a gap never shifts the later actions onto other screens (schemas/layouts.md, section (f))."""
     by_name = {files.split(p)[1]: p for p in source.files}
-    hierarchies: dict[str, list[str]] = {}
-    shots: dict[str, str] = {}
-    activities: dict[str, str] = {}
+    hierarchies: dict[int, list[str]] = {}
+    shots: dict[int, str] = {}
+    activities: dict[int, str] = {}
     for name in sorted(by_name):
         stem, ext = files.stem_and_ext(name)
-        if not stem.isdigit():
+        number = screen_number(stem)
+        if number is None:
             continue
         if ext in HIERARCHY_EXTS:
-            hierarchies.setdefault(stem, []).append(name)
+            hierarchies.setdefault(number, []).append(name)
         elif ext in IMAGE_EXTS:
-            shots.setdefault(stem, name)
+            shots.setdefault(number, name)
         elif ext == ".activity":
-            activities[stem] = name
-    stems = sorted(hierarchies, key=natural_key)
+            activities.setdefault(number, name)
     eid = source.episode_id
-    episode = RawEpisode(source=source, steps=[], num_source_steps=len(stems))
+    episode = RawEpisode(source=source, steps=[], num_source_steps=0)
+    screens = {n: [by_name[x] for x in hierarchies.get(n, [])] + ([by_name[shots[n]]] if n in shots else [])
+               for n in {*hierarchies, *shots}}  # fmt: skip
+    first, span = number_screens(screens, episode)
+    numbers = sorted(n for n in hierarchies if n in screens)
+    stepped = {n - first for n in numbers}
     if LLAMATOUCH_INSTRUCTION in by_name:
         text = _read_text(read_file, by_name[LLAMATOUCH_INSTRUCTION], episode)
         if text is not None:
@@ -133,43 +148,70 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             msg = f"{path}: {len(lines)} actions; only the first {MAX_EVENT_LINES} are read"
             episode.dead_letters.append(DeadLetter(path, None, "bad_action", msg, eid))
             lines = lines[:MAX_EVENT_LINES]
-        extra = lines[len(stems) :]
+        extra = lines[span:]
         if extra:  # one letter for all of them: a long log must not become as many dead letters
-            why = (f"{path} line {extra[0][0]}: {len(extra)} action(s) beyond the trace's {len(stems)} screens "
+            why = (f"{path} line {extra[0][0]}: {len(extra)} action(s) beyond the trace's {span} screens "
                    f"(lines {extra[0][0]}-{extra[-1][0]}) not used")  # fmt: skip
             episode.dead_letters.append(DeadLetter(path, None, "bad_action", why, eid))
-        for step, (lineno, line) in enumerate(lines[: len(stems)]):
+        lost: list[tuple[int, int]] = []  # (position, line) of actions on screens with no file at all
+        for step, (lineno, line) in enumerate(lines[:span]):
+            if step not in stepped:  # the screen of this line has no dump: no step to take the action
+                n = first + step
+                if n not in shots:
+                    lost.append((step, lineno))
+                    continue
+                why = (f"{path} line {lineno}: the action on screen {n}, which has no {n}.xml or {n}.vh (only its "
+                       f"screenshot {shots[n]}); not used: {line.strip()[:80]!r}")  # fmt: skip
+                episode.dead_letters.append(DeadLetter(path, step, "bad_action", why, eid))
+                continue
             try:
                 actions[step] = parse_event(line.rstrip("\r"))
             except EventLineError as exc:
                 why = f"{path} line {lineno}: {exc}: {line.strip()[:80]!r}"
                 episode.dead_letters.append(DeadLetter(path, step, "bad_action", why, eid))
+        for run in runs(lost):
+            (p0, l0), (p1, l1) = run[0], run[-1]
+            if len(run) == 1:
+                why = f"{path} line {l0}: the action on screen {first + p0}, which has no {first + p0}.xml or "
+                why += f"{first + p0}.vh (no file at all); not used: {lines[p0][1].strip()[:80]!r}"
+            else:
+                why = (f"{path} lines {l0}-{l1}: {len(run)} actions on screens {first + p0}-{first + p1}, which "
+                       f"have no file at all (no N.xml, N.vh or screenshot); not used")  # fmt: skip
+            episode.dead_letters.append(DeadLetter(path, p0, "bad_action", why, eid))
     else:
         episode.warnings.append(f"no {LLAMATOUCH_EVENTS}: the trace has no actions")
-    for i, stem in enumerate(stems):
-        names = hierarchies[stem]
+    for number in numbers:
+        position = number - first
+        names = hierarchies[number]
         names.sort(key=lambda n: HIERARCHY_EXTS.index(files.stem_and_ext(n)[1]))
+        stem = files.stem_and_ext(names[0])[0]
         warnings = [f"also found {n} for this step; not used" for n in names[1:]]
-        shot = shots.get(stem)
+        shot = shots.get(number)
         if shot is None:
             warnings.append(f"no screenshot {stem}.png: step has no screenshot")
+        warnings += gap_warnings(position, first, span, stepped, "{n}.xml or {n}.vh")
         foreground = ""
-        if stem in activities:
-            text = _read_text(read_file, by_name[activities[stem]], episode)
-            first = (text or "").strip().split("/", 1)[0].strip()
-            foreground = first if "/" in (text or "") else ""
+        if number in activities:
+            text = _read_text(read_file, by_name[activities[number]], episode)
+            first_line = (text or "").strip().split("/", 1)[0].strip()
+            foreground = first_line if "/" in (text or "") else ""
         episode.steps.append(
             RawStep(
-                index=i,
+                index=position,
                 name=stem,
                 hierarchy_path=by_name[names[0]],
                 screenshot_path=by_name[shot] if shot else None,
-                action=actions.get(i),
+                action=actions.get(position),
                 warnings=tuple(warnings),
                 foreground_package=foreground,
             )
         )
-    for stem in sorted(set(shots) - set(hierarchies), key=natural_key):
-        why = f"{by_name[shots[stem]]}: screenshot has no {stem}.xml or {stem}.vh beside it"
-        episode.dead_letters.append(DeadLetter(by_name[shots[stem]], None, "orphan_screenshot", why, eid))
+    for number in sorted(set(shots) - set(hierarchies)):
+        if number not in screens:
+            continue  # beyond the span: already a dead letter
+        stem = files.stem_and_ext(shots[number])[0]
+        why = f"{by_name[shots[number]]}: screenshot has no {stem}.xml or {stem}.vh beside it"
+        episode.dead_letters.append(
+            DeadLetter(by_name[shots[number]], number - first, "orphan_screenshot", why, eid)
+        )
     return episode

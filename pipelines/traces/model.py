@@ -91,6 +91,10 @@ class RawStep:
     #: Step-level texts for `StepInfo.text` (field name -> text; names from pipelines.step_text.STEP_TEXT_FIELDS
     #: except "instruction", which travels in `action.instruction`).
     text: tuple[tuple[str, str], ...] = ()
+    #: (width, height, warning): the screen size the trace records (GUI-Odyssey `device_info`), checked by the
+    #: converter against the screenshot it reads for the step anyway (readers keep no screenshot bytes); another
+    #: size adds `warning`, formatted with the screenshot's {width} and {height}, to the step's warnings.
+    expected_size: tuple[int, int, str] | None = None
 
 
 @dataclass(frozen=True)

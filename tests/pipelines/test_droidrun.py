@@ -225,3 +225,48 @@ def test_wrong_typed_node_fields_are_treated_as_absent(node: dict) -> None:
     screen = parse(json.dumps({"a11y_tree": [node], "phone_state": ["not", "a", "dict"]}).encode())
     assert screen.format == "droidrun" and len(screen.objects) == 1
     screen.objects[0].SerializeToString()
+
+
+@pytest.mark.parametrize("missing", [0, 1])
+def test_macro_actions_follow_the_state_numbers_across_a_gap(tmp_path: Path, missing: int) -> None:
+    """ui_states/<missing>.json was never saved (its screenshot was): macro action <missing> is that screen's,
+    a dead letter naming it, and the others stay on their own screens (they used to shift one screen earlier,
+    the last reported beyond the states)."""
+    folder = tmp_path / "in" / "run"
+    build_trajectory(folder, MACRO)
+    (folder / "ui_states" / f"{missing}.json").unlink()
+    convert(tmp_path / "in", tmp_path / "out")
+    (e,) = episodes(tmp_path / "out").values()
+    kept = [i for i in range(3) if i != missing]
+    assert [s.index for s in e.step_info] == kept
+    expected = {0: Action.TAP, 1: Action.TYPE_TEXT, 2: Action.BACK}
+    assert [a.type for a in e.actions] == [expected[i] for i in kept]
+    assert e.metadata["source_steps"] == "3" and e.metadata["dropped_steps"] == str(missing)
+    gap = f"screen {missing} has no ui_states/{missing}.json"
+    for info in e.step_info:
+        assert any(gap in w for w in info.warnings) == (abs(info.index - missing) == 1)
+    dead = sorted(dead_letters(tmp_path / "out"), key=lambda d: d.reason)
+    assert [(d.reason, d.step) for d in dead] == [("bad_action", missing), ("orphan_screenshot", missing)]
+    assert dead[0].source_path.endswith("macro.json")
+    assert f"actions[{missing}] is the action on screen {missing}, which has no ui_states/{missing}.json" in (
+        dead[0].exception
+    )  # fmt: skip
+    assert f"only its screenshot {folder / 'screenshots' / f'{missing}.png'}" in dead[0].exception
+
+
+def test_a_long_gap_of_missing_screens_is_one_dead_letter(tmp_path: Path) -> None:
+    """States 0, 1, 2 and 3000, nothing between, a macro action per screen: the 2997 actions on screens with no
+    file at all are one dead letter (step = the first of them), not one each; action 3000 stays on state 3000."""
+    folder = tmp_path / "in" / "run"
+    build_trajectory(folder, MACRO + [{"type": "WaitEvent"}] * 2997 + [MACRO[2]])
+    (folder / "ui_states" / "3000.json").write_text(json.dumps(simple_state()))
+    (folder / "screenshots" / "3000.png").write_bytes(png(1080, 2400))
+    convert(tmp_path / "in", tmp_path / "out")
+    (e,) = episodes(tmp_path / "out").values()
+    assert [s.index for s in e.step_info] == [0, 1, 2, 3000]
+    assert [a.type for a in e.actions] == [Action.TAP, Action.TYPE_TEXT, Action.BACK, Action.BACK]
+    assert e.metadata["source_steps"] == "3001"
+    assert any("gap before this step: screen 2999 has no ui_states/2999.json" in w for w in e.step_info[3].warnings)
+    (dead,) = dead_letters(tmp_path / "out")
+    assert (dead.reason, dead.step) == ("bad_action", 3)
+    assert "actions[3..2999] are the actions on screens 3-2999, which have no ui_states/N.json" in dead.exception

@@ -236,3 +236,49 @@ def test_a_screenshot_without_a_hierarchy_is_an_orphan_dead_letter(tmp_path: Pat
     assert len(e.episode.time_steps) == 5
     (dead,) = dead_letters(tmp_path / "out")
     assert dead.reason == "orphan_screenshot" and dead.source_path.endswith("5.png")
+
+
+@pytest.mark.parametrize("leave_screenshot", [True, False])
+def test_actions_follow_the_screen_numbers_across_a_gap(tmp_path: Path, leave_screenshot: bool) -> None:
+    """Screen 1 has no dump (an orphan 1.png, or no file at all): line 2 is screen 1's action, so it is a dead
+    letter naming screen 1, and lines 3 and 4 stay on screens 2 and 3 (they used to shift one screen earlier)."""
+    folder = tmp_path / "in" / "t"
+    build_trace(folder, EVENTS)
+    for name in ("1.xml", "1.vh", "1.activity", *(() if leave_screenshot else ("1.png",))):
+        (folder / name).unlink()
+    convert(tmp_path / "in", tmp_path / "out")
+    (e,) = episodes(tmp_path / "out").values()
+    assert [s.index for s in e.step_info] == [0, 2, 3, 4]  # the source screen numbers
+    tap, swipe, typed, last = e.actions
+    assert (tap.type, swipe.type, typed.type, last.type) == (
+        Action.TAP, Action.SWIPE, Action.TYPE_TEXT, Action.ACTION_UNSPECIFIED,
+    )  # fmt: skip
+    assert "Start Position (160, 600)" in swipe.raw_json and typed.text == "sustainable living"
+    assert e.metadata["source_steps"] == "5" and e.metadata["dropped_steps"] == "1"
+    assert any(w.startswith("gap after this step: screen 1 has no 1.xml or 1.vh") for w in e.step_info[0].warnings)
+    assert any(w.startswith("gap before this step: screen 1 has no 1.xml or 1.vh") for w in e.step_info[1].warnings)
+    assert not any("gap" in w for s in e.step_info[2:] for w in s.warnings)
+    dead = sorted(dead_letters(tmp_path / "out"), key=lambda d: d.reason)
+    assert [(d.reason, d.step) for d in dead] == [("bad_action", 1)] + [("orphan_screenshot", 1)] * leave_screenshot
+    assert dead[0].source_path.endswith("eventStructs.txt")
+    assert "line 2: the action on screen 1, which has no 1.xml or 1.vh" in dead[0].exception
+    assert ("only its screenshot 1.png" if leave_screenshot else "no file at all") in dead[0].exception
+    assert "Click Position (245, 429)" in dead[0].exception
+
+
+def test_a_trace_numbered_from_one_and_a_screen_numbered_far_beyond(tmp_path: Path) -> None:
+    """Positions count from the trace's first number; a screen numbered more than MAX_SCREEN_SPAN after it is a
+    bad_step dead letter naming its file (it would otherwise make 10^11 source steps)."""
+    folder = tmp_path / "in" / "t"
+    build_trace(folder, "[Home]\n[Back]\n")
+    for name in ("0.xml", "0.vh", "0.png", "0.activity"):
+        (folder / name).unlink()
+    (folder / "99999999999.xml").write_bytes(APP)
+    convert(tmp_path / "in", tmp_path / "out")
+    (e,) = episodes(tmp_path / "out").values()
+    assert [s.index for s in e.step_info] == [0, 1, 2, 3] and e.step_info[0].hierarchy_path.endswith("1.xml")
+    assert [a.type for a in e.actions][:2] == [Action.HOME, Action.BACK]
+    assert e.metadata["source_steps"] == "4" and "dropped_steps" not in e.metadata
+    (dead,) = dead_letters(tmp_path / "out")
+    assert dead.reason == "bad_step" and dead.source_path.endswith("99999999999.xml")
+    assert "screen 99999999999 is 99999999998 screens after the trace's first (1)" in dead.exception

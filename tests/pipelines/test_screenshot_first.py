@@ -28,6 +28,7 @@ from tests.pipelines.screenshot_first import (
     build_aitz,
     build_gui_odyssey,
     odyssey_annotation,
+    screenshot,
 )
 
 Action = ui_episode_pb2.Action
@@ -204,6 +205,97 @@ def test_malformed_files_are_dead_letters_naming_the_file(converted) -> None:
     assert bad.metadata["dropped_steps"] == "1,2"
     assert [i.index for i in episodes["odyssey/2222"].step_info] == [0, 1, 2, 4, 5]
     assert [i.index for i in episodes["control/damaged"].step_info] == [0, 2]
+
+
+def test_aitz_steps_with_shared_or_missing_step_ids_keep_their_own_boxes(tmp_path: Path) -> None:
+    """Two steps with step_id 0, and a step without step_id at file index 3 beside one whose step_id is 3: each
+    step keeps its own detector boxes and its own name (they were keyed by step_id, so the later step's boxes
+    replaced the earlier one's and both steps showed them), with warnings naming the ids."""
+    steps = aitz_steps()
+    steps[1]["step_id"] = 0
+    steps[2]["step_id"] = 3
+    del steps[3]["step_id"]
+    build_aitz(tmp_path / "in", steps)
+    episodes, dead = _convert(tmp_path / "in", tmp_path / "out")
+    assert dead == []
+    episode = episodes[AITZ_ID]
+    assert [len(t.observation.objects) for t in episode.episode.time_steps] == [5, 4, 3, 2]
+    texts = [[o.text for o in t.observation.objects if o.text] for t in episode.episode.time_steps]
+    assert texts == [["M", "Set", "up email"], ["Man, Aug 8", "M", "Fhotca"], ["Cleck", "File Mener"],
+                     ["larm", "Clock"]]  # fmt: skip
+    image_ids = [t.observation.image_id for t in episode.episode.time_steps]
+    assert len(set(image_ids)) == 4 and image_ids[3] == f"{AITZ_ID}/step_3"
+    assert [i.index for i in episode.step_info] == [0, 1, 2, 3]
+    assert "step_id 0 is given to 2 steps: placed in file order" in episode.step_info[1].warnings
+    assert "no integer step_id: placed by its file position 3 (also another step's step_id)" in (
+        episode.step_info[3].warnings
+    )  # fmt: skip
+    assert "step_id given to several steps: 0 (2 steps)" in episode.metadata["warnings"]
+    assert "1 step(s) without an integer step_id, placed by file position" in episode.metadata["warnings"]
+
+
+def test_gui_odyssey_reader_keeps_no_screenshot_bytes(tmp_path: Path) -> None:
+    """The reader reads the annotation only: each screenshot is read by the converter when it converts the step
+    (the reader used to read every screenshot of the episode into `blobs`, all held at once, to check its size).
+    The size check is kept: a screenshot of another size than device_info's is still a step warning, one of the
+    device's size none, and a screenshot that is no image is still the converter's bad_screenshot."""
+    from pipelines.traces import files as trace_files
+    from pipelines.traces import read_episode
+    from pipelines.ui_episode import convert_episode
+
+    root = build_gui_odyssey(tmp_path / "in")
+    (root / "screenshots" / f"{ODYSSEY_ID}_2.png").write_bytes(screenshot((1080, 2400), 9))  # the device's size
+    (root / "screenshots" / f"{ODYSSEY_ID}_4.png").write_bytes(b"not an image")
+    (source,) = [s for s in discover(str(root)) if isinstance(s, EpisodeSource)]
+    read: list[str] = []
+
+    def reader(path: str) -> bytes:
+        read.append(path)
+        return trace_files.read_bytes(path)
+
+    raw = read_episode(source, reader)
+    assert read == [source.source_path] and raw.blobs == {}
+    result = convert_episode(raw, reader)
+    assert sorted(read[1:]) == sorted(s.screenshot_path for s in raw.steps)  # each screenshot read once
+    mismatch = "screenshot is 270x600 but device_info says 1080x2400: points (0..1000) placed as fractions"
+    warned = {i.index: any(w.startswith(mismatch) for w in i.warnings) for i in result.episode.step_info}
+    assert warned == {0: True, 1: True, 2: False, 3: True, 5: True}
+    (dead,) = result.dead_letters
+    assert (dead.step, dead.reason) == (4, "bad_screenshot") and dead.source_path.endswith(f"{ODYSSEY_ID}_4.png")
+
+
+def test_a_rico_screen_holding_the_key_names_as_values_stays_a_screen(tmp_path: Path, fixtures_dir: Path) -> None:
+    """A real Rico screen whose texts are "screenshots" and "actions" has both words in its bytes, so the cheap
+    byte test sends it to the AndroidControl JSON reader; the keys are not at its top level, so it is read as
+    the single screen it is (it used to become an empty android_control_json episode: no_steps, the screen
+    lost). A JSON list holding the words (DroidBot's bare views) falls back the same way."""
+    import shutil
+
+    doc = json.loads((fixtures_dir / "rico" / "336.json").read_text())
+
+    def nodes(node):
+        yield node
+        for child in node.get("children") or []:
+            if child:
+                yield from nodes(child)
+
+    texts = [n for n in nodes(doc["activity"]["root"]) if n.get("text")]
+    texts[0]["text"], texts[1]["text"] = "screenshots", "actions"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "336.json").write_text(json.dumps(doc))
+    shutil.copy(fixtures_dir / "rico" / "336.jpg", tmp_path / "in" / "336.jpg")
+    state = json.loads((fixtures_dir / "droidbot" / "yelp" / "states" / "state_2017-08-11_202329.json").read_text())
+    views = state["views"]
+    views[0]["text"], views[1]["content_description"] = "screenshots", "actions"
+    (tmp_path / "in" / "views.json").write_text(json.dumps(views))
+    episodes, dead = _convert(tmp_path / "in", tmp_path / "out")
+    assert dead == []
+    screen = episodes["336"]
+    assert screen.source == "single_screen" and len(screen.episode.time_steps) == 1
+    assert {"screenshots", "actions"} <= {o.text for o in screen.episode.time_steps[0].observation.objects}
+    assert screen.step_info[0].screenshot_path.endswith("336.jpg")
+    assert episodes["views"].source == "single_screen"
+    assert len(episodes["views"].episode.time_steps[0].observation.objects) == len(views)
 
 
 def test_base64_data_urls_and_bounded_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

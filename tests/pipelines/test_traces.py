@@ -303,3 +303,20 @@ def test_episode_ids_are_unique() -> None:
     paths = ["/d/a/b.xml", "/d/a/b/actions.jsonl", "/d/a/b/0.xml"]
     ids = sorted(s.episode_id for s in sources_of(plan("/d", paths)))
     assert ids == ["a/b", "a/b~2"]
+
+
+def test_every_layout_is_named_where_the_spec_lists_the_source_values() -> None:
+    """`UiEpisode.source` (the exported `source` field) takes every name of LAYOUTS: the prose spec's row and the
+    JSON schema's description list them all (they listed six, then nine, of the eleven)."""
+    import re
+
+    from pipelines.traces.model import LAYOUTS
+    from tests.conftest import REPO_ROOT
+
+    prose = (REPO_ROOT / "schemas" / "dataset_spec.md").read_text()
+    (row,) = [line for line in prose.splitlines() if line.startswith("| `app_package`, `goal`, `source` |")]
+    listed = row.split("the trace layout (", 1)[1].split(")", 1)[0]
+    assert set(re.findall(r"`(\w+)`", listed)) == set(LAYOUTS)
+    schema = json.loads((REPO_ROOT / "schemas" / "dataset_spec.schema.json").read_text())
+    described = schema["$defs"]["episode_metadata_properties"]["source"]["description"]
+    assert set(re.findall(r"\w+", described.split("(", 1)[1].split(")", 1)[0])) == set(LAYOUTS)
