@@ -3,13 +3,16 @@
 Rules (documented in schemas/store.md, "Study fields"):
 - the study's creator or a reviewer defines the fields (`define`); a field left out of a new definition is
   kept with `active` false, so its values stay readable and exportable; a renamed field is a new field; the
-  kind or scope of a field that has values cannot change (rename it instead);
+  kind or scope of a field that has values, adjudications or suggestions cannot change (rename it instead), nor
+  can an option they use be removed;
 - every annotator has their own value per field and place (step, segment start..end, or the episode: -1..-1);
   a newer value replaces their older one. Each change is one transaction with its audit row (`field.set`,
   `field.clear`: before/after are the value JSON with author and time), undone by `Repository.undo_last`
   through `swap`, like tags and grounding annotations;
 - a value's `origin` is worked out here, not trusted from the client: `accepted` (equal to a suggestion),
-  `edited` (a suggestion existed), `scratch` (none did), `imported` (given under a user by `import_values`);
+  `edited` (a suggestion existed), `scratch` (none did), `imported` (given under a user by `import_values`,
+  which the creator or a reviewer runs and which never replaces a value of another origin);
+- an empty multi_choice value ([]) is no value: it clears;
 - suggestions are a converted episode's step texts (`pipelines/step_text.py`, passed in by the caller, which
   reads the episode) and values imported under a source name (`field_suggestions`).
 """
