@@ -18,6 +18,7 @@ class StepFields {
     this.sent = new Map(); // field -> JSON of the value last sent for formStep (no double saves)
     this.loading = new Map(); // step -> true while its form is being read
     this.wantFocus = false;
+    this.replacing = false; // true while the form of another step replaces the one shown
   }
 
   start() {
@@ -39,7 +40,7 @@ class StepFields {
     this.p.on(this.form, "keydown", (e) => this.onKey(e));
     this.p.on(this.form, "change", (e) => {
       const name = e.target.dataset && e.target.dataset.field;
-      if (name) this.commit(name);
+      if (name && !this.replacing) this.commit(name);
     });
     this.showStep(this.p.cur);
     this.load(this.p.cur, true);
@@ -75,8 +76,10 @@ class StepFields {
   }
 
   // After an undo or redo (which may change any step): forget what was read and read the step on screen again.
+  // What was sent before is forgotten too: after an undo, picking that value again must be sent again.
   reload() {
     this.byStep.clear();
+    this.sent = new Map();
     this.load(this.p.cur, true);
   }
 
@@ -109,10 +112,18 @@ class StepFields {
       this.shownAt = performance.now();
       this.sent = new Map();
     }
+    const another = this.formStep !== step;
     this.formStep = step;
     this.form.classList.remove("sm-f-loading");
     this.title.textContent = `Fields of step ${step}`;
-    this.form.replaceChildren();
+    // Removing a focused input fires its "change": that text was typed on the step shown before, so it is not
+    // sent again now (it would go to this step); Ctrl+Enter and Enter have saved it on its own step.
+    this.replacing = another;
+    try {
+      this.form.replaceChildren();
+    } finally {
+      this.replacing = false;
+    }
     for (const f of body.fields) this.form.appendChild(this.field(f, body));
     const again = (this.wantFocus ? this.controls()[0] : null)
       || (focused ? this.form.querySelector(`[data-control][data-field="${CSS.escape(focused)}"]`) : null);
@@ -203,7 +214,8 @@ class StepFields {
       return f.kind === "number" ? Number(text) : text;
     }
     const picked = [...control.querySelectorAll('[aria-pressed="true"]')].map((b) => JSON.parse(b.dataset.value));
-    if (f.kind === "multi_choice") return picked;
+    // nothing picked is no value (null: clears a saved one, else nothing is sent), never an empty list
+    if (f.kind === "multi_choice") return picked.length ? picked : null;
     return picked.length ? picked[0] : null;
   }
 
@@ -221,7 +233,7 @@ class StepFields {
   commit(name) {
     const step = this.formStep;
     const control = this.form.querySelector(`[data-control][data-field="${CSS.escape(name)}"]`);
-    if (step === null || step !== this.p.cur || !control) {
+    if (step === null || step !== this.p.cur || !control || !this.byStep.has(step)) {
       this.p.say("Not saved: the form of the step on screen is still loading", true);
       return;
     }
@@ -238,19 +250,38 @@ class StepFields {
     this.sent.set(name, json);
     const body = { field: name, value, seconds: (performance.now() - this.shownAt) / 1000 };
     if (f.scope === "segment") {
-      const start = this.p.segStart === null ? step : Math.min(this.p.segStart, step);
-      body.end = this.p.segStart === null ? step : Math.max(this.p.segStart, step);
-      return this.send(start, body);
+      // The place: a segment being marked (from its start to this step), else the saved segment that holds
+      // this step (so that clearing or changing it reaches it), else this step alone. The form of the step on
+      // screen is what the reply holds; the segment's other steps are read again when shown.
+      if (this.p.segStart !== null) {
+        body.start = Math.min(this.p.segStart, step);
+        body.end = Math.max(this.p.segStart, step);
+      } else if (saved) {
+        body.start = saved.step;
+        body.end = saved.end;
+      } else {
+        body.start = step;
+        body.end = step;
+      }
     }
-    this.send(step, body);
+    const spans = f.scope !== "segment" ? [] : saved ? [[saved.step, saved.end], [body.start, body.end]] : [[body.start, body.end]];
+    this.send(step, body, spans);
   }
 
-  send(step, body) {
+  // Forget the forms read for the steps of these spans (a segment value there changed), but the form on screen.
+  forget(spans, keep) {
+    for (const s of [...this.byStep.keys()]) {
+      if (s !== keep && s !== this.p.cur && spans.some(([a, b]) => a <= s && s <= b)) this.byStep.delete(s);
+    }
+  }
+
+  send(step, body, spans) {
     this.p.enqueue(
       `${this.base}/${step}`,
       body,
       (reply) => {
         this.byStep.set(reply.step, reply);
+        this.forget(spans, reply.step);
         this.p.say(reply.message || "");
         if (this.formStep === reply.step) this.markSaved(reply);
       },
@@ -264,9 +295,13 @@ class StepFields {
   markSaved(reply) {
     for (const row of this.form.querySelectorAll(".sm-f-field")) {
       const saved = reply.values[row.dataset.name];
-      if (!saved) continue;
+      const note = row.querySelector(".sm-f-note");
+      if (!saved) {
+        if (note.textContent.startsWith("saved")) note.textContent = ""; // cleared
+        continue;
+      }
       row.classList.remove("sm-suggested");
-      row.querySelector(".sm-f-note").textContent = `saved (${saved.origin})`;
+      note.textContent = `saved (${saved.origin})`;
     }
   }
 

@@ -138,7 +138,7 @@ def study_fields_section(ops, study_id: str) -> None:
         except (StepmarkError, ValueError) as exc:
             st.error(md_escape(str(exc)))
         else:
-            session.confirm(f"Consensus of {f.field}: {json.dumps(saved, ensure_ascii=False)}")
+            session.confirm(md_escape(f"Consensus of {f.field}: {json.dumps(saved, ensure_ascii=False)}"))
             st.rerun()
 
 

@@ -13,8 +13,12 @@ on screen when the key was pressed.
            Suggestions: a converted episode's step text of the field's name (source "episode"), and values
            imported under a source name.
     POST /api/fields/{study}/{session}/{episode}/steps/{step}
-         body {"field": str, "value": any | null (clears), "end"?: int (segments), "seconds"?: number}
-        -> FORM + {"message": str}
+         body {"field": str, "value": any | null (clears; [] of a multi_choice field clears too),
+               "start"?: int, "end"?: int (segments: the segment start..end, which must hold {step}; without
+               "start" it starts at {step}), "seconds"?: number}
+        -> FORM + {"message": str}   (the form of {step}, the step on screen)
+           The player sends a segment field's value to the saved segment that holds the step on screen (so
+           clearing or changing it reaches that segment), or to the segment being marked.
 
 Text is returned as JSON strings: the player shows it with textContent, never as HTML.
 """
@@ -115,12 +119,21 @@ def _set(request: Request, claims: context.Claims, where: Where) -> Response:
         raise RequestError("seconds must be a number")
     end = body.get("end")
     end = None if end is None else whole_number(end, "end")
+    start = body.get("start")
+    start = None if start is None else whole_number(start, "start")
     repo = where.repo()
     fields = fv.definitions(repo, ref.study_id)
     definition = next((d for d in fields if d.name == name), None)
     if definition is None:
         raise RequestError(f"study {ref.study_id!r} has no field {name!r}")
     place_step = None if definition.scope == "episode" else step
+    if start is not None and definition.scope == "segment":
+        if not start <= step <= (step if end is None else end):
+            raise RequestError(f"the segment {start}–{end} of {name} does not hold step {step}, the step on screen")
+        place_step = start
+    elif start is not None and start != place_step:
+        raise RequestError(f"field {name} is given to {'the episode' if place_step is None else 'one step'}: "
+                           f"'start' is for segment fields")  # fmt: skip
     suggested = list(text_suggestions(where, ref, step, [definition]).values())
     try:
         stored = fv.set_value(repo, ref, name, claims.user, body.get("value"), step=place_step, end=end,
@@ -128,7 +141,8 @@ def _set(request: Request, claims: context.Claims, where: Where) -> Response:
     except FieldValueError as exc:  # a value that does not fit its field: a bad request, said in plain words
         raise RequestError(str(exc)) from None
     where_text = "the episode" if place_step is None else (
-        f"steps {step}–{end}" if definition.scope == "segment" and end is not None and end != step else f"step {step}"
+        f"steps {place_step}–{end}" if definition.scope == "segment" and end is not None and end != place_step
+        else f"step {place_step}"
     )
     message = f"Cleared {name} on {where_text}" if stored is None else (
         f"Saved {name} on {where_text} ({stored.origin})"

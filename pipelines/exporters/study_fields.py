@@ -7,8 +7,9 @@ Which value a step gets (`--annotations`, as for grounding):
 - `all`: everyone's values, the newest wins (imported values too);
 - `consensus` (default): the adjudicated value, else the value more than half of the place's annotators gave,
   else none.
-A step takes its own value (step fields), the value of a segment holding it (segment fields; the newest such
-segment wins) or the episode's (episode fields, repeated on every step). Removed fields are exported too (their
+A step takes its own value (step fields), the value of a segment holding it (segment fields; where segments
+overlap, the one whose chosen value is newest wins: the time of that value, of its adjudication, or for a
+majority the newest of the agreeing values) or the episode's (episode fields, repeated on every step). Removed fields are exported too (their
 values stay); the dataset metadata lists every field with `active`.
 
 Types, the same in every format: text and choice -> string ("" = none), number -> float64 (NaN = none),
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from pipelines.errors import StepmarkError
@@ -30,7 +32,7 @@ PREFIX = "field:"
 ORIGIN = ":origin"
 MODES = ("none", "mine", "all", "consensus")
 
-# episode id -> field -> [(start, end, value, origin)], newest last
+# episode id -> field -> [(start, end, value, origin)], newest chosen value last
 Resolved = dict[str, dict[str, list[tuple[int, int, Any, str]]]]
 
 
@@ -61,46 +63,53 @@ def load(repo: Any, episodes: Sequence[Any], mode: str, user: str | None) -> tup
         return (), {}
     ids = [e.id for e in episodes]
     values = fv.values(repo, ids)
-    decided: dict[tuple[str, str, int, int], Any] = {}
+    decided: dict[tuple[str, str, int, int], tuple[Any, datetime]] = {}
     if mode == "consensus":
         for study_id in sorted({e.study_id for e in episodes}):
-            decided.update(fv.adjudications(repo, study_id))
-    resolved: Resolved = {}
+            decided.update(fv.decisions(repo, study_id))
+    by_episode: dict[str, dict[str, list[tuple[datetime, int, int, Any, str]]]] = {}
     for episode_id, given in values.items():
         places: dict[tuple[str, int, int], list[Any]] = {}
         for v in given:
             if v.field in defs and (mode != "mine" or v.user == user):
                 places.setdefault((v.field, v.step, v.end), []).append(v)
-        out: dict[str, list[tuple[int, int, Any, str]]] = {}
+        out = by_episode.setdefault(episode_id, {})
         for (name, start, end), vs in places.items():
             chosen = _choose(vs, mode, decided.get((episode_id, name, start, end), _NONE))
             if chosen is not None:
-                out.setdefault(name, []).append((start, end, chosen[0], chosen[1]))
-        for (episode_key, name, start, end), value in decided.items():  # adjudicated places nobody holds now
-            if episode_key == episode_id and name in defs and not any(
-                (s, e) == (start, end) for s, e, *_ in out.get(name, [])
-            ):
-                out.setdefault(name, []).append((start, end, value, "adjudicated"))
-        if out:
-            resolved[episode_id] = out
+                out.setdefault(name, []).append((chosen[2], start, end, chosen[0], chosen[1]))
+    wanted = set(ids)
+    for (episode_id, name, start, end), (value, time) in decided.items():  # adjudicated places nobody holds now
+        if episode_id not in wanted:
+            continue
+        out = by_episode.setdefault(episode_id, {})
+        if name in defs and not any((s, e) == (start, end) for _, s, e, *_ in out.get(name, [])):
+            out.setdefault(name, []).append((time, start, end, value, "adjudicated"))
+    resolved: Resolved = {}
+    for episode_id, out in by_episode.items():
+        for name, places_of in out.items():  # the newest chosen value last: the last hit wins in step_columns
+            places_of.sort(key=lambda p: (p[0], p[1], p[2]))
+            resolved.setdefault(episode_id, {})[name] = [(s, e, value, origin) for _, s, e, value, origin in places_of]
     return tuple(defs.values()), resolved
 
 
 _NONE = object()
+_EPOCH = datetime.min.replace(tzinfo=UTC)
 
 
-def _choose(vs: list[Any], mode: str, adjudicated: Any) -> tuple[Any, str] | None:
-    vs = sorted(vs, key=lambda v: (v.time or 0, v.user))
+def _choose(vs: list[Any], mode: str, adjudicated: Any) -> tuple[Any, str, datetime] | None:
+    """(value, origin, time) of a place under `mode`: the time orders overlapping segments (newest wins)."""
+    vs = sorted(vs, key=lambda v: (v.time or _EPOCH, v.user))
     if mode in ("mine", "all"):
-        return vs[-1].value, vs[-1].origin
+        return vs[-1].value, vs[-1].origin, vs[-1].time or _EPOCH
     if adjudicated is not _NONE:
-        return adjudicated, "adjudicated"
+        return adjudicated[0], "adjudicated", adjudicated[1] or _EPOCH
     counts = Counter(_key(v.value) for v in vs)
     top, n = counts.most_common(1)[0]
     if n * 2 <= len(vs):
         return None
-    first = next(v for v in vs if _key(v.value) == top)
-    return first.value, first.origin
+    agreeing = [v for v in vs if _key(v.value) == top]
+    return agreeing[0].value, agreeing[0].origin, agreeing[-1].time or _EPOCH
 
 
 def _key(value: Any) -> Any:

@@ -3,13 +3,16 @@
 Rules (documented in schemas/store.md, "Study fields"):
 - the study's creator or a reviewer defines the fields (`define`); a field left out of a new definition is
   kept with `active` false, so its values stay readable and exportable; a renamed field is a new field; the
-  kind or scope of a field that has values cannot change (rename it instead);
+  kind or scope of a field that has values, adjudications or suggestions cannot change (rename it instead), nor
+  can an option they use be removed;
 - every annotator has their own value per field and place (step, segment start..end, or the episode: -1..-1);
   a newer value replaces their older one. Each change is one transaction with its audit row (`field.set`,
   `field.clear`: before/after are the value JSON with author and time), undone by `Repository.undo_last`
   through `swap`, like tags and grounding annotations;
 - a value's `origin` is worked out here, not trusted from the client: `accepted` (equal to a suggestion),
-  `edited` (a suggestion existed), `scratch` (none did), `imported` (given under a user by `import_values`);
+  `edited` (a suggestion existed), `scratch` (none did), `imported` (given under a user by `import_values`,
+  which the creator or a reviewer runs and which never replaces a value of another origin);
+- an empty multi_choice value ([]) is no value: it clears;
 - suggestions are a converted episode's step texts (`pipelines/step_text.py`, passed in by the caller, which
   reads the episode) and values imported under a source name (`field_suggestions`).
 """
@@ -95,32 +98,74 @@ def definitions(repo: EpisodeAccess, study_id: str, *, include_removed: bool = F
     return sorted(out, key=lambda d: (not d.active, d.position, d.name))
 
 
+def _require_lead(s: Session, study_id: str, user: str, what: str, *, lock: bool = False) -> StudyRow:
+    """The study's row when `user` is its creator or a reviewer; NotFound / PermissionDenied otherwise."""
+    study = s.get(StudyRow, study_id, with_for_update=lock)
+    if study is None:
+        raise NotFound(f"study {study_id!r} not found")
+    if user != study.creator and s.get(StudyReviewerRow, (study_id, user)) is None:
+        raise PermissionDenied(f"only the creator ({study.creator}) or a reviewer may {what} of study {study_id!r}")
+    return study
+
+
+def _used(s: Session, model: type, study_id: str, field: str) -> list[Any]:
+    """The values `model` (values, adjudications, suggestions) holds for a field of the study."""
+    return list(
+        s.scalars(
+            sa.select(model.value).join(EpisodeRow, EpisodeRow.id == model.episode_id)  # type: ignore[attr-defined]
+            .where(EpisodeRow.study_id == study_id, model.field == field)  # type: ignore[attr-defined]
+        )
+    )
+
+
+_USES = ((FieldValueRow, "value(s)"), (FieldAdjudicationRow, "adjudication(s)"), (FieldSuggestionRow, "suggestion(s)"))
+
+
+def _check_change(s: Session, study_id: str, row: StudyFieldRow, new: FieldDef) -> None:
+    """Refuse (InvalidSpec, one line) a change of a field's kind or scope while anything is stored for it, and
+    the removal of an option that a stored value, adjudication or suggestion uses."""
+    old = FieldDef.from_json(row.definition)
+    changed = (row.kind, row.scope) != (new.kind, new.scope)
+    removed = [o for o in old.options if o not in new.options] if old.kind in ("choice", "multi_choice") else []
+    if not changed and not removed:
+        return
+    used = {what: _used(s, model, study_id, new.name) for model, what in _USES}
+    if changed:
+        counts = ", ".join(f"{len(v)} {what}" for what, v in used.items() if v)
+        if counts:
+            raise InvalidSpec(
+                f"field {new.name}: it has {counts} as a {row.scope} {row.kind} field; "
+                f"its kind and scope cannot change (give the new field another name)"
+            )
+        return
+    still: dict[str, dict[str, int]] = {}
+    for what, stored in used.items():
+        for value in stored:
+            for option in value if isinstance(value, list) else [value]:
+                if option in removed:
+                    by = still.setdefault(option, {})
+                    by[what] = by.get(what, 0) + 1
+    if still:
+        listed = "; ".join(
+            f"{option!r}: " + ", ".join(f"{n} {what}" for what, n in by.items()) for option, by in still.items()
+        )
+        raise InvalidSpec(
+            f"field {new.name}: option(s) still used cannot be removed or renamed ({listed}); "
+            f"clear or change those first, or give the new field another name"
+        )
+
+
 def define(repo: EpisodeAccess, study_id: str, fields: list[FieldDef], user: str) -> list[FieldDef]:
     """Make `fields` the study's fields (creator or reviewer). Audited as `study.fields`."""
     with repo._write() as s:
-        study = s.get(StudyRow, study_id, with_for_update=True)
-        if study is None:
-            raise NotFound(f"study {study_id!r} not found")
-        if user != study.creator and s.get(StudyReviewerRow, (study_id, user)) is None:
-            raise PermissionDenied(
-                f"only the creator ({study.creator}) or a reviewer may define the fields of study {study_id!r}"
-            )
+        _require_lead(s, study_id, user, "define the fields", lock=True)
         rows = {r.name: r for r in s.scalars(sa.select(StudyFieldRow).where(StudyFieldRow.study_id == study_id))}
         before = [r.definition | {"active": r.active} for r in sorted(rows.values(), key=lambda r: r.position)]
         time = now()
         for i, definition in enumerate(fields):
             row = rows.get(definition.name)
-            if row is not None and (row.kind, row.scope) != (definition.kind, definition.scope):
-                used = s.scalar(
-                    sa.select(sa.func.count()).select_from(FieldValueRow).join(
-                        EpisodeRow, EpisodeRow.id == FieldValueRow.episode_id
-                    ).where(EpisodeRow.study_id == study_id, FieldValueRow.field == definition.name)
-                )  # fmt: skip
-                if used:
-                    raise InvalidSpec(
-                        f"field {definition.name}: it has {used} value(s) as a {row.scope} {row.kind} field; "
-                        f"its kind and scope cannot change (give the new field another name)"
-                    )
+            if row is not None:
+                _check_change(s, study_id, row, definition)
             if row is None:
                 row = StudyFieldRow(study_id=study_id, name=definition.name)
                 s.add(row)
@@ -211,10 +256,13 @@ def set_value(
     end: int | None = None, seconds: float | None = None, suggested: Iterable[Any] = (),
 ) -> FieldValue | None:
     """Set (or, with value None, clear) `user`'s value of `field` at a place; returns the value now stored
-    (None when cleared). `suggested`: what the converted episode suggests there (its step text). Audited."""
+    (None when cleared). An empty multi_choice value ([]: nothing picked) clears too: it is no value.
+    `suggested`: what the converted episode suggests there (its step text). Audited."""
     with repo._write() as s:
         row = repo._episode_row(s, ref, lock=True)
         definition = _field(s, row.study_id, field)
+        if definition.kind == "multi_choice" and value == []:
+            value = None
         place = place_of(definition, step, end)
         for index in {place[0], place[1]} - {EPISODE}:
             repo._check_step(row, index)
@@ -320,13 +368,18 @@ def suggestions(repo: EpisodeAccess, episode_ids: Iterable[str]) -> dict[str, li
 
 def adjudications(repo: EpisodeAccess, study_id: str) -> dict[tuple[str, str, int, int], Any]:
     """(episode, field, step, end) -> the adjudicated value, for the study."""
+    return {key: value for key, (value, _) in decisions(repo, study_id).items()}
+
+
+def decisions(repo: EpisodeAccess, study_id: str) -> dict[tuple[str, str, int, int], tuple[Any, datetime]]:
+    """(episode, field, step, end) -> (the adjudicated value, the time it was decided), for the study."""
     from pipelines.store import listing
 
     with repo._read() as s:
         rows = s.execute(
             sa.select(FieldAdjudicationRow).where(listing.in_study(FieldAdjudicationRow.episode_id, study_id))
         ).scalars()
-        return {(r.episode_id, r.field, r.step_index, r.end_index): r.value for r in rows}
+        return {(r.episode_id, r.field, r.step_index, r.end_index): (r.value, mapping.utc(r.time)) for r in rows}
 
 
 def adjudicate(
@@ -394,10 +447,14 @@ def import_values(repo: Any, study_id: str, path: str | Path, actor: str) -> Imp
     """Import `path` (JSON lines: {"episode", "step" (or null), "end"?, "field", "value", "user" | "source"};
     "episode" is a store episode id or, for a UI study, the converted episode's own id):
     lines with `source` become suggestions of that source, lines with `user` values of that annotator (origin
-    `imported`). Every line is checked first; any invalid line refuses the whole file (naming the line),
-    nothing imported. A line replaces an earlier import of the same source/user at the same place."""
+    `imported`). The study's creator or a reviewer imports (`actor`). Every line is checked first; any invalid
+    line refuses the whole file (naming the line), nothing imported. A line replaces an earlier import of the
+    same source/user at the same place; a place where that user has a value of their own (entered by hand:
+    any origin but `imported`) is an invalid line, never overwritten. A user's empty multi_choice value ([])
+    is no value: it removes an earlier import there and stores nothing."""
     path = Path(path)
-    repo.get_study(study_id)  # NotFound names the study
+    with repo._read() as s:
+        _require_lead(s, study_id, actor, "import field values")
     fields = {d.name: d for d in definitions(repo, study_id)}
     checked: list[tuple[int, dict[str, Any]]] = []
     episode_ids: set[str] = set()
@@ -432,7 +489,7 @@ def import_values(repo: Any, study_id: str, path: str | Path, actor: str) -> Imp
             raise StoreError(f"{where}: {exc}") from None
         checked.append((number, {"episode_id": episode, "field": name, "step_index": place[0],
                                  "end_index": place[1], "who": who[0], "name": line[who[0]].strip(),
-                                 "value": value}))  # fmt: skip
+                                 "value": value, "line": number}))  # fmt: skip
         episode_ids.add(episode)
     with repo._write() as s:
         rows = {}
@@ -459,23 +516,54 @@ def import_values(repo: Any, study_id: str, path: str | Path, actor: str) -> Imp
                 raise StoreError(f"{path}:{number}: {exc}") from None
         time = now()
         slots: dict[tuple[str, ...], dict[str, dict[str, Any]]] = {"source": {}, "user": {}}
+        first_line: dict[tuple[str, ...], int] = {}
         for _, item in checked:  # a later line for the same place and author replaces an earlier one
             item["episode_id"] = rows[item["episode_id"]].id
             key = (item["episode_id"], item["field"], item["name"], item["step_index"], item["end_index"])
             slots[item["who"]][key] = item
+            first_line.setdefault((item["who"], *key), item["line"])
+        user_columns = (FieldValueRow.episode_id, FieldValueRow.field, FieldValueRow.user, FieldValueRow.step_index,
+                        FieldValueRow.end_index)  # fmt: skip
+        user_keys = list(slots["user"])
+        own: list[tuple[int, FieldValueRow]] = []
+        for i in range(0, len(user_keys), _CHUNK):  # a value a person entered is never replaced by an import
+            query = sa.select(FieldValueRow).where(
+                sa.tuple_(*user_columns).in_(user_keys[i : i + _CHUNK]), FieldValueRow.origin != "imported"
+            )
+            for r in s.scalars(query):
+                key = (r.episode_id, r.field, r.user, r.step_index, r.end_index)
+                own.append((first_line[("user", *key)], r))
+        if own:
+            number, r = min(own, key=lambda x: x[0])
+            at = "the episode" if r.step_index == EPISODE else (
+                f"step {r.step_index}" if r.step_index == r.end_index else f"steps {r.step_index}–{r.end_index}"
+            )  # fmt: skip
+            raise StoreError(
+                f"{path}:{number}: {r.user} already has a value of {r.field} on {at} of episode {r.episode_id!r} "
+                f"entered in stepmark (origin {r.origin}); an import never replaces it. The file is refused "
+                f"whole, nothing imported ({len(own)} such line(s)): leave those lines out, or import the "
+                f"values under another name"
+            )
+        counts: dict[str, int] = {}
         for who, model, author in (("source", FieldSuggestionRow, "source"), ("user", FieldValueRow, "user")):
             items = list(slots[who].values())
             columns = (model.episode_id, model.field, getattr(model, author), model.step_index, model.end_index)
-            for i in range(0, len(items), _CHUNK):  # replace what an earlier import put at these places
-                chunk = list(slots[who])[i : i + _CHUNK]
-                s.execute(sa.delete(model).where(sa.tuple_(*columns).in_(chunk)))
+            slot_keys = list(slots[who])
+            for i in range(0, len(slot_keys), _CHUNK):  # replace what an earlier import put there (only that)
+                where = [sa.tuple_(*columns).in_(slot_keys[i : i + _CHUNK])]
+                if who == "user":
+                    where.append(FieldValueRow.origin == "imported")
+                s.execute(sa.delete(model).where(*where))
+            if who == "user":  # an empty multi_choice value is no value: nothing stored
+                items = [it for it in items if not (fields[it["field"]].kind == "multi_choice" and it["value"] == [])]
+            counts[who] = len(items)
             extra = {"origin": "imported"} if who == "user" else {}
             rows_out = [{"episode_id": it["episode_id"], "field": it["field"], author: it["name"],
                          "step_index": it["step_index"], "end_index": it["end_index"], "value": it["value"],
                          "created_time": time, **extra} for it in items]  # fmt: skip
             for i in range(0, len(rows_out), _CHUNK):
                 s.execute(sa.insert(model), rows_out[i : i + _CHUNK])
-        n_values, n_suggestions = len(slots["user"]), len(slots["source"])
+        n_values, n_suggestions = counts["user"], counts["source"]
         repo._audit(s, actor, field_actions.IMPORT, study_id=study_id,
                     after={"file": str(path), "values": n_values, "suggestions": n_suggestions})  # fmt: skip
     return ImportResult(n_values, n_suggestions)

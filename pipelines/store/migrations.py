@@ -22,9 +22,11 @@ from sqlalchemy.engine import Connection
 from pipelines.store.errors import SchemaVersionError
 
 # Tables stepmark owns; a database holding some of them but no version table is not ours to touch.
+# Every table a migration creates (tests/pipelines/store/test_migrations.py checks it against the models).
 _TABLES = (
     "studies", "environments", "sessions", "episodes", "episode_tags", "step_tags", "audit_log", "study_reviewers",
-    "grounding_annotations", "study_fields", "field_values",
+    "study_queues", "queue_assignments", "annotator_step_labels", "adjudications", "grounding_annotations",
+    "study_fields", "field_values", "field_suggestions", "field_adjudications",
 )  # fmt: skip
 # Arbitrary constant for pg_advisory_xact_lock ("stepmark" in ASCII, truncated to fit a bigint).
 _PG_LOCK_KEY = 0x737465706D61726B

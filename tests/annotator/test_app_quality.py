@@ -128,3 +128,30 @@ def test_quality_page_shows_ui_plots_of_an_imported_study(data, monkeypatch):
     assert values["UI episodes"] == len(listed) == values["of which UI episodes"]
     assert values["steps"] == sum(e.num_steps for e in listed)
     assert "Agreement" in [h.value for h in at.header]
+
+
+def test_a_field_consensus_is_confirmed_as_plain_text(data, monkeypatch):
+    """An annotator's text adjudicated on the Quality page is confirmed (st.toast, which renders Markdown)
+    escaped: shown as typed, never as formatting or a link."""
+    from annotator.plain import md_escape
+    from pipelines.store import field_values
+    from pipelines.store.field_defs import parse_text
+
+    env, ui_study = data
+    with open_store(None, env.data_dir) as repo:
+        field_values.define(repo, ui_study.id, parse_text("fields: [{name: note, scope: step, kind: text}]", "f.yaml"),
+                            ALICE)  # fmt: skip
+        (episode, *_) = repo.list_episodes(study_id=ui_study.id)
+        typed = "**bold** [click](http://example.com/x) :red[alarm]"
+        field_values.set_value(repo, ref_of(episode), "note", ALICE, typed, step=0)
+        field_values.set_value(repo, ref_of(episode), "note", BOB, "something else entirely", step=0)
+    at = open_app(env.data_dir, ALICE, monkeypatch)
+    at.switch_page("views/quality.py").run()
+    at.selectbox(key="quality_study").set_value(ui_study.id).run()
+    pick = next(o for o in at.selectbox(key="field_adj_pick").options if o.startswith("note · "))
+    at.selectbox(key="field_adj_pick").set_value(pick).run()
+    at.text_input(key=f"field_adj_{pick}").set_value(f'"{typed}"').run()
+    at.button(key="field_adj_save").click().run()
+    assert not at.exception
+    (toast,) = [t.value for t in at.toast if "Consensus of note" in md_unescape(t.value)]
+    assert toast == md_escape(f'Consensus of note: "{typed}"')

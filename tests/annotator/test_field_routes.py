@@ -134,3 +134,36 @@ def test_a_segment_field_takes_its_span_and_shows_on_every_step_of_it(world):
     assert values == {} or "problems" not in values
     r = client.post(url(episode, 6), json={"field": "problems", "value": ["slow"], "end": 2}, headers=auth(BOB))
     assert r.status_code == 400 and "needs an end >= 6" in r.json()["error"]
+
+
+def test_a_segment_value_is_cleared_or_changed_from_any_step_inside_it(world):
+    """The player sends the saved segment's start and end ("start", "end") from a step inside it: clearing reaches
+    that segment (not an empty one-step slot) and a change replaces it (no overlapping one-step segment). An
+    empty multi_choice value is no value: it stores nothing and clears."""
+    client, repo, episode, _ = world
+    study = repo.get_study(episode.study_id)
+    fv.define(repo, study.id, parse_text(FIELDS + "  - {name: problems, scope: segment, kind: multi_choice, "
+                                         "options: [slow, loop]}\n", "f.yaml"), study.creator.email)  # fmt: skip
+
+    def problems() -> list:
+        return [(v.step, v.end, v.value) for v in fv.values(repo, [episode.id], user=ALICE).get(episode.id, [])
+                if v.field == "problems"]  # fmt: skip
+
+    r = client.post(url(episode, 8), json={"field": "problems", "value": [], "end": 8}, headers=auth())  # nothing picked
+    assert r.status_code == 200 and problems() == []
+    client.post(url(episode, 8), json={"field": "problems", "value": ["slow"], "start": 8, "end": 10}, headers=auth())
+    assert problems() == [(8, 10, ["slow"])]
+    reply = client.post(url(episode, 9), json={"field": "problems", "value": ["slow", "loop"], "start": 8, "end": 10},
+                        headers=auth()).json()  # fmt: skip
+    assert reply["message"] == "Saved problems on steps 8–10 (scratch)" and reply["step"] == 9
+    assert reply["values"]["problems"]["value"] == ["slow", "loop"]
+    assert problems() == [(8, 10, ["slow", "loop"])]
+    reply = client.post(url(episode, 10), json={"field": "problems", "value": [], "start": 8, "end": 10},
+                        headers=auth()).json()  # fmt: skip
+    assert reply["message"] == "Cleared problems on steps 8–10" and "problems" not in reply["values"]
+    assert problems() == []
+    r = client.post(url(episode, 11), json={"field": "problems", "value": ["slow"], "start": 8, "end": 10},
+                    headers=auth())  # fmt: skip
+    assert r.status_code == 400 and "does not hold step 11" in r.json()["error"]
+    r = client.post(url(episode, 3), json={"field": "instruction", "value": "x", "start": 1}, headers=auth())
+    assert r.status_code == 400 and "'start' is for segment fields" in r.json()["error"]

@@ -25,6 +25,7 @@ fields:
   - {name: instruction, scope: step, kind: text, guideline: "What the user asked for at <b>this</b> step"}
   - {name: action_correct, scope: step, kind: choice, options: [yes, no, unsure], keys: [y, n, u]}
   - {name: task_success, scope: episode, kind: boolean}
+  - {name: problems, scope: segment, kind: multi_choice, options: [slow, loop]}
 """
 
 
@@ -42,6 +43,18 @@ def server(tmp_path_factory, fixtures_dir):
     with annotate_server(data_dir, "--user", ALICE) as url:
         yield url, data_dir, repo, study, episode
     repo.close()
+
+
+SENT_JS = """
+window.smSent = [];
+const smFetch = window.fetch;
+window.fetch = function (url, options) {
+  if (options && options.method === "POST" && String(url).includes("/api/fields/")) {
+    window.smSent.push(`${JSON.parse(options.body).field}@${String(url).split("/").pop()}`);
+  }
+  return smFetch.apply(this, arguments);
+};
+"""
 
 
 def form_title(page, step: int) -> None:
@@ -221,4 +234,54 @@ def test_the_label_page_shows_only_the_annotators_own_values(server, browser):
     form_title(page, 5)
     assert page.locator('.sm-fields input[data-field="instruction"]').input_value() == "alice's words"
     assert not [v for v in fv.values(repo, [episode.id], user=BOB)[episode.id] if v.step == 4 and v.field != "instruction"]
+    page.close()
+
+
+def test_nothing_picked_saves_nothing_and_a_segment_is_cleared_from_inside_and_again_after_undo(server, browser):
+    """Passing through a step (Ctrl+Enter) with no multi-choice option picked saves no value for it; from a step
+    inside a saved segment, un-picking its option clears that segment (not an empty one-step slot); after Ctrl+Z
+    brings it back, un-picking it again is saved again (what was sent before the undo is forgotten)."""
+    url, _, repo, _, episode = server
+
+    def problems() -> list:
+        return [(v.step, v.end, v.value) for v in fv.values(repo, [episode.id], user=ALICE).get(episode.id, [])
+                if v.field == "problems"]  # fmt: skip
+
+    context = browser.new_context(viewport={"width": 1500, "height": 1000})
+    context.add_init_script(SENT_JS)  # what the player sends (the store also takes [] as no value: see the request)
+    page = open_replay(browser, url, episode, 6, context=context)
+    form_title(page, 6)
+    kb = page.keyboard
+    page.locator(".sm-frame").click()
+    kb.press("f")
+    kb.type("sixth")
+    kb.press("Control+Enter")  # saves the text; the multi-choice field, nothing picked, saves nothing
+    form_title(page, 7)
+    kb.type("seventh")
+    kb.press("Enter")  # sent after anything Ctrl+Enter sent (one queue): once it is stored, those are too
+    wait_store(lambda: alices(repo, episode).get(("instruction", 7)) == ("seventh", "scratch"))
+    # (and the text typed on step 6 went to step 6 only: not again to step 7 as its input left the form)
+    assert problems() == [] and page.evaluate("() => window.smSent") == ["instruction@6", "instruction@7"]
+    context.close()
+
+    fv.set_value(repo, ref_of(episode), "problems", ALICE, ["slow"], step=7, end=9)
+    page = open_replay(browser, url, episode, 8)
+    kb = page.keyboard
+    form_title(page, 8)
+    slow = page.locator('.sm-fields [data-field="problems"] .sm-f-option').first
+    assert slow.get_attribute("aria-pressed") == "true"  # the segment 7-9 holds step 8
+    page.locator('.sm-fields [data-control][data-field="problems"]').focus()
+    kb.press("1")  # un-pick "slow": nothing picked clears the saved segment
+    player_message(page, "Cleared problems on steps 7–9")
+    wait_store(lambda: problems() == [])
+    kb.press("Escape")
+    page.locator(".sm-frame").click()
+    kb.press("Control+z")
+    player_message(page, "Undid: field 'problems' cleared")
+    wait_store(lambda: problems() == [(7, 9, ["slow"])])
+    page.locator('.sm-fields [data-field="problems"] [aria-pressed="true"]').wait_for(timeout=30_000)  # shown again
+    page.locator('.sm-fields [data-control][data-field="problems"]').focus()
+    kb.press("1")  # the same change as before the undo: sent again
+    wait_store(lambda: problems() == [])
+    assert not [k for k in alices(repo, episode) if k[0] == "problems"]
     page.close()

@@ -53,10 +53,12 @@ def test_fields_import_agreement_and_adjudication(capsys, tmp_path: Path) -> Non
     ]
     values = tmp_path / "values.jsonl"
     values.write_text("\n".join(json.dumps(x) for x in [*lines, {**lines[0], "value": "maybe"}]) + "\n")
-    code, _, err = run(capsys, "fields", "import", "--study", study.id, str(values), "--data", data)
+    code, _, err = run(capsys, "fields", "import", "--study", study.id, str(values), "--data", data, "--user", "ann")
+    assert code == 2 and "only the creator (lead) or a reviewer may import field values" in err
+    code, _, err = run(capsys, "fields", "import", "--study", study.id, str(values), "--data", data, "--user", "lead")
     assert code == 2 and f"{values}:8: field action_correct: 'maybe' is not one of its options" in err
     values.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    code, out, _ = run(capsys, "fields", "import", "--study", study.id, str(values), "--data", data)
+    code, out, _ = run(capsys, "fields", "import", "--study", study.id, str(values), "--data", data, "--user", "lead")
     assert out.strip() == f"imported 6 value(s) and 1 suggestion(s) into study {study.id}"
 
     code, out, _ = run(capsys, "agreement", "--study", study.id, "--json", "--data", data)

@@ -139,3 +139,35 @@ def test_tfds_features_carry_the_fields(annotated, tmp_path: Path) -> None:
     assert steps[1]["field:step_instruction:origin"] == b"accepted"
     assert steps[2]["field:problems"].tolist() == [True, False, True]
     assert steps[2]["field:confidence"] == 4.0 and bool(steps[0]["field:task_success"]) is True
+
+
+def test_where_segments_overlap_the_newest_chosen_value_wins(export_data: ExportData, tmp_path: Path) -> None:
+    """Two overlapping segments whose places were created in the opposite order of their values' times, and an
+    adjudicated place (its own time) older than a segment's values: the newest chosen value wins, whatever the
+    order the places were created in."""
+    from pipelines.exporters import study_fields
+
+    data_dir = copy_data(export_data, tmp_path / "data")
+    repo = open_store(None, data_dir)
+    episode = repo.get_episode(export_data.ref(export_data.ui[0]))
+    ref = export_data.ref(episode)
+    creator = repo.get_study(episode.study_id).creator.email
+    fv.define(repo, episode.study_id, parse_text(FIELDS, "f.yaml"), creator)
+    fv.set_value(repo, ref, "problems", ALICE, ["slow"], step=1, end=3)  # place A is created first
+    fv.set_value(repo, ref, "problems", ALICE, ["loop"], step=2, end=4)  # place B
+    fv.set_value(repo, ref, "problems", BOB, ["wrong_app"], step=1, end=3)  # then A holds the newest value
+    defs, resolved = study_fields.load(repo, [episode], "all", None)
+    flags = [study_fields.step_columns(defs, resolved[episode.id], i)["field:problems"] for i in range(5)]
+    assert flags[2:4] == [[False, True, False]] * 2  # A's newest value (wrong_app), not B's older one (loop)
+    assert flags[4] == [False, False, True]
+
+    # consensus: an adjudication decided before B's values is older than B, although its place comes last
+    fv.adjudicate(repo, ref, "problems", creator, ["slow"], step=0, end=2)  # nobody holds 0..2
+    fv.set_value(repo, ref, "problems", BOB, ["loop"], step=2, end=4)  # B: ALICE and BOB agree, newer
+    defs, resolved = study_fields.load(repo, [episode], "consensus", None)
+    row = [study_fields.step_columns(defs, resolved[episode.id], i) for i in range(5)]
+    assert [(r["field:problems"], r["field:problems:origin"]) for r in row[:3]] == [
+        ([True, False, False], "adjudicated"), ([True, False, False], "adjudicated"),
+        ([False, False, True], "scratch"),
+    ]  # fmt: skip
+    repo.close()

@@ -181,3 +181,79 @@ def test_audit_entries_read_in_plain_words(repo: Repository, ui) -> None:
     assert words[0].startswith("consensus of field 'task_success' set to 'True' on the episode")
     assert words[1].startswith("field 'task_success' set to 'False' on the episode")
     assert words[2].startswith("field 'problems' set to \"['slow']\" on steps 2–4")
+
+
+def test_an_empty_multi_choice_value_is_no_value(repo: Repository, ui) -> None:
+    """Nothing picked is not a value: [] stores nothing (no `scratch` value counted as filled) and clears a value
+    that was saved, as null does."""
+    _, ref = ui
+    assert fv.set_value(repo, ref, "problems", ALICE, [], step=2, end=3) is None
+    assert fv.values(repo, [ref.episode_id]) == {}
+    assert fv.set_value(repo, ref, "problems", ALICE, ["loop"], step=2, end=3).value == ["loop"]
+    assert fv.set_value(repo, ref, "problems", ALICE, [], step=2, end=3) is None
+    assert fv.values(repo, [ref.episode_id]) == {}
+    assert describe(repo.audit_log(ref)[0]).startswith("field 'problems' cleared")
+
+
+def test_import_needs_a_lead_and_never_overwrites_a_value_entered_by_hand(
+    repo: Repository, ui, tmp_path: Path
+) -> None:
+    study_id, ref = ui
+    path = tmp_path / "values.jsonl"
+
+    def write(*lines: dict) -> Path:
+        path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+        return path
+
+    line = {"episode": ref.episode_id, "step": 1, "field": "action_correct", "value": "no", "user": BOB}
+    with pytest.raises(PermissionDenied, match="only the creator .* or a reviewer may import field values"):
+        fv.import_values(repo, study_id, write(line), BOB)  # BOB is no reviewer: nothing read, nothing stored
+    assert fv.values(repo, [ref.episode_id]) == {}
+    repo.set_reviewers(study_id, [BOB], ALICE)
+    assert fv.import_values(repo, study_id, write(line), BOB).values == 1  # a reviewer may
+    # a later import replaces what an earlier import put there
+    assert fv.import_values(repo, study_id, write({**line, "value": "unsure"}), ALICE).values == 1
+    (imported,) = fv.values(repo, [ref.episode_id])[ref.episode_id]
+    assert (imported.value, imported.origin) == ("unsure", "imported")
+    # ... but never a value BOB entered himself: the file is refused whole, naming the line
+    fv.set_value(repo, ref, "action_correct", BOB, "yes", step=2)
+    other = {"episode": ref.episode_id, "step": 0, "field": "step_instruction", "value": "tap", "source": "m"}
+    with pytest.raises(StoreError, match=r"values.jsonl:3: bob@example.com already has a value of action_correct "
+                                         r"on step 2 .*origin scratch.*refused whole, nothing imported"):  # fmt: skip
+        fv.import_values(repo, study_id, write(other, {**line, "value": "yes"}, {**line, "step": 2, "value": "no"}),
+                         ALICE)  # fmt: skip
+    by_step = {v.step: (v.value, v.origin) for v in fv.values(repo, [ref.episode_id])[ref.episode_id]}
+    assert by_step == {1: ("unsure", "imported"), 2: ("yes", "scratch")}
+    assert fv.suggestions(repo, [ref.episode_id]) == {}
+    # an empty multi_choice value imported under a user is no value: it stores nothing
+    empty = {"episode": ref.episode_id, "step": 2, "end": 3, "field": "problems", "value": [], "user": BOB}
+    assert fv.import_values(repo, study_id, write(empty), ALICE).values == 0
+    assert not [v for v in fv.values(repo, [ref.episode_id])[ref.episode_id] if v.field == "problems"]
+
+
+def test_an_option_in_use_cannot_be_removed_and_adjudications_count(repo: Repository, ui, tmp_path: Path) -> None:
+    study_id, ref = ui
+    fv.set_value(repo, ref, "action_correct", ALICE, "unsure", step=0)
+    fv.set_value(repo, ref, "action_correct", BOB, "unsure", step=1)
+    fv.set_value(repo, ref, "problems", ALICE, ["slow", "loop"], step=1, end=2)
+    fv.adjudicate(repo, ref, "task_success", ALICE, True)  # an adjudication is the only thing stored for it
+    (tmp_path / "s.jsonl").write_text(json.dumps({"episode": ref.episode_id, "step": 3, "field": "action_correct",
+                                                  "value": "no", "source": "model-x"}) + "\n")  # fmt: skip
+    fv.import_values(repo, study_id, tmp_path / "s.jsonl", ALICE)
+
+    def redefine(old: str, new: str) -> None:
+        assert old in FIELDS
+        fv.define(repo, study_id, parse_text(FIELDS.replace(old, new), "f.yaml"), ALICE)
+
+    with pytest.raises(InvalidSpec, match=r"^field action_correct: option\(s\) still used cannot be removed or "
+                                          r"renamed \('unsure': 2 value\(s\)\)"):  # fmt: skip
+        redefine("options: [yes, no, unsure], keys: [y, n, u]", "options: [yes, no], keys: [y, n]")
+    with pytest.raises(InvalidSpec, match=r"\('no': 1 suggestion\(s\)\)"):
+        redefine("options: [yes, no, unsure], keys: [y, n, u]", "options: [yes, nope, unsure], keys: [y, n, u]")
+    with pytest.raises(InvalidSpec, match=r"^field problems: .*\('slow': 1 value\(s\); 'loop': 1 value\(s\)\)"):
+        redefine("options: [slow, wrong_app, loop]", "options: [wrong_app]")
+    with pytest.raises(InvalidSpec, match="field task_success: it has 1 adjudication.* cannot change"):
+        redefine("{name: task_success, scope: episode, kind: boolean}", "{name: task_success, scope: step, kind: boolean}")
+    # an unused option may go, and a new one may come
+    redefine("options: [slow, wrong_app, loop]", "options: [slow, loop, popup]")
+    assert next(d for d in fv.definitions(repo, study_id) if d.name == "problems").options == ("slow", "loop", "popup")

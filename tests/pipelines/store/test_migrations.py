@@ -178,6 +178,19 @@ def test_foreign_database_is_refused(store_url: str | None, data_dir: Path) -> N
         open_store(store_url, data_dir)
 
 
+def test_every_stepmark_table_marks_a_database_as_stepmark_s(store_url: str | None, data_dir: Path) -> None:
+    """A database holding any table a migration creates (the newest too) but no schema_version is refused."""
+    from pipelines.store.migrations import _TABLES
+
+    assert set(Base.metadata.tables) - {"schema_version"} <= set(_TABLES)
+    engine = create_engine(store_url, data_dir)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE field_suggestions (id INTEGER PRIMARY KEY)"))
+    engine.dispose()
+    with pytest.raises(SchemaVersionError, match=r"stepmark tables \(field_suggestions\) but no schema_version"):
+        open_store(store_url, data_dir)
+
+
 def test_audit_log_is_append_only_in_the_database(store_url: str | None, data_dir: Path) -> None:
     with open_store(store_url, data_dir) as repo:
         repo.create_study(study_spec(), "alice")
