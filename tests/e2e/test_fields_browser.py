@@ -221,8 +221,10 @@ def test_the_label_page_shows_only_the_annotators_own_values(server, browser):
     page.locator(".sm-frame").click()
     kb = page.keyboard
     kb.press("Home")
-    for _ in range(4):
+    page.wait_for_function(f"() => ({FRAME_STEP_JS})() === 0", timeout=60_000)
+    for step in range(1, 5):  # one step at a time: a key pressed while a frame loads acts on the step shown
         kb.press("ArrowRight")
+        page.wait_for_function(f"() => ({FRAME_STEP_JS})() === {step}", timeout=60_000)
     form_title(page, 4)
     assert page.locator('.sm-fields input[data-field="instruction"]').input_value() == ""
     kb.press("f")
