@@ -15,6 +15,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.errors import StepmarkError
@@ -73,11 +74,30 @@ _STRERROR_TEXT = re.compile(rf"(\S+); ({'|'.join(map(re.escape, _DISK_ERRNOS))})
 _SQLITE_ERRNOS = {13: errno.ENOSPC, 8: errno.EROFS, 10: errno.EIO}  # SQLITE_FULL, SQLITE_READONLY, SQLITE_IOERR
 
 
+@dataclass(frozen=True)
+class _IoError:
+    """The operating-system error behind an exception: its errno, its wording and the file it names."""
+
+    number: int
+    strerror: str
+    filename: object
+
+    def line(self) -> str:
+        name = errno.errorcode.get(self.number, str(self.number))
+        where = f"{self.filename}: " if self.filename else ""
+        return f"{where}{self.strerror or os.strerror(self.number)} ({name}, errno {self.number})"
+
+
 def io_error_line(exc: BaseException, database: str | None = None) -> str | None:
     """One line naming the path and the errno of the operating-system error behind `exc` (a full or read-only
     disk, a missing permission), looked for in its chain and in a Beam runner's re-raised message; None when
     `exc` is not one. The traceback and the records a runner quotes are left out. SQLite reports a full or
     read-only disk without a path or errno (`database or disk is full`): the line names `database`."""
+    found = _io_error(exc, database)
+    return found.line() if found is not None else None
+
+
+def _io_error(exc: BaseException, database: str | None) -> _IoError | None:
     seen: set[int] = set()
     todo: list[BaseException | None] = [exc]
     while todo:
@@ -86,21 +106,21 @@ def io_error_line(exc: BaseException, database: str | None = None) -> str | None
             continue
         seen.add(id(e))
         if isinstance(e, OSError) and e.errno is not None:
-            return _errno_line(e.errno, e.strerror or "", e.filename)
+            return _IoError(e.errno, e.strerror or "", e.filename)
         code = getattr(e, "sqlite_errorcode", None)
         if isinstance(code, int) and code & 0xFF in _SQLITE_ERRNOS:
             number = _SQLITE_ERRNOS[code & 0xFF]
             if number == errno.EIO and database and _disk_full(database):  # a WAL file that could not grow
                 number = errno.ENOSPC
-            return _errno_line(number, f"{os.strerror(number)} (SQLite: {str(e)[:80]})", database)
+            return _IoError(number, f"{os.strerror(number)} (SQLite: {str(e)[:80]})", database)
         todo += [e.__cause__, e.__context__, getattr(e, "orig", None)]
     text = str(exc)
     found = _ERRNO_TEXT.search(text)
     if found is not None:
-        return _errno_line(int(found.group(1)), found.group(2), found.group(3))
+        return _IoError(int(found.group(1)), found.group(2), found.group(3))
     found = _STRERROR_TEXT.search(text)  # TensorFlow's "<path>; No space left on device"
     if found is not None:
-        return _errno_line(_DISK_ERRNOS[found.group(2)], found.group(2), found.group(1))
+        return _IoError(_DISK_ERRNOS[found.group(2)], found.group(2), found.group(1))
     return None
 
 
@@ -116,14 +136,13 @@ def _errno_suffix(exc: BaseException, database: str | None = None) -> str:
     """` (ENOSPC, errno 28)` when an operating-system or SQLite disk error caused `exc` and its message does
     not say so already (a store that could not be opened on a full disk words it as SQLite does)."""
     cause = exc.__cause__ or exc.__context__
-    line = io_error_line(cause, database) if cause is not None else None
-    if line is None or "errno" in str(exc):
+    found = _io_error(cause, database) if cause is not None else None
+    if found is None or "errno" in str(exc):
         return ""
-    suffix = line[line.rindex(" (") :]  # " (ENOSPC, errno 28)"
-    number = int(suffix.rsplit(" ", 1)[1].rstrip(")"))
-    if os.strerror(number) not in str(exc):  # SQLite's "disk I/O error" for a WAL file that could not grow
-        suffix = f" ({os.strerror(number)}, {suffix[2:]}"
-    return suffix
+    code = f"{errno.errorcode.get(found.number, found.number)}, errno {found.number}"
+    if os.strerror(found.number) not in str(exc):  # SQLite's "disk I/O error" for a WAL file that could not grow
+        return f" ({os.strerror(found.number)}, {code})"
+    return f" ({code})"
 
 
 def _database_of(args: argparse.Namespace) -> str | None:
@@ -139,12 +158,6 @@ def _database_of(args: argparse.Namespace) -> str | None:
             return "the --store database"
     data = getattr(args, "data", None)
     return str(Path(data) / "stepmark.db") if data else None
-
-
-def _errno_line(number: int, strerror: str, filename: object) -> str:
-    name = errno.errorcode.get(number, str(number))
-    where = f"{filename}: " if filename else ""
-    return f"{where}{strerror or os.strerror(number)} ({name}, errno {number})"
 
 
 def default_user() -> str:
