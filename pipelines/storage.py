@@ -251,12 +251,26 @@ def open_read(path: str) -> BinaryIO:
     never makes the open or the first read wait and a link to /dev/zero is never read (StepmarkError)."""
     if is_remote(path):
         return _filesystems().open(path, compression_type="uncompressed")
-    local = path.removeprefix("file://")
+    return open_regular(path.removeprefix("file://"))
+
+
+class NotRegularFile(StepmarkError):
+    """A local path that is a FIFO, a device, a socket or a folder: never read."""
+
+    def __init__(self, path: str, mode: int) -> None:
+        super().__init__(f"{path}: {file_kind(mode)}, not a regular file: not read")
+        self.mode = mode
+
+
+def open_regular(local: str) -> BinaryIO:
+    """A local file opened non-blocking and checked once open (a FIFO swapped in after any earlier check cannot
+    make the open or the first read wait; links to regular files are followed). Raises NotRegularFile, or
+    OSError (missing, a symlink loop, no permission)."""
     fd = os.open(local, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise StepmarkError(f"{path}: {file_kind(mode)}, not a regular file: not read")
+            raise NotRegularFile(local, mode)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

@@ -16,7 +16,7 @@ from pipelines.errors import StepmarkError
 from pipelines.hierarchy.errors import HierarchyError
 from pipelines.hierarchy.objects import MAX_BYTES
 from pipelines.hierarchy.screenshot import MAX_SCREENSHOT_BYTES
-from pipelines.storage import file_kind
+from pipelines.storage import NotRegularFile, file_kind, open_regular
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
 
@@ -309,15 +309,12 @@ def open_guarded(path: str, limit: int = MAX_STREAMED_FILE, policy: ReadPolicy =
     if not _is_local(path):
         return FileSystems.open(path, compression_type="uncompressed")
     check_file(path, limit, policy)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise FileRefused("not_regular", f"{display(path)}: {file_kind(mode)}, not a regular file: not read")
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+        return open_regular(path)
+    except NotRegularFile as exc:
+        raise FileRefused(
+            "not_regular", f"{display(path)}: {file_kind(exc.mode)}, not a regular file: not read"
+        ) from None
 
 
 def is_local(path: str) -> bool:
