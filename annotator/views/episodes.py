@@ -225,7 +225,11 @@ def render() -> None:
     except StepmarkError as exc:
         st.error(md_escape(str(exc)))
         return
-    queue_panel.render(ops, chosen.study_id)  # the study's work queue: progress, Next episode (N), done
+    # The study's work queue (progress, Next episode (N), done) in one container, so the elements after it keep
+    # their places in the page whether a study is chosen or not: the browser updates the table in place instead
+    # of building it anew.
+    with st.container(key="queue_panel"):
+        queue_panel.render(ops, chosen.study_id)
     pages = max(1, -(-total // PAGE_SIZE))
     if int(st.session_state.get("ep_page", 1)) > pages:
         st.session_state["ep_page"] = pages
