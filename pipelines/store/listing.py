@@ -177,40 +177,51 @@ def count(s: Session, q: EpisodeQuery) -> int:
     return int(total)
 
 
-class Counts:
-    """Counts of episode lists, remembered until the store changes: every change that can move a count (an
-    episode registered or deleted, a state, a tag, notes, a session made INVALID) writes an audit entry in its
-    own transaction, so the audit log's newest id (one look-up of its primary key) says whether a remembered
-    count still holds. A rerun that only pages or sorts then counts nothing (a COUNT of a 1M-episode study is
-    0.15-0.26 s on PostgreSQL, and the Episodes page with its queue panel made two). Counts stay exact. Rows
-    changed outside stepmark (no audit entry) are counted after a restart. Thread-safe, `size` lists at most.
+class UntilChanged:
+    """Values computed from the store, remembered until it changes: every change that can move a count or a
+    summary (an episode registered or deleted, a state, a tag, notes, a session made INVALID, a queue step, a
+    field value, an adjudication) writes an audit entry in its own transaction, so the audit log's newest id (one
+    look-up of its primary key) says whether a remembered value still holds. A rerun that only pages or sorts
+    then counts nothing (a COUNT of a 1M-episode study is 0.15-0.26 s on PostgreSQL, and the Episodes page with
+    its queue panel made two), and the Quality page's summaries (4.4 s at 1M) are made once per change, not per
+    click. Values stay exact. Rows changed outside stepmark (no audit entry) are seen after a restart.
+    Thread-safe; `size` values at the most, least recently used dropped first. A value is shared: callers must
+    not change it.
 
     On PostgreSQL audit ids come from a sequence and may commit out of order (id 10 committing after id 11 was
-    read), so a remembered count is also given up after `max_age` seconds: a count may lag by that much, never
-    for good."""
+    read), so a remembered value is also given up after `max_age` seconds: it may lag by that much, never for
+    good."""
 
     def __init__(self, size: int = 256, max_age: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
-        self._cache: OrderedDict[EpisodeQuery, tuple[int | None, float, int]] = OrderedDict()
+        self._cache: OrderedDict[Any, tuple[int | None, float, Any]] = OrderedDict()
         self._size = size
         self._max_age = max_age
         self._clock = clock
 
-    def count(self, s: Session, q: EpisodeQuery) -> int:
-        mark = s.scalar(sa.select(sa.func.max(AuditRow.id)))  # read first: the count is at least this new
+    def get(self, s: Session, key: Any, compute: Callable[[], Any]) -> Any:
+        """The value remembered under `key`, or `compute()` (remembered under the store's current mark)."""
+        mark = s.scalar(sa.select(sa.func.max(AuditRow.id)))  # read first: the value is at least this new
         now = self._clock()
         with self._lock:
-            hit = self._cache.get(q)
+            hit = self._cache.get(key)
             if hit is not None and hit[0] == mark and now - hit[1] < self._max_age:
-                self._cache.move_to_end(q)
+                self._cache.move_to_end(key)
                 return hit[2]
-        n = count(s, q)
+        value = compute()
         with self._lock:
-            self._cache[q] = (mark, now, n)
-            self._cache.move_to_end(q)
+            self._cache[key] = (mark, now, value)
+            self._cache.move_to_end(key)
             while len(self._cache) > self._size:
                 self._cache.popitem(last=False)
-        return n
+        return value
+
+
+class Counts(UntilChanged):
+    """Counts of episode lists (`UntilChanged`, keyed by the query)."""
+
+    def count(self, s: Session, q: EpisodeQuery) -> int:
+        return int(self.get(s, q, lambda: count(s, q)))
 
 
 def _ordered(query: sa.Select, column: Any, descending: bool) -> sa.Select:

@@ -17,10 +17,10 @@ lock the episode row, so concurrent writers (two annotators, two processes) neve
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -56,6 +56,9 @@ from pipelines.store.models import (
 from pipelines.store.roles import StudyRoles
 from pipelines.store.roles import label as _label
 from protos.rlds_creator import study_pb2
+
+T = TypeVar("T")
+SUMMARIES_REMEMBERED = 16  # studies' summaries (the Quality page's) kept at once, each until the store changes
 
 StudySpec = study_pb2.StudySpec
 Episode = study_pb2.Episode
@@ -110,6 +113,7 @@ class Repository(StudyRoles):
 
     def __init__(self, engine: Engine, data_dir: str | Path | None = None) -> None:
         self._counts = listing.Counts()
+        self._summaries = listing.UntilChanged(size=SUMMARIES_REMEMBERED)
         self.engine = engine
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self._write_engine = engine.execution_options(**{WRITE: True})
@@ -705,6 +709,12 @@ class Repository(StudyRoles):
         """How many episodes match (aggregates only; remembered until the store changes, `listing.Counts`)."""
         with self._read() as s:
             return self._counts.count(s, q)
+
+    def remembered(self, key: Any, compute: Callable[[], T]) -> T:
+        """`compute()`, remembered until the store changes (`listing.UntilChanged`): for summaries a page draws
+        on every rerun. The value is shared between callers: do not change it."""
+        with self._read() as s:
+            return self._summaries.get(s, key, compute)
 
     def episode_cursor(self, q: EpisodeQuery, sort: Sort, offset: int) -> Cursor | None:
         """The cursor that starts the page beginning at row `offset` of the list (jump to a page)."""

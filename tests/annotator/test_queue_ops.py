@@ -117,3 +117,20 @@ def test_activity_reads_the_adjudications_not_the_study(team):
     agreement.adjudicate(env.repo, env.episodes[0].id, 1, ["jump"], ALICE)  # an episode of the other study
     assert queue_ops.activity(alice, second.id) == before
     assert queue_ops.activity(alice, env.study.id)[1][0] == 1
+
+
+def test_the_quality_summaries_are_made_once_per_change_of_the_store(team):
+    """The Quality page reruns on every click and whenever the team moves: its summaries (seconds at a million
+    episodes) are remembered until the store changes, and made again at once when it does."""
+    env, _ = team
+    alice = ops_for(env, ALICE)
+    first = queue_ops.quality(alice, env.study.id)
+    assert queue_ops.quality(ops_for(env, BOB), env.study.id) is first  # nothing changed: the same figures
+    assert first.tags_by_label.get("jump", 0) == 0
+    env.repo.add_step_tag(ref_of(env.episodes[0]), 1, "jump", CAROL)
+    again = queue_ops.quality(alice, env.study.id)
+    assert again is not first and again.tags_by_label["jump"] == 1
+    queue.set_queue(env.repo, QueueConfig(env.study.id, overlap=2), ALICE)  # a queue change moves them too
+    held = queue.next_episode(env.repo, env.study.id, ALICE)
+    assert held is not None
+    assert queue_ops.quality(alice, env.study.id).queue.slots_total == 4
