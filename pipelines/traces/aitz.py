@@ -16,7 +16,14 @@ from collections import Counter
 from typing import Any
 
 from pipelines.traces import aitw, files
-from pipelines.traces.common import LayoutFileError, Reader, load_json, ordered_steps, parse_json
+from pipelines.traces.common import (
+    LayoutFileError,
+    Reader,
+    load_json,
+    ordered_steps,
+    parse_json,
+    usable_action,
+)
 from pipelines.traces.discover import IMAGE_EXTS, natural_key
 from pipelines.traces.model import DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
 
@@ -164,15 +171,8 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
                 DeadLetter(path, position, "bad_step", f"{path}: step {step_id}: {exc}", eid)
             )
             continue
-        action = None
-        try:
-            action = _step_action(entry, warnings)
-        except ValueError as exc:
-            episode.dead_letters.append(
-                DeadLetter(
-                    path, position, "bad_action", f"{path}: step {step_id}: action not usable ({exc})", eid
-                )
-            )
+        where = f"{path}: step {step_id}"
+        action = usable_action(_step_action, entry, warnings, episode, path, position, where)
         text = tuple(
             (name, entry[key]) for key, name in COAT_FIELDS.items() if isinstance(entry.get(key), str)
         )

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from pipelines.hierarchy.encoding import bom_encoding
 from pipelines.hierarchy.jsonio import replace_lone_surrogates
 from pipelines.traces import examples, validation
-from pipelines.traces.model import DeadLetter, RawEpisode
+from pipelines.traces.model import DeadLetter, RawAction, RawEpisode
 
 Reader = Callable[[str], bytes]
 T = TypeVar("T")
@@ -115,6 +115,26 @@ def ordered_steps(
             episode.dead_letters.append(DeadLetter(path, position, "bad_step", not_object(position, i), eid))
             continue
         yield position, i, entry
+
+
+def usable_action(
+    parse: Callable[[dict, list[str]], RawAction],
+    entry: dict,
+    warnings: list[str],
+    episode: RawEpisode,
+    path: str,
+    position: int,
+    where: str,
+) -> RawAction | None:
+    """The action `parse(entry, warnings)` makes of a step, or None when it raises ValueError: then a
+    `bad_action` dead letter "`where`: action not usable (...)" of `path` at `position`, and the step is kept
+    without its action."""
+    try:
+        return parse(entry, warnings)
+    except ValueError as exc:
+        why = f"{where}: action not usable ({exc})"
+        episode.dead_letters.append(DeadLetter(path, position, "bad_action", why, episode.source.episode_id))
+        return None
 
 
 def screen_number(stem: str) -> int | None:

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from pipelines.traces import examples, files
-from pipelines.traces.common import LayoutFileError, Reader, load_json, ordered_steps
+from pipelines.traces.common import LayoutFileError, Reader, load_json, ordered_steps, usable_action
 from pipelines.traces.model import NO_HIERARCHY, DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
 
 LAYOUT = "gui_odyssey"
@@ -159,15 +159,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             episode.dead_letters.append(DeadLetter(path, position, "missing_screenshot", message, eid))
             continue
         warnings: list[str] = []
-        action = None
-        try:
-            action = action_of(entry, warnings)
-        except ValueError as exc:
-            episode.dead_letters.append(
-                DeadLetter(
-                    path, position, "bad_action", f"{path}: steps[{i}]: action not usable ({exc})", eid
-                )
-            )
+        action = usable_action(action_of, entry, warnings, episode, path, position, f"{path}: steps[{i}]")
         episode.steps.append(
             RawStep(
                 position,
