@@ -236,21 +236,10 @@ def tree_rss_mb(pid: int) -> float:
 
 
 def _choose(page, label: str, option: str, kind: str = "stSelectbox") -> None:
-    """Pick an option of a Streamlit selectbox (or multiselect) by its label; a click that lands while the
-    page is still settling may not open the list, so it is tried again."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    """Pick an option of a Streamlit selectbox (or multiselect) by its label, then close its list."""
+    from tests.e2e.browser import choose_option
 
-    box = page.locator(f'[data-testid="{kind}"]').filter(has=page.get_by_text(label, exact=True))
-    choice = page.get_by_role("option", name=option, exact=True)
-    for _ in range(5):
-        box.locator("input").click()
-        try:
-            choice.wait_for(timeout=5_000)
-            break
-        except PlaywrightTimeout:
-            page.keyboard.press("Escape")
-    choice.click()
-    page.keyboard.press("Escape")
+    choose_option(page, label, option, kind, close=True)
 
 
 def browser_figures(url: str | None, data_dir: Path, study_id: str, total: int) -> dict[str, float]:

@@ -37,6 +37,7 @@ from annotator.web import context
 from annotator.web.routes_common import (
     RequestError,
     Where,
+    check_step,
     episode_ref,
     guarded,
     json_body,
@@ -67,8 +68,7 @@ def _step(request: Request, where: Where) -> tuple[Any, int]:
     ref = episode_ref(request)
     step = whole_number(request.path_params["step"], "step")
     _, reader = where.open(ref)
-    if not 0 <= step < len(reader):
-        raise RequestError(f"step {step} is out of range: the episode has {len(reader)} steps")
+    check_step(step, len(reader))
     return ref, step
 
 

@@ -61,6 +61,7 @@ from annotator.web import context
 from annotator.web.routes_common import (
     RequestError,
     Where,
+    check_step,
     episode_ref,
     guarded,
     json_body,
@@ -85,15 +86,9 @@ def _record(where: Where, ref) -> Any:
     return getattr(reader, "_reader", reader).record
 
 
-def _check_step(record, step: int) -> None:
-    n = len(record.episode.time_steps)
-    if not 0 <= step < n:
-        raise RequestError(f"step {step} is out of range: the episode has {n} steps")
-
-
 def _step_payload(where: Where, ref, step: int, user: str) -> dict[str, Any]:
     record = _record(where, ref)
-    _check_step(record, step)
+    check_step(step, len(record.episode.time_steps))
     repo = where.repo()
     notes = store.for_step(repo, ref, step)
     objects = record.episode.time_steps[step].observation.objects
@@ -195,7 +190,7 @@ def _add(request: Request, claims: context.Claims, where: Where) -> Response:
     if kind not in store.KINDS:
         raise RequestError(f"kind must be one of {', '.join(store.KINDS)}, got {kind!r}")
     record = _record(where, ref)
-    _check_step(record, step)
+    check_step(step, len(record.episode.time_steps))
     repo = where.repo()
     obs = record.episode.time_steps[step].observation
     drawn = [a for a in store.for_step(repo, ref, step) if a.kind == store.BOX]

@@ -28,6 +28,7 @@ from annotator.web import context, player_data
 from annotator.web.routes_common import (
     RequestError,
     Where,
+    check_step,
     episode_ref,
     guarded,
     json_body,
@@ -72,8 +73,7 @@ def _frame(request: Request, claims: context.Claims, where: Where) -> Response:
     ref = episode_ref(request)
     episode, reader = where.open(ref)
     index = whole_number(request.path_params["step"], "step")
-    if not 0 <= index < len(reader):
-        raise RequestError(f"step {index} is out of range: the episode has {len(reader)} steps")
+    check_step(index, len(reader))
     picture = player_data.frame(reader.step(index), episode_kind(episode))
     return Response(
         picture.data, media_type=picture.content_type, headers={"cache-control": "private, max-age=86400, immutable"}
@@ -165,8 +165,7 @@ def _change_labels(request: Request, claims: context.Claims, where: Where) -> Re
         raise RequestError("op must be add/remove; labels are per step")
     step = whole_number(body.get("step"), "step")
     _, reader = where.open(ref)
-    if not 0 <= step < len(reader):
-        raise RequestError(f"step {step} is out of range: the episode has {len(reader)} steps")
+    check_step(step, len(reader))
     ok = queue.set_step_label(where.repo(), ref.episode_id, claims.user, step, label, op == "add")
     message = f"{'Labelled' if op == 'add' else 'Removed from'} step {step}: {label}" if ok else "Nothing changed"
     return JSONResponse({"ok": ok, "message": message, **_labels_payload(where.repo(), ref.episode_id, claims.user)})

@@ -1,5 +1,5 @@
 """What every route of the annotator's own server shares: the token check, errors as JSON, bounded JSON bodies,
-and where the store and episode files are (`Where`). Used by replay_routes and grounding_routes."""
+and where the store and episode files are (`Where`). Used by replay_routes, grounding_routes and field_routes."""
 
 from __future__ import annotations
 
@@ -63,6 +63,12 @@ class Where:
     def open(self, ref: client_pb2.EpisodeRef):
         episode = self.repo().get_episode(ref)
         return episode, context.readers(str(self.settings.data_dir))(episode)
+
+
+def check_step(step: int, count: int) -> None:
+    """A step the request names must be one of the episode's `count` steps: else a bad request saying so."""
+    if not 0 <= step < count:
+        raise RequestError(f"step {step} is out of range: the episode has {count} steps")
 
 
 def whole_number(value: Any, name: str) -> int:

@@ -8,7 +8,6 @@ from .bounds import Box, from_pairs
 from .errors import HierarchyError
 from .jsonio import with_json_document
 from .objects import (
-    INT32_MAX,
     MAX_DEPTH,
     MAX_OBJECTS,
     RawNode,
@@ -16,6 +15,7 @@ from .objects import (
     build_screen,
     raw_node,
     resolve_screen_size,
+    stated_size,
     too_large,
 )
 
@@ -43,11 +43,6 @@ _VIEW_KEYS = (
     ("checked", False),
 )
 _VIEW = itemgetter(*(key for key, _ in _VIEW_KEYS))
-
-
-def _stated_size(value: object) -> bool:
-    """A width/height the state may state: a positive integer that fits the protos' int32 (not a bool)."""
-    return type(value) is int and 0 < value <= INT32_MAX
 
 
 def parse(
@@ -206,10 +201,8 @@ def from_document(
     if dropped:
         warnings.append(f"dropped {dropped} view(s): invisible ones and their subtrees")
 
-    stated = _stated_size(doc.get("width")) and _stated_size(doc.get("height"))
-    width, height, estimated = resolve_screen_size(
-        screen_size, (doc["width"], doc["height"]) if stated else None, root_boxes, warnings
-    )
+    stated = stated_size(doc.get("width"), doc.get("height"))
+    width, height, estimated = resolve_screen_size(screen_size, stated, root_boxes, warnings)
     screen = build_screen(nodes, width, height, fmt=FORMAT, warnings=warnings, size_estimated=estimated)
     activity = doc.get("foreground_activity")  # "com.yelp.android/.ui.ActivityHome"
     if type(activity) is str and "/" in activity:

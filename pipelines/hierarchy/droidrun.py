@@ -17,7 +17,6 @@ from .bounds import Box, parse_bounds
 from .errors import HierarchyError
 from .jsonio import with_json_document
 from .objects import (
-    INT32_MAX,
     MAX_DEPTH,
     MAX_OBJECTS,
     RawNode,
@@ -25,6 +24,7 @@ from .objects import (
     build_screen,
     raw_node,
     resolve_screen_size,
+    stated_size,
     too_large,
 )
 
@@ -58,10 +58,9 @@ def _size(doc: dict) -> tuple[int, int] | None:
         return None
     for key, w_key, h_key in (("screen_bounds", "width", "height"), ("display_metrics", "widthPixels", "heightPixels")):
         block = context.get(key)
-        if isinstance(block, dict):
-            w, h = block.get(w_key), block.get(h_key)
-            if type(w) is int and type(h) is int and 0 < w <= INT32_MAX and 0 < h <= INT32_MAX:
-                return w, h
+        size = stated_size(block.get(w_key), block.get(h_key)) if isinstance(block, dict) else None
+        if size is not None:
+            return size
     return None
 
 

@@ -418,6 +418,14 @@ def screen_size_from_windows(
     return width, height, estimated
 
 
+def stated_size(width: object, height: object) -> tuple[int, int] | None:
+    """The screen size a dump states, when both are positive integers that fit the protos' int32 (not bools);
+    None otherwise, so that `resolve_screen_size` falls back to the windows' extent."""
+    if type(width) is int and type(height) is int and 0 < width <= INT32_MAX and 0 < height <= INT32_MAX:
+        return width, height
+    return None
+
+
 def resolve_screen_size(
     screen_size: tuple[int, int] | None,
     stated: tuple[int, int] | None,

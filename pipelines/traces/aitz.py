@@ -16,7 +16,14 @@ from collections import Counter
 from typing import Any
 
 from pipelines.traces import aitw, files
-from pipelines.traces.common import LayoutFileError, Reader, load_json, parse_json
+from pipelines.traces.common import (
+    LayoutFileError,
+    Reader,
+    load_json,
+    ordered_steps,
+    parse_json,
+    usable_action,
+)
 from pipelines.traces.discover import IMAGE_EXTS, natural_key
 from pipelines.traces.model import DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
 
@@ -121,7 +128,6 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
         return episode
     episode.num_source_steps = len(entries)
     ids = [e.get("step_id") if isinstance(e, dict) and type(e.get("step_id")) is int else None for e in entries]
-    order = sorted(range(len(entries)), key=lambda i: (i if ids[i] is None else ids[i], i))
     # Steps are keyed by position in that order (blobs, names): a step_id given twice, or a missing one whose
     # file index is another step's step_id, must not make two steps share one key (and so one set of boxes).
     counts = Counter(n for n in ids if n is not None)
@@ -133,13 +139,9 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     if missing:
         episode.warnings.append(f"{len(missing)} step(s) without an integer step_id, placed by file position")
     used_images: set[str] = set()
-    for position, i in enumerate(order):
-        entry = entries[i]
-        if not isinstance(entry, dict):
-            episode.dead_letters.append(
-                DeadLetter(path, position, "bad_step", f"{path}: step {position} is not a JSON object", eid)
-            )
-            continue
+    for position, i, entry in ordered_steps(
+        entries, "step_id", episode, path, lambda position, _: f"{path}: step {position} is not a JSON object"
+    ):
         warnings: list[str] = []
         if ids[i] is None:
             also = " (also another step's step_id)" if i in counts else ""
@@ -169,15 +171,8 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
                 DeadLetter(path, position, "bad_step", f"{path}: step {step_id}: {exc}", eid)
             )
             continue
-        action = None
-        try:
-            action = _step_action(entry, warnings)
-        except ValueError as exc:
-            episode.dead_letters.append(
-                DeadLetter(
-                    path, position, "bad_action", f"{path}: step {step_id}: action not usable ({exc})", eid
-                )
-            )
+        where = f"{path}: step {step_id}"
+        action = usable_action(_step_action, entry, warnings, episode, path, position, where)
         text = tuple(
             (name, entry[key]) for key, name in COAT_FIELDS.items() if isinstance(entry.get(key), str)
         )

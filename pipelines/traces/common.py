@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from pipelines.hierarchy.encoding import bom_encoding
 from pipelines.hierarchy.jsonio import replace_lone_surrogates
 from pipelines.traces import examples, validation
-from pipelines.traces.model import DeadLetter, RawEpisode
+from pipelines.traces.model import DeadLetter, RawAction, RawEpisode
 
 Reader = Callable[[str], bytes]
+T = TypeVar("T")
 
 #: Positions a numbered trace (LlamaTouch `N.xml`, DroidRun `ui_states/N.json`) may span from its first screen
 #: number: a screen numbered further on is a `bad_step` dead letter. Bounds the source steps counted and the
@@ -94,6 +95,48 @@ def apply_manifest(episode: RawEpisode, read: Reader, path: str) -> None:
     episode.metadata.update(manifest.get("metadata", {}))
 
 
+def ordered_steps(
+    entries: list, key: str, episode: RawEpisode, path: str, not_object: Callable[[int, int], str]
+) -> Iterator[tuple[int, int, dict]]:
+    """(position, file index, entry) of a layout's JSON list of steps (`path`: the file that holds it), in the
+    order of each entry's integer `key` ("step_id", "step"); an entry without one is placed by its file index,
+    and ties keep file order. An entry that is not a JSON object is a `bad_step` dead letter at its position,
+    `not_object(position, index)` saying why."""
+
+    def place(i: int) -> tuple[int, int]:
+        entry = entries[i]
+        number = entry.get(key) if isinstance(entry, dict) else None
+        return (number if type(number) is int else i), i
+
+    eid = episode.source.episode_id
+    for position, i in enumerate(sorted(range(len(entries)), key=place)):
+        entry = entries[i]
+        if not isinstance(entry, dict):
+            episode.dead_letters.append(DeadLetter(path, position, "bad_step", not_object(position, i), eid))
+            continue
+        yield position, i, entry
+
+
+def usable_action(
+    parse: Callable[[dict, list[str]], RawAction],
+    entry: dict,
+    warnings: list[str],
+    episode: RawEpisode,
+    path: str,
+    position: int,
+    where: str,
+) -> RawAction | None:
+    """The action `parse(entry, warnings)` makes of a step, or None when it raises ValueError: then a
+    `bad_action` dead letter "`where`: action not usable (...)" of `path` at `position`, and the step is kept
+    without its action."""
+    try:
+        return parse(entry, warnings)
+    except ValueError as exc:
+        why = f"{where}: action not usable ({exc})"
+        episode.dead_letters.append(DeadLetter(path, position, "bad_action", why, episode.source.episode_id))
+        return None
+
+
 def screen_number(stem: str) -> int | None:
     """The screen number a numbered trace file's stem gives ("12" -> 12), None for any other stem ("²", "1a")."""
     if not stem.isdecimal():
@@ -136,14 +179,37 @@ def gap_warnings(position: int, first: int, span: int, stepped: set[int], missin
     return out
 
 
-def runs(items: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
-    """(position, where) pairs in order, split into runs of consecutive positions: the actions of screens that
-    have no file at all become one dead letter per run, not one per action (a gap of 10^5 screens would be
-    10^5 letters from a small macro.json)."""
-    out: list[list[tuple[int, int]]] = []
-    for item in items:
-        if out and out[-1][-1][0] + 1 == item[0]:
-            out[-1].append(item)
+def actions_on_steps(
+    items: Iterable[tuple[int, T]],
+    first: int,
+    stepped: Container[int],
+    shots: Mapping[int, str],
+    episode: RawEpisode,
+    path: str,
+    screenshot_only: Callable[[int, int, str], str],
+    no_file: Callable[[int, int], str],
+) -> Iterator[tuple[int, T]]:
+    """The (position, item) of a numbered trace's actions (`path`: the file that lists them) whose screen has a
+    step; an action whose screen has none is a `bad_action` dead letter of `path`, said by the layout's own
+    words: `screenshot_only(position, number, shot)` at once when its screen left only a screenshot, and
+    `no_file(first_position, last_position)` once per run of consecutive screens with no file at all, when the
+    items are all read (a gap of 10^5 screens is one letter, not 10^5 from a small actions file). Read it to
+    the end: the runs' letters come last, after the caller's own letters about the items."""
+    eid = episode.source.episode_id
+    lost: list[int] = []  # positions of actions on screens with no file at all, in order
+    for position, item in items:
+        if position in stepped:
+            yield position, item
+            continue
+        number = first + position
+        if number in shots:
+            why = screenshot_only(position, number, shots[number])
+            episode.dead_letters.append(DeadLetter(path, position, "bad_action", why, eid))
         else:
-            out.append([item])
-    return out
+            lost.append(position)
+    start = 0
+    for i, position in enumerate(lost):
+        if i + 1 == len(lost) or lost[i + 1] != position + 1:  # the last of a run of consecutive positions
+            why = no_file(lost[start], position)
+            episode.dead_letters.append(DeadLetter(path, lost[start], "bad_action", why, eid))
+            start = i + 1

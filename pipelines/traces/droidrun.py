@@ -16,10 +16,10 @@ from pipelines.traces import files
 from pipelines.traces.common import (
     LayoutFileError,
     Reader,
+    actions_on_steps,
     gap_warnings,
     load_json,
     number_screens,
-    runs,
     screen_number,
 )
 from pipelines.traces.discover import DROIDRUN_MACRO, IMAGE_EXTS
@@ -110,31 +110,25 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             why = (f"{macro_path}: {len(items) - span} action(s) beyond the trajectory's {span} UI "
                    f"states (actions[{span}] on) not used")  # fmt: skip
             episode.dead_letters.append(DeadLetter(macro_path, None, "bad_action", why, eid))
-        lost: list[tuple[int, int]] = []  # (position, position) of actions on screens with no file at all
-        for i, item in enumerate(items[:span]):
-            if i not in stepped:  # its state was never saved: no step to take the action
-                n = first + i
-                if n not in shots:
-                    lost.append((i, i))
-                    continue
-                why = (f"{macro_path}: actions[{i}] is the action on screen {n}, which has no ui_states/{n}.json "
-                       f"(only its screenshot {shots[n]}); not used")  # fmt: skip
-                episode.dead_letters.append(DeadLetter(macro_path, i, "bad_action", why, eid))
-                continue
+
+        def screenshot_only(i: int, n: int, shot: str) -> str:
+            return (f"{macro_path}: actions[{i}] is the action on screen {n}, which has no ui_states/{n}.json "
+                    f"(only its screenshot {shot}); not used")  # fmt: skip
+
+        def no_file(p0: int, p1: int) -> str:
+            if p0 == p1:
+                return (f"{macro_path}: actions[{p0}] is the action on screen {first + p0}, which has no "
+                        f"ui_states/{first + p0}.json (no screenshot either); not used")  # fmt: skip
+            return (f"{macro_path}: actions[{p0}..{p1}] are the actions on screens {first + p0}-{first + p1}, "
+                    f"which have no ui_states/N.json and no screenshot; not used")  # fmt: skip
+
+        for i, item in actions_on_steps(enumerate(items[:span]), first, stepped, shots, episode, macro_path,
+                                        screenshot_only, no_file):  # fmt: skip
             try:
                 actions[i] = macro_action(item)
             except ValueError as exc:
                 why = f"{macro_path}: actions[{i}]: {exc}"
                 episode.dead_letters.append(DeadLetter(macro_path, i, "bad_action", why, eid))
-        for run in runs(lost):
-            p0, p1 = run[0][0], run[-1][0]
-            if len(run) == 1:
-                why = (f"{macro_path}: actions[{p0}] is the action on screen {first + p0}, which has no "
-                       f"ui_states/{first + p0}.json (no screenshot either); not used")  # fmt: skip
-            else:
-                why = (f"{macro_path}: actions[{p0}..{p1}] are the actions on screens {first + p0}-{first + p1}, "
-                       f"which have no ui_states/N.json and no screenshot; not used")  # fmt: skip
-            episode.dead_letters.append(DeadLetter(macro_path, p0, "bad_action", why, eid))
     else:
         episode.warnings.append(f"no {DROIDRUN_MACRO}: the trajectory has no actions and no goal")
     for number in numbers:

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from pipelines.traces import examples, files
-from pipelines.traces.common import LayoutFileError, Reader, load_json
+from pipelines.traces.common import LayoutFileError, Reader, load_json, ordered_steps, usable_action
 from pipelines.traces.model import NO_HIERARCHY, DeadLetter, EpisodeSource, RawAction, RawEpisode, RawStep
 
 LAYOUT = "gui_odyssey"
@@ -147,15 +147,9 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     device = (info.get("w"), info.get("h")) if all(type(info.get(k)) is int for k in ("w", "h")) else None
     entries = doc["steps"]
     episode.num_source_steps = len(entries)
-    order = sorted(range(len(entries)), key=lambda i: (
-        entries[i].get("step") if isinstance(entries[i], dict) and type(entries[i].get("step")) is int else i, i))  # fmt: skip
-    for position, i in enumerate(order):
-        entry = entries[i]
-        if not isinstance(entry, dict):
-            episode.dead_letters.append(
-                DeadLetter(path, position, "bad_step", f"{path}: steps[{i}] is not an object", eid)
-            )
-            continue
+    for position, i, entry in ordered_steps(
+        entries, "step", episode, path, lambda _, i: f"{path}: steps[{i}] is not an object"
+    ):
         name = files.split(str(entry.get("screenshot", "")).replace("\\", "/"))[1]
         shot = by_name.get(name) if name else None
         if shot is None:
@@ -165,15 +159,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             episode.dead_letters.append(DeadLetter(path, position, "missing_screenshot", message, eid))
             continue
         warnings: list[str] = []
-        action = None
-        try:
-            action = action_of(entry, warnings)
-        except ValueError as exc:
-            episode.dead_letters.append(
-                DeadLetter(
-                    path, position, "bad_action", f"{path}: steps[{i}]: action not usable ({exc})", eid
-                )
-            )
+        action = usable_action(action_of, entry, warnings, episode, path, position, f"{path}: steps[{i}]")
         episode.steps.append(
             RawStep(
                 position,

@@ -17,11 +17,11 @@ from pipelines.hierarchy.encoding import decode_detected
 from pipelines.traces import files
 from pipelines.traces.common import (
     Reader,
+    actions_on_steps,
     decode_text,
     gap_warnings,
     number_screens,
     read_failure_reason,
-    runs,
     screen_number,
 )
 from pipelines.traces.discover import IMAGE_EXTS, LLAMATOUCH_EVENTS, LLAMATOUCH_INSTRUCTION
@@ -153,31 +153,27 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             why = (f"{path} line {extra[0][0]}: {len(extra)} action(s) beyond the trace's {span} screens "
                    f"(lines {extra[0][0]}-{extra[-1][0]}) not used")  # fmt: skip
             episode.dead_letters.append(DeadLetter(path, None, "bad_action", why, eid))
-        lost: list[tuple[int, int]] = []  # (position, line) of actions on screens with no file at all
-        for step, (lineno, line) in enumerate(lines[:span]):
-            if step not in stepped:  # the screen of this line has no dump: no step to take the action
-                n = first + step
-                if n not in shots:
-                    lost.append((step, lineno))
-                    continue
-                why = (f"{path} line {lineno}: the action on screen {n}, which has no {n}.xml or {n}.vh (only its "
-                       f"screenshot {shots[n]}); not used: {line.strip()[:80]!r}")  # fmt: skip
-                episode.dead_letters.append(DeadLetter(path, step, "bad_action", why, eid))
-                continue
+
+        def screenshot_only(step: int, n: int, shot: str) -> str:
+            lineno, line = lines[step]
+            return (f"{path} line {lineno}: the action on screen {n}, which has no {n}.xml or {n}.vh (only its "
+                    f"screenshot {shot}); not used: {line.strip()[:80]!r}")  # fmt: skip
+
+        def no_file(p0: int, p1: int) -> str:
+            (l0, line), l1 = lines[p0], lines[p1][0]
+            if p0 == p1:
+                return (f"{path} line {l0}: the action on screen {first + p0}, which has no {first + p0}.xml or "
+                        f"{first + p0}.vh (no file at all); not used: {line.strip()[:80]!r}")  # fmt: skip
+            return (f"{path} lines {l0}-{l1}: {p1 - p0 + 1} actions on screens {first + p0}-{first + p1}, which "
+                    f"have no file at all (no N.xml, N.vh or screenshot); not used")  # fmt: skip
+
+        for step, (lineno, line) in actions_on_steps(enumerate(lines[:span]), first, stepped, shots, episode, path,
+                                                     screenshot_only, no_file):  # fmt: skip
             try:
                 actions[step] = parse_event(line.rstrip("\r"))
             except EventLineError as exc:
                 why = f"{path} line {lineno}: {exc}: {line.strip()[:80]!r}"
                 episode.dead_letters.append(DeadLetter(path, step, "bad_action", why, eid))
-        for run in runs(lost):
-            (p0, l0), (p1, l1) = run[0], run[-1]
-            if len(run) == 1:
-                why = f"{path} line {l0}: the action on screen {first + p0}, which has no {first + p0}.xml or "
-                why += f"{first + p0}.vh (no file at all); not used: {lines[p0][1].strip()[:80]!r}"
-            else:
-                why = (f"{path} lines {l0}-{l1}: {len(run)} actions on screens {first + p0}-{first + p1}, which "
-                       f"have no file at all (no N.xml, N.vh or screenshot); not used")  # fmt: skip
-            episode.dead_letters.append(DeadLetter(path, p0, "bad_action", why, eid))
     else:
         episode.warnings.append(f"no {LLAMATOUCH_EVENTS}: the trace has no actions")
     for number in numbers:

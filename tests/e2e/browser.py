@@ -1,5 +1,5 @@
 """What the browser tests share: Debian chromium and its flags, waiting for the annotator to answer and for
-Streamlit to finish a run."""
+Streamlit to finish a run, picking a select box's option."""
 
 from __future__ import annotations
 
@@ -38,6 +38,26 @@ def wait_idle(page) -> None:
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=30_000
     )
+
+
+def choose_option(page, label: str, option: str, kind: str = "stSelectbox", close: bool = False) -> None:
+    """Pick an option of the Streamlit selectbox (or multiselect: `kind="stMultiSelect"`) labelled `label`; a
+    click that lands while the page is still settling may not open the list, so it is tried again. `close`:
+    press Escape afterwards (a multiselect's list stays open)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    box = page.locator(f'[data-testid="{kind}"]').filter(has=page.get_by_text(label, exact=True))
+    choice = page.get_by_role("option", name=option, exact=True)
+    for _ in range(5):
+        box.locator("input").click()
+        try:
+            choice.wait_for(timeout=5_000)
+            break
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+    choice.click()
+    if close:
+        page.keyboard.press("Escape")
 
 
 def stop(process: subprocess.Popen) -> None:

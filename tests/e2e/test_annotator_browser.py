@@ -24,7 +24,7 @@ from annotator.operations import ref_key, ref_of
 from pipelines.store import open_store
 from pipelines.store.models import StepTagRow
 from tests.annotator.annotator_data import ALICE, BOB, build_env_data, import_ui_fixtures
-from tests.e2e.browser import annotate_server, wait_idle
+from tests.e2e.browser import annotate_server, choose_option, wait_idle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -437,8 +437,6 @@ def test_a_tag_added_in_one_browser_appears_in_another_without_any_action(server
 def test_state_header_and_step_follow_the_store_and_survive_other_pages(server, browser):
     """Set state updates the header at once; an undo in the player puts the stored state back in the State box;
     another page and back keeps the episode and the step."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
     url, data_dir, study = server
     repo = open_store(None, data_dir)
     episode = repo.list_episodes(study_id=study.id)[-1]
@@ -446,15 +444,7 @@ def test_state_header_and_step_follow_the_store_and_survive_other_pages(server, 
     wait_idle(page)
     box = page.locator('[data-testid="stSelectbox"]').filter(has=page.get_by_text("State", exact=True))
     assert box.locator("input").input_value() == "Completed"
-    option = page.get_by_role("option", name="Rejected", exact=True)
-    for _ in range(3):  # a click that lands while the page is still settling may not open the list
-        box.locator("input").click()
-        try:
-            option.wait_for(timeout=5_000)
-            break
-        except PlaywrightTimeout:
-            page.keyboard.press("Escape")
-    option.click()
+    choose_option(page, "State", "Rejected")
     wait_idle(page)
     page.get_by_role("button", name="Set state").click()
     wait_store(lambda: repo.get_episode(ref_of(episode)).state == 4)  # STATE_REJECTED

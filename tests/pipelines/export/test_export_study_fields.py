@@ -4,6 +4,7 @@ readers (the UI episode converted from the DroidBot run in ../shared/fixtures)."
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -17,6 +18,7 @@ from pipelines.exporters import parquet_writer
 from pipelines.store import field_values as fv
 from pipelines.store import open_store
 from pipelines.store.field_defs import parse_text
+from tests.object_store import Bucket
 from tests.pipelines.export.export_data import ALICE, ExportData, copy_data
 from tests.pipelines.export.readback import read_envlogger
 
@@ -54,7 +56,7 @@ def annotated(export_data: ExportData, tmp_path_factory: pytest.TempPathFactory)
     return {"data_dir": data_dir, "episode": episode}
 
 
-def _export(annotated, out: Path, fmt: str, mode: str, user: str = "") -> Path:
+def _export(annotated, out: Path | str, fmt: str, mode: str, user: str = "") -> Path | str:
     request = export.ExportRequest(data_dir=str(annotated["data_dir"]), out=str(out), format=fmt,
                                    study_id=annotated["episode"].study_id, annotations=mode, user=user)  # fmt: skip
     assert not export.export_episodes(request).dead_letters
@@ -89,6 +91,23 @@ def test_parquet_columns_are_typed_and_say_where_each_value_came_from(annotated,
     assert rows[2]["field:confidence"] == 4.0 and math.isnan(rows[0]["field:confidence"])
     assert [r["field:problems"] for r in rows[:4]] == [[False] * 3, [True, False, True], [True, False, True], [False] * 3]
     assert rows[0]["field:old_field"] == "kept" and rows[0]["field:old_field:origin"] == "scratch"
+
+
+def test_parquet_with_fields_written_to_a_bucket_is_the_local_one(
+    annotated, s3: Bucket, tmp_path: Path
+) -> None:
+    """The README's promise for `--out s3://...`: the same dataset, byte for byte, `field:` columns included
+    (the bucket is tests/object_store.py's local S3 server)."""
+    local = tmp_path / "local"
+    _export(annotated, local, "parquet", "consensus")
+    _export(annotated, s3.url("fields"), "parquet", "consensus")
+    remote = {k.removeprefix("fields/"): s3.get(k) for k in s3.keys("fields/")}
+    files = {p.relative_to(local).as_posix(): p.read_bytes() for p in local.rglob("*") if p.is_file()}
+    assert sorted(remote) == sorted(files) and any(name.endswith(".parquet") for name in files)
+    for name, data in files.items():
+        assert remote[name] == data, name
+    table = pq.read_table(io.BytesIO(next(d for n, d in remote.items() if n.endswith(".parquet"))))
+    assert "field:problems" in table.schema.names and "field:step_instruction:origin" in table.schema.names
 
 
 def test_each_mode_on_parquet_and_envlogger(annotated, tmp_path: Path) -> None:
