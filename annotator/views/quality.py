@@ -4,6 +4,7 @@ the queue's agreement tables, and adjudication of the steps annotators disagree 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import streamlit as st
 
@@ -12,7 +13,7 @@ from annotator.plain import md_escape
 from annotator.views import session
 from pipelines.errors import StepmarkError
 from pipelines.report.html import numbers
-from pipelines.report.plots import Plot, store_plots, ui_plots
+from pipelines.report.plots import PlotImage, images, ui_plots
 from pipelines.report.ui_stats import UiStats, ui_stats
 
 NONE = "(none)"
@@ -36,18 +37,20 @@ KAPPA_MEANS = (
 
 
 @st.cache_data(ttl=300, max_entries=8, show_spinner="Counting the converted records…")
-def _ui_stats(folder: str) -> UiStats:
-    return ui_stats(folder)
+def _ui_stats(folder: str) -> tuple[UiStats, tuple[PlotImage, ...]]:
+    """The counts of a convert-ui output and their plots, drawn once (a rerun only sends the images)."""
+    ui = ui_stats(folder)
+    return ui, images(ui_plots(ui))
 
 
-def show_plots(plots: list[Plot]) -> None:
+def show_plots(plots: Sequence[PlotImage]) -> None:
     for start in range(0, len(plots), 3):
         for column, plot in zip(st.columns(3), plots[start : start + 3], strict=False):
             with column:
-                st.markdown(f"**{plot.title}**")
-                st.pyplot(plot.figure, clear_figure=False)
+                st.markdown(f"**{md_escape(plot.title)}**")
+                st.image(plot.png, width="stretch")
                 if plot.caption:
-                    st.caption(plot.caption)
+                    st.caption(md_escape(plot.caption))
 
 
 def figures_table(figures: dict) -> None:
@@ -150,25 +153,25 @@ def render() -> None:
         return
     session.follow_study(ops, study_id)
     try:
-        stats = queue_ops.quality(ops, study_id)
+        summary = queue_ops.quality(ops, study_id)
     except StepmarkError as exc:
         st.error(str(exc))
         return
     folders = queue_ops.ui_folders(ops, study_id)
-    ui = None
+    stats, ui, ui_images = summary.stats, None, ()
     if folders:
         folder = st.selectbox("convert-ui output of the UI episodes", [*folders, NONE], key="quality_folder")
         if folder != NONE:
             try:
-                ui = _ui_stats(folder)
+                ui, ui_images = _ui_stats(folder)
             except StepmarkError as exc:
                 st.error(str(exc))
     figures_table(numbers(ui, stats))
     if ui is not None:
         st.header("UI data")
-        show_plots(ui_plots(ui))
+        show_plots(ui_images)
     st.header("Study")
-    show_plots(store_plots(stats))
+    show_plots(summary.plots)
 
     study_fields_section(ops, study_id)
     st.header("Agreement")

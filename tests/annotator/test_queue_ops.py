@@ -126,11 +126,11 @@ def test_the_quality_summaries_are_made_once_per_change_of_the_store(team):
     alice = ops_for(env, ALICE)
     first = queue_ops.quality(alice, env.study.id)
     assert queue_ops.quality(ops_for(env, BOB), env.study.id) is first  # nothing changed: the same figures
-    assert first.tags_by_label.get("jump", 0) == 0
+    assert first.stats.tags_by_label.get("jump", 0) == 0 and first.plots
     env.repo.add_step_tag(ref_of(env.episodes[0]), 1, "jump", CAROL)
     again = queue_ops.quality(alice, env.study.id)
-    assert again is not first and again.tags_by_label["jump"] == 1
+    assert again is not first and again.stats.tags_by_label["jump"] == 1
     queue.set_queue(env.repo, QueueConfig(env.study.id, overlap=2), ALICE)  # a queue change moves them too
     held = queue.next_episode(env.repo, env.study.id, ALICE)
     assert held is not None
-    assert queue_ops.quality(alice, env.study.id).queue.slots_total == 4
+    assert queue_ops.quality(alice, env.study.id).stats.queue.slots_total == 4
