@@ -12,7 +12,8 @@ queue of overlap 2 with one episode in 500 labelled by two annotators), to each 
   - the Episodes page in chromium (Playwright at /usr/bin/chromium) against `stepmark annotate`: cold load,
     warm reload (median of 3), and each of: choose the study, next page, jump to the middle page, sort by
     steps, descending, filter by state, search notes; until the page says what it shows and Streamlit's run
-    is over. The server's RSS (process tree) after them.
+    is over. Then the Quality page of the study, first visit and a reload (its summaries and plots are
+    remembered until the store changes). The server's RSS (process tree) after them.
 PostgreSQL is started by the bench as the tests start it (tests/pg_fixture.py). After each growth the bench
 calls `Repository.analyze()`, as import-ui does after registering episodes.
 The UI records the episodes point at are a real convert-ui output of ../shared/fixtures (the report reads it);
@@ -264,7 +265,7 @@ def browser_figures(url: str | None, data_dir: Path, study_id: str, total: int) 
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
             page = browser.new_page(viewport={"width": 1600, "height": 1200})
 
-            def until(text: str, action) -> float:
+            def until(text: str | re.Pattern, action) -> float:
                 """Seconds from the action until `text` (which only the new state shows) is on the page, the run
                 is over and no element of the previous run is left (Streamlit marks those stale)."""
                 t = time.perf_counter()
@@ -305,6 +306,11 @@ def browser_figures(url: str | None, data_dir: Path, study_id: str, total: int) 
                 box.press("Enter")
 
             out["search notes"] = until(f"{noted:,} episode(s)", notes) if noted else float("nan")
+            # The Quality page of the same study: its summaries and plots are made on the first visit, then
+            # remembered until the store changes (a reload shows them without counting again).
+            agreement = re.compile(r"steps of [\d,]+ episode\(s\), annotators")
+            out["Quality page, first"] = until(agreement, lambda: page.goto(address + "quality"))
+            out["Quality page, reload"] = until(agreement, page.reload)
             browser.close()
         out["server RSS MB"] = tree_rss_mb(proc.pid)
     finally:
