@@ -45,7 +45,8 @@ def format_agreement(report: AgreementReport) -> str:
             majority = "none" if d.majority is None else ", ".join(d.majority) or "-"
             consensus = "" if d.consensus is None else ", ".join(d.consensus) or "-"
             rows.append([d.episode_id, str(d.step_index), labels, majority, consensus])
-        lines += ["", f"disagreements ({len(report.disagreements)}):", _table(rows)]
+        more = ", the first in registration order" if len(report.disagreements) < report.disputed else ""
+        lines += ["", f"disagreements ({report.disagreements_title}{more}):", _table(rows)]
     return "\n".join(lines)
 
 

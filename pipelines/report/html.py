@@ -68,7 +68,7 @@ def numbers(ui: UiStats | None, store: StoreStats | None) -> dict[str, tuple[str
             out |= {
                 "agreement-units": ("steps labelled by 2+ annotators", store.agreement.units),
                 "agreement-alpha": ("Krippendorff's alpha (label sets)", store.agreement.alpha),
-                "agreement-disagreements": ("disputed steps", len(store.agreement.disagreements)),
+                "agreement-disagreements": ("disputed steps", store.agreement.disputed),
             }
     return out
 

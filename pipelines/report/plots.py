@@ -210,6 +210,6 @@ def store_plots(stats: StoreStats) -> list[Plot]:
                  f"{agreement.units} steps of {agreement.episodes} episodes labelled by 2+ annotators"),
             Plot("agreement_annotators", "Agreement with the majority per annotator",
                  bars(rates, "share of steps", percent=True),
-                 f"{len(agreement.disagreements)} disputed steps"),
+                 f"{agreement.disputed} disputed steps"),
         ]  # fmt: skip
     return plots

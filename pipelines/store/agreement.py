@@ -1,15 +1,18 @@
 """Inter-annotator agreement on step tags, and adjudication of the steps annotators disagree on.
 
-The statistics come from well-kept libraries (Krippendorff's alpha from `krippendorff`, Cohen's kappa from
-scikit-learn); this module only arranges the labels into their inputs. A unit is one step of an episode that
-at least two annotators marked done in the study's queue; an annotator's value on a unit is the set of labels
-they gave the step (the empty set is a value too: "no tag").
+A unit is one step of an episode that at least two annotators marked done in the study's queue; an
+annotator's value on a unit is the set of labels they gave the step (the empty set is a value too: "no tag").
 
 - overall alpha: nominal alpha over label sets (each distinct set is one category);
 - per label: nominal alpha over "has the label / has not" across annotators, and Cohen's kappa per pair;
 - per annotator: how often their label set equals the majority's (a set more than half of the unit's
   annotators gave; units without such a majority are not counted);
-- disagreements: units whose annotators did not all give the same set, with any adjudicated consensus.
+- disagreements: units whose annotators did not all give the same set, with any adjudicated consensus: all
+  of them counted (`disputed`), the first MAX_DISAGREEMENTS in registration order listed.
+
+The labels are read a batch of episodes at a time (`queue.done_labels`) and each episode's units folded into
+running sums (`reliability`) and dropped, so memory does not grow with the study; the figures are those of
+the `krippendorff` package and scikit-learn's `cohen_kappa_score` (the tests' reference).
 
 An adjudicator's choice becomes the step's tags (what exports read) and is kept in `adjudications`.
 """
@@ -17,36 +20,30 @@ An adjudicator's choice becomes the step's tags (what exports read) and is kept 
 from __future__ import annotations
 
 import itertools
-import math
-import warnings
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 
-import krippendorff
-import numpy as np
 import sqlalchemy as sa
-from sklearn.metrics import cohen_kappa_score
 from sqlalchemy.orm import Session
 
-from pipelines.store import listing
 from pipelines.store.database import WRITE
 from pipelines.store.errors import NotFound
 from pipelines.store.models import AdjudicationRow, AuditRow, EpisodeRow
 from pipelines.store.queue import EpisodeLabels, done_labels
+from pipelines.store.reliability import CohenKappa, NominalAlpha
 from pipelines.store.repository import Repository
 from protos.rlds_creator import client_pb2
 
 ADJUDICATE = "step.adjudicate"
 LABEL_SET = "(label set)"  # the pseudo-label of statistics over whole label sets
+MAX_DISAGREEMENTS = 1_000  # disputed steps listed (all are counted): what a person can go through
+_FIRST = datetime.min.replace(tzinfo=UTC)  # the place of an episode without a registration time
+_NONE: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True)
-class Unit:
-    episode_id: str
-    step_index: int
-    values: dict[str, frozenset[str]]  # annotator -> labels
+Values = tuple[tuple[str, frozenset[str]], ...]  # a unit's (annotator, labels), in annotator order
 
 
 @dataclass(frozen=True)
@@ -96,7 +93,14 @@ class AgreementReport:
     labels: list[LabelAgreement] = field(default_factory=list)
     pairs: list[PairKappa] = field(default_factory=list)
     per_annotator: list[AnnotatorAgreement] = field(default_factory=list)
-    disagreements: list[Disagreement] = field(default_factory=list)
+    disagreements: list[Disagreement] = field(default_factory=list)  # the first MAX_DISAGREEMENTS
+    disputed: int = 0  # every disputed step, listed or not
+
+    @property
+    def disagreements_title(self) -> str:
+        """How many disputed steps are listed: "15" when all are, "1,000 of 25,000" when not."""
+        shown = len(self.disagreements)
+        return f"{shown:,}" if shown == self.disputed else f"{shown:,} of {self.disputed:,}"
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -105,37 +109,16 @@ class AgreementReport:
         return out
 
 
-def units_of(episodes: Sequence[EpisodeLabels]) -> list[Unit]:
-    """Every step of every episode with two or more done annotators."""
-    units = []
-    for episode in episodes:
-        if len(episode.by_user) < 2:
-            continue
-        last = max([episode.num_steps - 1, *(max(s, default=-1) for s in episode.by_user.values())])
-        for step in range(last + 1):
-            values = {user: steps.get(step, frozenset()) for user, steps in episode.by_user.items()}
-            units.append(Unit(episode.episode_id, step, values))
-    return units
-
-
-def _alpha(matrix: list[list[float]]) -> float | None:
-    """Nominal Krippendorff's alpha of an annotators x units matrix (NaN: no value); None if undefined."""
-    data = np.array(matrix, dtype=float)
-    if data.size == 0 or len(np.unique(data[~np.isnan(data)])) < 2:
-        return None
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        value = krippendorff.alpha(reliability_data=data, level_of_measurement="nominal")
-    return None if math.isnan(value) else float(value)
-
-
-def _kappa(a: list[str], b: list[str]) -> float | None:
-    if not a or len(set(a) | set(b)) < 2:
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        value = cohen_kappa_score(a, b)
-    return None if math.isnan(value) else float(value)
+def units_of(episode: EpisodeLabels) -> Iterator[tuple[int, Values]]:
+    """Every step of the episode with each done annotator's labels (the empty set: they gave none), when two
+    or more annotators are done with it; none otherwise."""
+    users = sorted(episode.by_user)
+    if len(users) < 2:
+        return
+    steps = [episode.by_user[user] for user in users]
+    last = max([episode.num_steps - 1, *(max(s, default=-1) for s in steps)])
+    for step in range(last + 1):
+        yield step, tuple((user, given.get(step, _NONE)) for user, given in zip(users, steps, strict=True))
 
 
 def _key(labels: frozenset[str]) -> str:
@@ -148,83 +131,163 @@ def majority(values: Sequence[frozenset[str]]) -> frozenset[str] | None:
     return top if n * 2 > len(values) else None
 
 
-def compute(
-    study_id: str,
-    episodes: Sequence[EpisodeLabels],
-    consensus: dict[tuple[str, int], list[str]] | None = None,
-) -> AgreementReport:
-    """Every figure of the report from the annotators' labels (pure: no store access)."""
-    consensus = consensus or {}
-    units = units_of(episodes)
-    users = sorted({u for unit in units for u in unit.values})
-    report = AgreementReport(study_id, len({u.episode_id for u in units}), len(units), users)
-    if not units:
+class _Tally:
+    """The report's running sums, in memory bounded by the annotators, labels and label sets, not the units.
+
+    Units are counted by their values first (`patterns`: most steps look like many others, e.g. everyone
+    "no tag"), and the distinct ones folded into the sums (`_fold`) when FOLD of them wait, and at the end.
+    Per label, only the units where someone gave the label are added; the others ("has not" from everyone)
+    are padded in at the end from the count of values (and of shared units per pair)."""
+
+    FOLD = 10_000
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.episodes = self.units = self.values = self.disputed = 0
+        self.patterns: Counter[Values] = Counter()
+        self.sets = NominalAlpha()
+        self.by_label: dict[str, NominalAlpha] = {}
+        self.shared: Counter[tuple[str, str]] = Counter()  # pair -> units both labelled
+        self.set_kappa: dict[tuple[str, str], CohenKappa] = {}
+        self.label_kappa: dict[tuple[str, str, str], CohenKappa] = {}  # (a, b, label)
+        self.counts: dict[str, list[int]] = {}  # user -> [units, with majority, agree]
+        self.kept: list[tuple[tuple[datetime, str, int], Disagreement]] = []  # (place, disputed step)
+        self.cutoff: tuple[datetime, str, int] | None = None
+
+    def add_episode(self, episode: EpisodeLabels) -> None:
+        registered = episode.registered or _FIRST
+        units = 0
+        for step, values in units_of(episode):
+            units += 1
+            self.patterns[values] += 1
+            if len({labels for _, labels in values}) > 1:
+                self.disputed += 1
+                self._keep((registered, episode.episode_id, step), values)
+        self.units += units
+        self.episodes += units > 0
+        if len(self.patterns) >= self.FOLD:
+            self._fold()
+
+    def _keep(self, place: tuple[datetime, str, int], values: Values) -> None:
+        if self.limit <= 0 or (self.cutoff is not None and place >= self.cutoff):
+            return
+        top = majority([labels for _, labels in values])
+        labels = {user: sorted(given) for user, given in values}
+        disputed = Disagreement(place[1], place[2], labels, None if top is None else sorted(top), None)
+        self.kept.append((place, disputed))
+        if len(self.kept) >= 2 * self.limit:
+            self._trim()
+
+    def _trim(self) -> None:
+        """Keep the first `limit` disputed steps; later ones than the last of them can never be listed."""
+        self.kept.sort(key=lambda kept: kept[0])
+        del self.kept[self.limit :]
+        if len(self.kept) == self.limit:
+            self.cutoff = self.kept[-1][0]
+
+    def _fold(self) -> None:
+        for values, times in self.patterns.items():
+            m = len(values)
+            self.values += m * times
+            self.sets.add(Counter(_key(labels) for _, labels in values), times)
+            for label, k in Counter(label for _, labels in values for label in labels).items():
+                alpha = self.by_label.get(label)
+                if alpha is None:
+                    alpha = self.by_label[label] = NominalAlpha()
+                alpha.add({True: k, False: m - k}, times)
+            for (a, la), (b, lb) in itertools.combinations(values, 2):
+                self.shared[a, b] += times
+                kappa = self.set_kappa.get((a, b))
+                if kappa is None:
+                    kappa = self.set_kappa[a, b] = CohenKappa()
+                kappa.add(_key(la), _key(lb), times)
+                for label in la | lb:
+                    kappa = self.label_kappa.get((a, b, label))
+                    if kappa is None:
+                        kappa = self.label_kappa[a, b, label] = CohenKappa()
+                    kappa.add(label in la, label in lb, times)
+            top = majority([labels for _, labels in values])
+            for user, labels in values:
+                row = self.counts.get(user)
+                if row is None:
+                    row = self.counts[user] = [0, 0, 0]
+                row[0] += times
+                if top is not None:
+                    row[1] += times
+                    row[2] += times * (labels == top)
+        self.patterns.clear()
+
+    def report(self, study_id: str) -> AgreementReport:
+        self._fold()
+        users = sorted(self.counts)
+        report = AgreementReport(study_id, self.episodes, self.units, users, disputed=self.disputed)
+        if not self.units:
+            return report
+        report.alpha = self.sets.value()
+        labels = sorted(self.by_label)
+        for label in labels:
+            alpha = self.by_label[label]
+            marks = alpha.totals[True]
+            alpha.pad(False, self.values)
+            report.labels.append(LabelAgreement(label, alpha.value(), marks))
+        for pair in itertools.combinations(users, 2):
+            shared = self.shared[pair]
+            if not shared:
+                continue
+            report.pairs.append(PairKappa(LABEL_SET, *pair, self.set_kappa[pair].value(), shared))
+            for label in labels:
+                kappa = self.label_kappa.get((*pair, label), CohenKappa())
+                kappa.pad(False, shared)
+                report.pairs.append(PairKappa(label, *pair, kappa.value(), shared))
+        report.per_annotator = [AnnotatorAgreement(user, *self.counts[user]) for user in users]
+        self._trim()
+        report.disagreements = [d for _, d in self.kept]
         return report
 
-    categories = {key: i for i, key in enumerate(sorted({_key(v) for u in units for v in u.values.values()}))}
-    nan = float("nan")
-    report.alpha = _alpha(
-        [[categories[_key(u.values[user])] if user in u.values else nan for u in units] for user in users]
-    )
-    labels = sorted({label for u in units for v in u.values.values() for label in v})
-    for label in labels:
-        matrix = [
-            [float(label in u.values[user]) if user in u.values else nan for u in units] for user in users
-        ]
-        marks = sum(label in v for u in units for v in u.values.values())
-        report.labels.append(LabelAgreement(label, _alpha(matrix), marks))
 
-    for a, b in itertools.combinations(users, 2):
-        shared = [u for u in units if a in u.values and b in u.values]
-        if not shared:
-            continue
-        report.pairs.append(
-            PairKappa(
-                LABEL_SET, a, b,
-                _kappa([_key(u.values[a]) for u in shared], [_key(u.values[b]) for u in shared]),
-                len(shared),
-            )
-        )  # fmt: skip
-        for label in labels:
-            ya = [str(label in u.values[a]) for u in shared]
-            yb = [str(label in u.values[b]) for u in shared]
-            report.pairs.append(PairKappa(label, a, b, _kappa(ya, yb), len(shared)))
-
-    counts = {user: [0, 0, 0] for user in users}
-    for unit in units:
-        top = majority(list(unit.values.values()))
-        for user, value in unit.values.items():
-            counts[user][0] += 1
-            if top is not None:
-                counts[user][1] += 1
-                counts[user][2] += value == top
-        if len(set(unit.values.values())) > 1:
-            report.disagreements.append(
-                Disagreement(
-                    unit.episode_id,
-                    unit.step_index,
-                    {user: sorted(v) for user, v in sorted(unit.values.items())},
-                    sorted(top) if top is not None else None,
-                    consensus.get((unit.episode_id, unit.step_index)),
-                )
-            )
-    report.per_annotator = [AnnotatorAgreement(user, *counts[user]) for user in users]
-    return report
+def compute(
+    study_id: str,
+    episodes: Iterable[EpisodeLabels],
+    consensus: Mapping[tuple[str, int], list[str]] | None = None,
+    limit: int | None = None,
+) -> AgreementReport:
+    """Every figure of the report from the annotators' labels (pure: no store access), one episode at a time.
+    `limit`: disputed steps listed (default MAX_DISAGREEMENTS); `consensus`: adjudicated ones by step."""
+    tally = _Tally(MAX_DISAGREEMENTS if limit is None else limit)
+    for episode in episodes:
+        tally.add_episode(episode)
+    return _with_consensus(tally.report(study_id), consensus or {})
 
 
-def adjudications(repo: Repository, study_id: str) -> dict[tuple[str, int], list[str]]:
+def adjudications(repo: Repository, steps: Iterable[tuple[str, int]]) -> dict[tuple[str, int], list[str]]:
+    """The consensus of each of `steps` that has one (a few hundred episodes looked up at a time)."""
+    wanted = set(steps)
+    episodes = sorted({episode_id for episode_id, _ in wanted})
+    out: dict[tuple[str, int], list[str]] = {}
     with Session(repo.engine) as s, s.begin():
-        rows = s.execute(
-            sa.select(AdjudicationRow.episode_id, AdjudicationRow.step_index, AdjudicationRow.labels).where(
-                listing.in_study(AdjudicationRow.episode_id, study_id)
+        for start in range(0, len(episodes), 500):
+            rows = s.execute(
+                sa.select(
+                    AdjudicationRow.episode_id, AdjudicationRow.step_index, AdjudicationRow.labels
+                ).where(AdjudicationRow.episode_id.in_(episodes[start : start + 500]))
             )
-        ).all()
-    return {(e, i): list(labels) for e, i, labels in rows}
+            out |= {(e, i): list(labels) for e, i, labels in rows if (e, i) in wanted}
+    return out
 
 
 def study_agreement(repo: Repository, study_id: str) -> AgreementReport:
+    """The study's report, its labels streamed from the store (`queue.done_labels`)."""
     repo.get_study(study_id)  # NotFound names the study
-    return compute(study_id, done_labels(repo, study_id), adjudications(repo, study_id))
+    report = compute(study_id, done_labels(repo, study_id, least=2))
+    decided = adjudications(repo, ((d.episode_id, d.step_index) for d in report.disagreements))
+    return _with_consensus(report, decided)
+
+
+def _with_consensus(report: AgreementReport, decided: Mapping[tuple[str, int], list[str]]) -> AgreementReport:
+    report.disagreements = [
+        replace(d, consensus=decided.get((d.episode_id, d.step_index))) for d in report.disagreements
+    ]
+    return report
 
 
 def adjudicate(

@@ -450,6 +450,9 @@ def set_step_label(
         return result.rowcount > 0  # type: ignore[attr-defined]
 
 
+LABEL_BATCH = 500  # episodes whose done assignments and labels `done_labels` reads at a time
+
+
 @dataclass(frozen=True)
 class EpisodeLabels:
     """Labels of one episode by every annotator who is done with it: user -> step -> labels."""
@@ -457,37 +460,69 @@ class EpisodeLabels:
     episode_id: str
     num_steps: int
     by_user: dict[str, dict[int, frozenset[str]]]
+    registered: datetime | None = None  # the episode's registration time (the order lists show)
 
 
-def done_labels(repo: Repository, study_id: str) -> list[EpisodeLabels]:
-    """Per episode with at least one done annotator, each done annotator's own labels (registration order)."""
-    with _read(repo) as s:
-        done = s.execute(
-            sa.select(
-                QueueAssignmentRow.episode_id, QueueAssignmentRow.user, EpisodeRow.num_steps, EpisodeRow.kind
+def done_labels(repo: Repository, study_id: str, least: int = 1) -> Iterator[EpisodeLabels]:
+    """Per episode with at least `least` done annotators, each done annotator's own labels, in episode id
+    order, read LABEL_BATCH episodes at a time (keyset over the done assignments' index, then their rows by
+    id), so a study's labels never sit in memory whole."""
+    after = ""
+    while True:
+        with _read(repo) as s:
+            ids = list(
+                s.scalars(
+                    sa.select(QueueAssignmentRow.episode_id)
+                    .where(
+                        QueueAssignmentRow.study_id == study_id,
+                        QueueAssignmentRow.state == DONE,
+                        QueueAssignmentRow.episode_id > after,
+                    )
+                    .group_by(QueueAssignmentRow.episode_id)
+                    .having(sa.func.count() >= least)
+                    .order_by(QueueAssignmentRow.episode_id)
+                    .limit(LABEL_BATCH)
+                )
             )
-            .join(EpisodeRow, EpisodeRow.id == QueueAssignmentRow.episode_id)
-            .where(QueueAssignmentRow.study_id == study_id, QueueAssignmentRow.state == DONE)
-            .order_by(EpisodeRow.registered_time, EpisodeRow.id, QueueAssignmentRow.user)
-        ).all()
-        labels = s.execute(
-            sa.select(
-                AnnotatorStepLabelRow.episode_id,
-                AnnotatorStepLabelRow.user,
-                AnnotatorStepLabelRow.step_index,
-                AnnotatorStepLabelRow.label,
-            )
-            .where(listing.in_study(AnnotatorStepLabelRow.episode_id, study_id))
-        ).all()
-    sets: dict[tuple[str, str], dict[int, set[str]]] = {}
-    for episode_id, user, step, label in labels:
-        sets.setdefault((episode_id, user), {}).setdefault(step, set()).add(label)
-    out: dict[str, EpisodeLabels] = {}
-    for episode_id, user, num_steps, kind in done:
-        steps = _step_count(num_steps, kind)
-        entry = out.setdefault(episode_id, EpisodeLabels(episode_id, steps, {}))
-        entry.by_user[user] = {k: frozenset(v) for k, v in sets.get((episode_id, user), {}).items()}
-    return list(out.values())
+            if not ids:
+                return
+            rows = s.connection()  # plain rows: the ORM's per-row work is most of the time here
+            done = rows.execute(
+                sa.select(
+                    QueueAssignmentRow.episode_id,
+                    QueueAssignmentRow.user,
+                    EpisodeRow.num_steps,
+                    EpisodeRow.kind,
+                    EpisodeRow.registered_time,
+                )
+                .join(EpisodeRow, EpisodeRow.id == QueueAssignmentRow.episode_id)
+                .where(
+                    QueueAssignmentRow.episode_id.in_(ids),
+                    QueueAssignmentRow.study_id == study_id,
+                    QueueAssignmentRow.state == DONE,
+                )
+                .order_by(QueueAssignmentRow.episode_id, QueueAssignmentRow.user)
+            ).all()
+            labels = rows.execute(
+                sa.select(
+                    AnnotatorStepLabelRow.episode_id,
+                    AnnotatorStepLabelRow.user,
+                    AnnotatorStepLabelRow.step_index,
+                    AnnotatorStepLabelRow.label,
+                ).where(AnnotatorStepLabelRow.episode_id.in_(ids))
+            ).all()
+        sets: dict[tuple[str, str], dict[int, set[str]]] = {}
+        for episode_id, user, step, label in labels:
+            sets.setdefault((episode_id, user), {}).setdefault(step, set()).add(label)
+        out: dict[str, EpisodeLabels] = {}
+        for episode_id, user, num_steps, kind, registered in done:
+            entry = out.get(episode_id)
+            if entry is None:
+                steps = _step_count(num_steps, kind)
+                entry = out[episode_id] = EpisodeLabels(episode_id, steps, {}, utc(registered))
+            entry.by_user[user] = {k: frozenset(v) for k, v in sets.get((episode_id, user), {}).items()}
+        yield from out.values()
+        after = ids[-1]
 
 
 def _step_count(num_steps: int | None, kind: str | None) -> int:

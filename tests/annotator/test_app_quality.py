@@ -104,6 +104,7 @@ def test_queue_label_page_agreement_and_adjudication(data, monkeypatch):
     assert figures["labellings done"] == 2 and figures["disputed steps"] == 1
     assert figures["steps labelled by 2+ annotators"] == first.num_steps + 1
     assert len(at.get("image")) == 9  # the study's plots (st.pyplot), agreement ones included
+    assert "Disagreements (1)" in [h.value for h in at.subheader]
     disputes = frame(at, "majority")
     assert disputes[["step", "labels"]].values.tolist() == [[4, f"{ALICE}: -; {BOB}: fall"]]
 

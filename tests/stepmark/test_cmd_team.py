@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.store import open_store, queue
+from pipelines.store import agreement, open_store, queue
 from stepmark.cli import main
 from tests.pipelines.store.conftest import env_episode, study_spec
 
@@ -18,7 +18,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_queue_agreement_and_adjudication(capsys, tmp_path: Path) -> None:
+def test_queue_agreement_and_adjudication(capsys, tmp_path: Path, monkeypatch) -> None:
     data = str(tmp_path / "data")
     with open_store(None, data) as repo:
         study = repo.create_study(study_spec(), "lead")
@@ -50,6 +50,7 @@ def test_queue_agreement_and_adjudication(capsys, tmp_path: Path) -> None:
     code, out, _ = run(capsys, "agreement", "--study", study.id, "--json", "--data", data)
     report = json.loads(out)
     assert (report["episodes"], report["units"], report["annotators"]) == (1, 4, ["ann", "bea"])
+    assert report["disputed"] == 2
     assert [(d["step_index"], d["labels"]) for d in report["disagreements"]] == [
         (1, {"ann": ["lift"], "bea": []}),
         (3, {"ann": [], "bea": ["drop"]}),
@@ -65,5 +66,12 @@ def test_queue_agreement_and_adjudication(capsys, tmp_path: Path) -> None:
     assert "annotators: ann, bea" in out and "disagreements (2):" in out
     row = next(line for line in out.splitlines() if line.startswith(episodes[0].id) and " 1 " in line)
     assert row.split()[-1] == "lift"
+    # More disputed steps than are listed: both outputs say how many there are.
+    monkeypatch.setattr(agreement, "MAX_DISAGREEMENTS", 1)
+    code, out, _ = run(capsys, "agreement", "--study", study.id, "--data", data)
+    assert "disagreements (1 of 2, the first in registration order):" in out
+    code, out, _ = run(capsys, "agreement", "--study", study.id, "--json", "--data", data)
+    report = json.loads(out)
+    assert (report["disputed"], [d["step_index"] for d in report["disagreements"]]) == (2, [1])
     code, _, err = run(capsys, "agreement", "--study", "nope", "--data", data)
     assert code == 2 and "study 'nope' not found" in err

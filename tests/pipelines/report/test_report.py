@@ -93,7 +93,7 @@ def test_store_figures_equal_the_store(study) -> None:
     assert stats.tags_by_annotator == Counter({ALICE: 3, BOB: 1})
     assert (stats.queue.slots_done, stats.queue.slots_total, stats.queue.episodes_complete) == (2, 6, 1)
     assert stats.agreement.units == listed[0].num_steps + 1
-    assert len(stats.agreement.disagreements) == 2  # steps 1 and 5
+    assert len(stats.agreement.disagreements) == stats.agreement.disputed == 2  # steps 1 and 5
 
 
 def test_ui_study_is_counted_by_aggregates(converted: str, tmp_path: Path) -> None:
