@@ -237,14 +237,17 @@ def compute(
 def shared_places(repo: Any, study_id: str) -> Iterator[tuple[str, Place, dict[str, Any], Any]]:
     """(field, place, {annotator: value}, adjudicated value or None) of each place of the study's episodes
     (not of INVALID sessions) that two or more annotators gave a value, by field then place; values in the
-    order they were given. The places are found by a GROUP BY in the store; rows come BATCH at a time."""
+    order they were given. Rows come BATCH at a time.
+
+    The places are found by a GROUP BY over the store's field values, and only those places are looked up in
+    the study: grouping the study's values after joining its episodes took PostgreSQL twice as long at 1M
+    episodes (a hash join of every episode, built again in each parallel worker, 5.8 s against 2.7 s) and
+    SQLite about as long (1.7-2.0 s against 1.0-1.7 s)."""
     value, adjudication = FieldValueRow, FieldAdjudicationRow
     with repo._read() as s:
         valid = listing.valid_only(s, listing.EpisodeQuery(study_id=study_id))
         shared = (
             sa.select(value.episode_id, value.field, value.step_index, value.end_index)
-            .join(EpisodeRow, EpisodeRow.id == value.episode_id)
-            .where(EpisodeRow.study_id == study_id, *([] if valid is None else [valid]))
             .group_by(value.episode_id, value.field, value.step_index, value.end_index)
             .having(sa.func.count() >= 2)
             .subquery("shared")
@@ -258,8 +261,10 @@ def shared_places(repo: Any, study_id: str) -> Iterator[tuple[str, Place, dict[s
         query = (
             sa.select(shared.c.field, shared.c.episode_id, shared.c.step_index, shared.c.end_index, value.user,
                       value.value, adjudication.value.label("consensus"))  # fmt: skip
+            .join(EpisodeRow, EpisodeRow.id == shared.c.episode_id)
             .join(value, same(value))
             .outerjoin(adjudication, same(adjudication))
+            .where(EpisodeRow.study_id == study_id, *([] if valid is None else [valid]))
             .order_by(shared.c.field, shared.c.episode_id, shared.c.step_index, shared.c.end_index, value.id)
             .execution_options(yield_per=BATCH)
         )

@@ -174,7 +174,8 @@ def ref(episode: study_pb2.Episode) -> client_pb2.EpisodeRef:
 
 def test_the_store_streams_the_figures_of_the_values_read_whole(repo, monkeypatch) -> None:
     """Random values of three annotators (some places with one value) on every kind and scope; an INVALID
-    session's episode and a removed field with single values only; rows read 7 at a time."""
+    session's episode, another study's values and a removed field with single values only; rows read 7 at a
+    time."""
     rng = random.Random(11)
     study = repo.create_study(study_spec(), "lead")
     session, bad = repo.create_session(study.id, "lead"), repo.create_session(study.id, "lead")
@@ -198,6 +199,11 @@ def test_the_store_streams_the_figures_of_the_values_read_whole(repo, monkeypatc
                     value = first if rng.random() < 0.5 else pick[name]()
                     fv.set_value(repo, ref(episode), name, user, value, step=step, end=end)
     fv.adjudicate(repo, ref(episodes[0]), "ok", "lead", "no", step=1)
+    other = repo.create_study(study_spec("Other study"), "lead")  # its places are grouped too, then left out
+    elsewhere = repo.add_episode(env_episode(other.id, repo.create_session(other.id, "lead"), num_steps=6))
+    fv.define(repo, other.id, parse_text(FIELDS, "f.yaml"), "lead")
+    for user, answer in (("ann", "yes"), ("bea", "no")):
+        fv.set_value(repo, ref(elsewhere), "ok", user, answer, step=0)
     removed = FIELDS[: FIELDS.index("  - {name: old")]
     fv.define(repo, study.id, parse_text(removed, "f.yaml"), "lead")  # `old` removed: its values are kept
 
@@ -219,4 +225,4 @@ def test_the_store_streams_the_figures_of_the_values_read_whole(repo, monkeypatc
     assert got["note"].alpha == pytest.approx(pairwise(units["note"], fa.text_distance), rel=1e-12)
     assert got["ok"].units > 5 and got["ok"].disputed_count > 0
     assert any(d.consensus == "no" for d in got["ok"].disputed)
-    assert all(d.episode_id != ignored.id for a in got.values() for d in a.disputed)
+    assert all(d.episode_id not in (ignored.id, elsewhere.id) for a in got.values() for d in a.disputed)
