@@ -47,7 +47,7 @@ def agreement_tables(fields: list[FieldAgreement]) -> dict[str, pd.DataFrame]:
     """The per-field table and the disputed places, as `stepmark agreement` prints them."""
     summary = pd.DataFrame(
         [{"field": f.field, "kind": f.kind, "metric": f.metric, "units": f.units, "alpha": f.alpha,
-          "similarity": f.similarity, "disputed": len(f.disputed)} for f in fields],
+          "similarity": f.similarity, "disputed": f.disputed_count} for f in fields],
         columns=["field", "kind", "metric", "units", "alpha", "similarity", "disputed"],
     )  # fmt: skip
     disputes = pd.DataFrame(

@@ -3,12 +3,15 @@
 Grows one study of imported UI episodes itself (bulk inserts of the rows `import-ui` writes: 5 annotators,
 one episode in 50 rejected, a step tag on one in 100, an episode tag on one in 250, notes on one in 200 (of
 the rejected ones), a
-queue of overlap 2 with one episode in 500 labelled by two annotators), to each size given (default 10k,
-100k, 1M), and at each size measures:
+queue of overlap 2 with one episode in 500 labelled by two annotators), and study fields with their values
+(a step choice `action_ok` and a step text `instruction` from the two annotators of each labelled episode on
+its first four steps, as a labelling pass gives them; an episode choice `success` from one annotator on every
+episode, as a triage pass gives it, and from a second on one episode in 50, as a check of that pass), to each
+size given (default 10k, 100k, 1M), and at each size measures:
   - the repository's list queries in process (count, first page, a jump to the middle page, the page after
     it, sort by steps descending, filters by state, tag and notes text, queue progress), in ms;
-  - `stepmark report --study`, `stepmark agreement` and `stepmark queue show` under `/usr/bin/time -v`:
-    wall time and peak RSS (ratio to the smallest size printed beside);
+  - `stepmark report --study`, `stepmark agreement` (tags and study fields) and `stepmark queue show` under
+    `/usr/bin/time -v`: wall time and peak RSS (ratio to the smallest size printed beside);
   - the Episodes page in chromium (Playwright at /usr/bin/chromium) against `stepmark annotate`: cold load,
     warm reload (median of 3), and each of: choose the study, next page, jump to the middle page, sort by
     steps, descending, filter by state, search notes; until the page says what it shows and Streamlit's run
@@ -24,7 +27,8 @@ their offsets are not (no page here opens a record). Nothing is asserted: figure
 
 `--keep DIR` keeps one store per backend and size in DIR (SQLite files, a PostgreSQL cluster) and reuses them on
 the next run, growing only what is missing (a 1M store takes minutes to build; a store of an older schema version
-is migrated when first opened, and the migration's time printed). `--build-only` builds them and measures nothing.
+is migrated when first opened, and the migration's time printed; a store kept without study fields gets them and
+their values added). `--build-only` builds them and measures nothing.
 """
 
 from __future__ import annotations
@@ -53,6 +57,12 @@ APPS = [f"com.example.app{i}" for i in range(20)]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
 INSERT_BATCH = 20_000
+FIELDS = """fields:
+  - {name: action_ok, scope: step, kind: choice, options: [yes, no, unsure]}
+  - {name: instruction, scope: step, kind: text}
+  - {name: success, scope: episode, kind: choice, options: [yes, no, partial]}
+"""
+WORDS = "tap open the settings menu search bar type pizza scroll down go back and then".split()
 
 
 def _hex(i: int) -> str:
@@ -60,13 +70,15 @@ def _hex(i: int) -> str:
 
 
 def setup(url: str | None, data_dir: Path, converted: Path):
-    """The study (an `android-ui` environment, overlap-2 queue) and one import session (those of a kept store),
-    and how many episodes it has already."""
+    """The study (an `android-ui` environment, overlap-2 queue, FIELDS) and one import session (those of a kept
+    store), how many episodes it has already and how many of them have their field values."""
     import sqlalchemy as sa
 
+    from pipelines.store import field_values as fv
     from pipelines.store import open_store
     from pipelines.store import queue as work_queue
-    from pipelines.store.models import EpisodeRow
+    from pipelines.store.field_defs import parse_text
+    from pipelines.store.models import EpisodeRow, FieldValueRow
     from pipelines.ui_import import find_or_create_study
 
     t = time.perf_counter()
@@ -83,8 +95,15 @@ def setup(url: str | None, data_dir: Path, converted: Path):
     else:
         work_queue.set_queue(repo, work_queue.QueueConfig(study.id, overlap=2), LEAD)
         session_id, have = repo.create_session(study.id, LEAD).id, 0
+    if not fv.definitions(repo, study.id):
+        fv.define(repo, study.id, parse_text(FIELDS, "bench fields"), LEAD)
+    with repo.engine.connect() as conn:  # every episode has one `success` value by USERS[3]
+        with_fields = conn.scalar(
+            sa.select(sa.func.count()).select_from(FieldValueRow)
+            .where(FieldValueRow.field == "success", FieldValueRow.user == USERS[3])
+        )  # fmt: skip
     shard = next(converted.glob("episodes-*.tfrecord"))
-    return repo, study.id, session_id, str(shard.resolve()), have
+    return repo, study.id, session_id, str(shard.resolve()), have, with_fields
 
 
 def grow(repo, study_id: str, session_id: str, shard: str, start: int, stop: int) -> None:
@@ -141,6 +160,42 @@ def grow(repo, study_id: str, session_id: str, shard: str, start: int, stop: int
                 if rows:
                     conn.execute(sa.insert(table.__table__), rows)
     repo.analyze()  # what import-ui does after registering episodes
+
+
+def grow_fields(repo, start: int, stop: int) -> None:
+    """The FIELDS values of episodes start..stop-1 (see the module's docstring), deterministic per episode."""
+    import sqlalchemy as sa
+
+    from pipelines.store.models import FieldValueRow
+
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    for lo in range(start, stop, INSERT_BATCH):
+        rows = []
+        for i in range(lo, min(stop, lo + INSERT_BATCH)):
+            h = _hex(i)
+            when = base + timedelta(milliseconds=i)
+            steps = 1 + int(h[:4], 16) % 30
+            value = {"episode_id": h, "origin": "scratch", "created_time": when}
+            verdict = ("yes", "no", "partial")[int(h[4], 16) % 3]
+            rows.append({**value, "field": "success", "step_index": -1, "end_index": -1, "user": USERS[3],
+                         "value": verdict, "seconds": 2.0 + int(h[5], 16)})  # fmt: skip
+            if i % 50 == 3:  # a second look: agrees three times in four
+                second = verdict if int(h[6], 16) % 4 else ("yes", "no", "partial")[(int(h[4], 16) + 1) % 3]
+                rows.append({**value, "field": "success", "step_index": -1, "end_index": -1, "user": USERS[4],
+                             "value": second, "seconds": 3.0})  # fmt: skip
+            if i % 500 == 13:  # the queue's two annotators (grow's USERS[1:3]) on the first four steps
+                for step in range(min(steps, 4)):
+                    k = int(h[7 + step], 16)
+                    words = [WORDS[(k + j * 7) % len(WORDS)] for j in range(5)]
+                    for slot, user in enumerate(USERS[1:3]):
+                        ok = ("yes", "no", "unsure")[(k + (slot if k % 5 == 0 else 0)) % 3]
+                        text = " ".join(words if slot == 0 or k % 3 else list(reversed(words[1:])))
+                        place = {"step_index": step, "end_index": step, "user": user, "seconds": 4.0 + k}
+                        rows.append({**value, **place, "field": "action_ok", "value": ok})
+                        rows.append({**value, **place, "field": "instruction", "value": text})
+        with repo.engine.begin() as conn:
+            conn.execute(sa.insert(FieldValueRow.__table__), rows)
+    repo.analyze()
 
 
 def timed(fn) -> tuple[float, object]:
@@ -387,11 +442,16 @@ def main() -> None:
             results[backend] = {}
             for size in sorted(args.sizes):
                 url, data_dir = store_location(backend, size, root, kept)
-                repo, study_id, session_id, shard, have = setup(url, data_dir, converted)
+                repo, study_id, session_id, shard, have, with_fields = setup(url, data_dir, converted)
                 if have < size:
                     t = time.perf_counter()
                     grow(repo, study_id, session_id, shard, have, size)
                     print(f"[{backend}] grew to {size:,} episodes in {time.perf_counter() - t:.1f} s", flush=True)
+                if with_fields < size:
+                    t = time.perf_counter()
+                    grow_fields(repo, with_fields, size)
+                    print(f"[{backend}] field values of episodes {with_fields:,}..{size - 1:,} added in "
+                          f"{time.perf_counter() - t:.1f} s", flush=True)  # fmt: skip
                 repo.close()
                 if args.build_only:
                     continue

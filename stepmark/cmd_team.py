@@ -55,7 +55,7 @@ def format_field_agreement(fields: list[FieldAgreement]) -> str:
     if not fields:
         return ""
     rows = [["FIELD", "KIND", "METRIC", "UNITS", "ALPHA", "SIMILARITY", "DISPUTED"]]
-    rows += [[f.field, f.kind, f.metric, str(f.units), _fmt(f.alpha), _fmt(f.similarity), str(len(f.disputed))]
+    rows += [[f.field, f.kind, f.metric, str(f.units), _fmt(f.alpha), _fmt(f.similarity), str(f.disputed_count)]
              for f in fields]  # fmt: skip
     lines = ["", "study fields:", _table(rows)]
     disputes = [["FIELD", "EPISODE", "STEP", "VALUES", "CONSENSUS"]]
@@ -67,6 +67,8 @@ def format_field_agreement(fields: list[FieldAgreement]) -> str:
             disputes.append([f.field, d.episode_id, step, values, consensus])
     if len(disputes) > 1:
         lines += ["", f"disputed field values ({len(disputes) - 1}):", _table(disputes)]
+    lines += [f"{f.field}: {len(f.disputed)} of {f.disputed_count} disputed places listed, those without a "
+              f"consensus first ({f.disputed_open} without one)" for f in fields if len(f.disputed) < f.disputed_count]  # fmt: skip
     return "\n".join(lines)
 
 

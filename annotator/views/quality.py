@@ -15,6 +15,7 @@ from pipelines.errors import StepmarkError
 from pipelines.report.html import numbers
 from pipelines.report.plots import PlotImage, images, ui_plots
 from pipelines.report.ui_stats import UiStats, ui_stats
+from pipelines.store.field_agreement import MAX_DISPUTED
 
 NONE = "(none)"
 # What each agreement figure means, shown under it (the figures are those of `stepmark agreement`).
@@ -105,7 +106,8 @@ FIELDS_MEAN = (
     "Per study field, over the places (steps, segments, episodes) two or more annotators gave a value: "
     "Krippendorff's alpha with the field's metric (nominal for choices and yes/no, interval for numbers, Jaccard "
     "distance for multi-choice, normalised edit distance for text); for text also the mean similarity "
-    "(1 - normalised edit distance) of the annotators' texts, places under 0.8 listed as disputed."
+    "(1 - normalised edit distance) of the annotators' texts, places under 0.8 listed as disputed. At most "
+    f"{MAX_DISPUTED} disputed places are listed per field, those without a consensus first."
 )
 
 
@@ -121,7 +123,9 @@ def study_fields_section(ops, study_id: str) -> None:
         alpha = "n/a" if f.alpha is None else f"{f.alpha:.3f}"
         similarity = "" if f.similarity is None else f", similarity {f.similarity:.3f}"
         st.text(f"{f.field} ({f.metric}): alpha {alpha}{similarity} over {f.units} place(s) of "
-                f"{', '.join(f.annotators) or 'nobody'}; {len(f.disputed)} disputed")  # fmt: skip
+                f"{', '.join(f.annotators) or 'nobody'}; {f.disputed_count} disputed"
+                + (f" ({len(f.disputed)} listed, those without a consensus first: {f.disputed_open} without one)"
+                   if len(f.disputed) < f.disputed_count else ""))  # fmt: skip
     st.caption(FIELDS_MEAN)
     disputes = [(f, d) for f in fields for d in f.disputed]
     if not disputes:

@@ -85,6 +85,6 @@ def field_stats(repo, study_id: str) -> list[FieldStat]:
         out.append(FieldStat(
             d.name, d.kind, d.scope, d.active, int(n), int(filled), int(steps if d.scope == "step" else episodes),
             int(users), None if mean is None else float(mean), float(total or 0.0),
-            a.alpha if a else None, a.similarity if a else None, len(a.disputed) if a else 0,
+            a.alpha if a else None, a.similarity if a else None, a.disputed_count if a else 0,
         ))  # fmt: skip
     return out

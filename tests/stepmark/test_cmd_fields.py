@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.store import field_values, open_store
+from pipelines.store import field_agreement, field_values, open_store
 from stepmark.cli import main
 from tests.pipelines.store.conftest import env_episode, study_spec
 
@@ -25,7 +25,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_fields_import_agreement_and_adjudication(capsys, tmp_path: Path) -> None:
+def test_fields_import_agreement_and_adjudication(capsys, tmp_path: Path, monkeypatch) -> None:
     data = str(tmp_path / "data")
     with open_store(None, data) as repo:
         study = repo.create_study(study_spec(), "lead")
@@ -78,6 +78,13 @@ def test_fields_import_agreement_and_adjudication(capsys, tmp_path: Path) -> Non
     code, out, _ = run(capsys, "agreement", "--study", study.id, "--json", "--data", data)
     (dispute,) = next(f for f in json.loads(out)["fields"] if f["field"] == "action_correct")["disputed"]
     assert dispute["consensus"] == "yes"
+    monkeypatch.setattr(field_agreement, "MAX_DISPUTED", 0)  # more disputed places than are listed
+    code, out, _ = run(capsys, "agreement", "--study", study.id, "--json", "--data", data)
+    listed = next(f for f in json.loads(out)["fields"] if f["field"] == "action_correct")
+    assert (listed["disputed"], listed["disputed_count"], listed["disputed_open"]) == ([], 1, 0)
+    code, out, _ = run(capsys, "agreement", "--study", study.id, "--data", data)
+    assert "action_correct: 0 of 1 disputed places listed, those without a consensus first (0 without one)" in out
+    monkeypatch.undo()
     with open_store(None, data) as repo:
         assert field_values.adjudications(repo, study.id) == {(episode.id, "action_correct", 1, 1): "yes"}
 
