@@ -32,7 +32,11 @@ def save_fields(ops, study_id: str, text: str) -> list[FieldDef]:
 
 
 def agreement(ops, study_id: str) -> list[FieldAgreement]:
-    return field_agreement.study_field_agreement(ops.repo, study_id)
+    """Agreement per study field, made once per change of the store (1.4 s at a million values), not on every
+    rerun of the Quality page. Shared between sessions: read it, do not change it."""
+    return ops.repo.remembered(
+        ("field_agreement", study_id), lambda: field_agreement.study_field_agreement(ops.repo, study_id)
+    )
 
 
 def _place(step: int, end: int) -> str:

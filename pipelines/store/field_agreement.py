@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ from pipelines.store import field_values as fv
 from pipelines.store import listing
 from pipelines.store.field_defs import FieldDef
 from pipelines.store.models import EpisodeRow, FieldAdjudicationRow, FieldValueRow
+from pipelines.store.reliability import NominalAlpha
 
 MAX_DISTINCT = 1500  # above this many distinct values, D_e of Jaccard and text is estimated from a sample
 MAX_DISPUTED = 200  # disputed places listed per field (all are counted)
@@ -97,7 +99,8 @@ class Alpha:
 
     D_o is the mean distance within units (each unit weighted by 1/(m_u - 1)) and D_e the mean over every pair
     of values. `level` picks the distance and how D_e is kept, in memory that does not grow with the units:
-    - "nominal": the count of each distinct value (bounded by the field's options); exact;
+    - "nominal": `reliability.NominalAlpha` (the tags' alpha: counts of each distinct value, bounded by the
+      field's options); exact;
     - "interval": the values' mean and sum of squared deviations (Welford), since the mean squared difference
       over all pairs is 2 * M2 / (n - 1); exact;
     - "jaccard", "text": the count of each distinct value while there are at most MAX_DISTINCT of them (exact;
@@ -114,6 +117,7 @@ class Alpha:
             "text": text_distance,
         }[level]
         self.n = 0
+        self.nominal = NominalAlpha() if level == "nominal" else None  # one home for nominal alpha
         self.observed = 0.0  # sum over units of their within-unit distances / (m_u - 1)
         self.counts: dict[Any, list[Any]] | None = {}  # distinct key -> [value, count]; None: too many
         self.mean = self.m2 = 0.0
@@ -124,6 +128,10 @@ class Alpha:
         """One unit's values; `distances`: `pair_distances` of them, when the caller has them already."""
         m = len(values)
         if m < 2:
+            return
+        if self.nominal is not None:
+            self.nominal.add(Counter(_key(v) for v in values))
+            self.n += m
             return
         if distances is None:
             distances = pair_distances(values, self.distance)
@@ -152,9 +160,6 @@ class Alpha:
         n = self.n
         if self.level == "interval":
             return 2 * self.m2 / (n - 1)
-        if self.level == "nominal":
-            assert self.counts is not None
-            return (n * n - sum(c * c for _, c in self.counts.values())) / (n * (n - 1))
         if self.counts is not None:
             distinct = list(self.counts.values())
             return 2 * sum(
@@ -165,6 +170,8 @@ class Alpha:
 
     def value(self) -> float | None:
         """Alpha; None when undefined (fewer than two values, or no variation: D_e = 0)."""
+        if self.nominal is not None:
+            return self.nominal.value()
         if self.n < 2:
             return None
         expected = self.expected()
