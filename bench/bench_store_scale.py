@@ -15,8 +15,8 @@ size given (default 10k, 100k, 1M), and at each size measures:
   - the Episodes page in chromium (Playwright at /usr/bin/chromium) against `stepmark annotate`: cold load,
     warm reload (median of 3), choosing the study (first, then median of 3), and each of: next page, jump to
     the middle page, sort by steps, descending, filter by state, search notes; until the page says what it
-    shows and Streamlit's run is over. Then the Quality page of the study, first visit and a reload (its summaries and plots are
-    remembered until the store changes). The server's RSS (process tree) after them.
+    shows and Streamlit's run is over. Then the Quality page of the study, first visit and a reload (its
+    summaries and plots are remembered until the store changes). The server's RSS (process tree) after them.
 PostgreSQL is started by the bench as the tests start it (tests/pg_fixture.py). After each growth the bench
 calls `Repository.analyze()`, as import-ui does after registering episodes.
 The UI records the episodes point at are a real convert-ui output of ../shared/fixtures (the report reads it);
