@@ -45,7 +45,7 @@ def format_agreement(report: AgreementReport) -> str:
             majority = "none" if d.majority is None else ", ".join(d.majority) or "-"
             consensus = "" if d.consensus is None else ", ".join(d.consensus) or "-"
             rows.append([d.episode_id, str(d.step_index), labels, majority, consensus])
-        more = ", the first in registration order" if len(report.disagreements) < report.disputed else ""
+        more = ", those without a consensus first" if len(report.disagreements) < report.disputed else ""
         lines += ["", f"disagreements ({report.disagreements_title}{more}):", _table(rows)]
     return "\n".join(lines)
 

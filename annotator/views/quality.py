@@ -205,8 +205,9 @@ def render() -> None:
     st.caption(KAPPA_MEANS)
     st.subheader(f"Disagreements ({report.disagreements_title})")
     if len(report.disagreements) < report.disputed:
-        st.caption(f"The first {len(report.disagreements):,} disputed steps in registration order are listed "
-                   "(as `stepmark agreement` lists them); all are counted in the figures above.")  # fmt: skip
+        st.caption(f"{len(report.disagreements):,} disputed steps are listed, those without a consensus first, "
+                   "in registration order (as `stepmark agreement` lists them): adjudicating them brings the next "
+                   "ones here. All are counted in the figures above.")  # fmt: skip
     st.dataframe(tables["disagreements"], hide_index=True, width="stretch", key="agree_disagreements")
     adjudication(ops, report, queue_ops.episode_keys(ops, {d.episode_id for d in report.disagreements}))
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 from pipelines.store.database import WRITE
 from pipelines.store.errors import NotFound
 from pipelines.store.models import AdjudicationRow, AuditRow, EpisodeRow
-from pipelines.store.queue import EpisodeLabels, done_labels
+from pipelines.store.queue import LABEL_BATCH, EpisodeLabels, done_labels
 from pipelines.store.reliability import CohenKappa, NominalAlpha
 from pipelines.store.repository import Repository
 from protos.rlds_creator import client_pb2
@@ -151,10 +151,12 @@ class _Tally:
         self.set_kappa: dict[tuple[str, str], CohenKappa] = {}
         self.label_kappa: dict[tuple[str, str, str], CohenKappa] = {}  # (a, b, label)
         self.counts: dict[str, list[int]] = {}  # user -> [units, with majority, agree]
-        self.kept: list[tuple[tuple[datetime, str, int], Disagreement]] = []  # (place, disputed step)
-        self.cutoff: tuple[datetime, str, int] | None = None
+        # (decided?, registered, episode, step) of each listed disputed step; open ones sort first
+        self.kept: list[tuple[tuple[bool, datetime, str, int], Disagreement]] = []
+        self.cutoff: tuple[bool, datetime, str, int] | None = None
 
-    def add_episode(self, episode: EpisodeLabels) -> None:
+    def add_episode(self, episode: EpisodeLabels, decided: Mapping[tuple[str, int], list[str]]) -> None:
+        """One episode's units; `decided`: the consensus of its adjudicated steps (at least)."""
         registered = episode.registered or _FIRST
         units = 0
         for step, values in units_of(episode):
@@ -162,19 +164,22 @@ class _Tally:
             self.patterns[values] += 1
             if len({labels for _, labels in values}) > 1:
                 self.disputed += 1
-                self._keep((registered, episode.episode_id, step), values)
+                self._keep((registered, episode.episode_id, step), values, decided.get((episode.episode_id, step)))
         self.units += units
         self.episodes += units > 0
         if len(self.patterns) >= self.FOLD:
             self._fold()
 
-    def _keep(self, place: tuple[datetime, str, int], values: Values) -> None:
-        if self.limit <= 0 or (self.cutoff is not None and place >= self.cutoff):
+    def _keep(self, place: tuple[datetime, str, int], values: Values, consensus: list[str] | None) -> None:
+        """Steps without a consensus are listed first (in place order), then decided ones if room is left:
+        adjudicating the listed steps brings the next open ones into the list."""
+        key = (consensus is not None, *place)
+        if self.limit <= 0 or (self.cutoff is not None and key >= self.cutoff):
             return
         top = majority([labels for _, labels in values])
         labels = {user: sorted(given) for user, given in values}
-        disputed = Disagreement(place[1], place[2], labels, None if top is None else sorted(top), None)
-        self.kept.append((place, disputed))
+        disputed = Disagreement(place[1], place[2], labels, None if top is None else sorted(top), consensus)
+        self.kept.append((key, disputed))
         if len(self.kept) >= 2 * self.limit:
             self._trim()
 
@@ -182,7 +187,7 @@ class _Tally:
         """Keep the first `limit` disputed steps; later ones than the last of them can never be listed."""
         self.kept.sort(key=lambda kept: kept[0])
         del self.kept[self.limit :]
-        if len(self.kept) == self.limit:
+        if self.limit and len(self.kept) == self.limit:
             self.cutoff = self.kept[-1][0]
 
     def _fold(self) -> None:
@@ -241,7 +246,7 @@ class _Tally:
                 report.pairs.append(PairKappa(label, *pair, kappa.value(), shared))
         report.per_annotator = [AnnotatorAgreement(user, *self.counts[user]) for user in users]
         self._trim()
-        report.disagreements = [d for _, d in self.kept]
+        report.disagreements = [d for _, d in sorted(self.kept, key=lambda kept: kept[0][1:])]  # place order
         return report
 
 
@@ -255,39 +260,43 @@ def compute(
     `limit`: disputed steps listed (default MAX_DISAGREEMENTS); `consensus`: adjudicated ones by step."""
     tally = _Tally(MAX_DISAGREEMENTS if limit is None else limit)
     for episode in episodes:
-        tally.add_episode(episode)
-    return _with_consensus(tally.report(study_id), consensus or {})
+        tally.add_episode(episode, consensus or {})
+    return tally.report(study_id)
 
 
-def adjudications(repo: Repository, steps: Iterable[tuple[str, int]]) -> dict[tuple[str, int], list[str]]:
-    """The consensus of each of `steps` that has one (a few hundred episodes looked up at a time)."""
-    wanted = set(steps)
-    episodes = sorted({episode_id for episode_id, _ in wanted})
+def adjudications(repo: Repository, episode_ids: Sequence[str]) -> dict[tuple[str, int], list[str]]:
+    """The consensus of each adjudicated step of `episode_ids` (a few hundred looked up at a time)."""
     out: dict[tuple[str, int], list[str]] = {}
     with Session(repo.engine) as s, s.begin():
-        for start in range(0, len(episodes), 500):
+        for start in range(0, len(episode_ids), 500):
             rows = s.execute(
                 sa.select(
                     AdjudicationRow.episode_id, AdjudicationRow.step_index, AdjudicationRow.labels
-                ).where(AdjudicationRow.episode_id.in_(episodes[start : start + 500]))
+                ).where(AdjudicationRow.episode_id.in_(episode_ids[start : start + 500]))
             )
-            out |= {(e, i): list(labels) for e, i, labels in rows if (e, i) in wanted}
+            out |= {(e, i): list(labels) for e, i, labels in rows}
     return out
 
 
 def study_agreement(repo: Repository, study_id: str) -> AgreementReport:
-    """The study's report, its labels streamed from the store (`queue.done_labels`)."""
+    """The study's report, its labels streamed from the store (`queue.done_labels`), the adjudications of each
+    batch of episodes looked up with it (so the disputed steps listed are the open ones first)."""
     repo.get_study(study_id)  # NotFound names the study
-    report = compute(study_id, done_labels(repo, study_id, least=2))
-    decided = adjudications(repo, ((d.episode_id, d.step_index) for d in report.disagreements))
-    return _with_consensus(report, decided)
+    tally = _Tally(MAX_DISAGREEMENTS)
+    batch: list[EpisodeLabels] = []
 
+    def flush() -> None:
+        decided = adjudications(repo, [e.episode_id for e in batch])
+        for episode in batch:
+            tally.add_episode(episode, decided)
+        batch.clear()
 
-def _with_consensus(report: AgreementReport, decided: Mapping[tuple[str, int], list[str]]) -> AgreementReport:
-    report.disagreements = [
-        replace(d, consensus=decided.get((d.episode_id, d.step_index))) for d in report.disagreements
-    ]
-    return report
+    for episode in done_labels(repo, study_id, least=2):
+        batch.append(episode)
+        if len(batch) >= LABEL_BATCH:
+            flush()
+    flush()
+    return tally.report(study_id)
 
 
 def adjudicate(

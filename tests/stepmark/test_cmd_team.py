@@ -69,9 +69,9 @@ def test_queue_agreement_and_adjudication(capsys, tmp_path: Path, monkeypatch) -
     # More disputed steps than are listed: both outputs say how many there are.
     monkeypatch.setattr(agreement, "MAX_DISAGREEMENTS", 1)
     code, out, _ = run(capsys, "agreement", "--study", study.id, "--data", data)
-    assert "disagreements (1 of 2, the first in registration order):" in out
+    assert "disagreements (1 of 2, those without a consensus first):" in out
     code, out, _ = run(capsys, "agreement", "--study", study.id, "--json", "--data", data)
     report = json.loads(out)
-    assert (report["disputed"], [d["step_index"] for d in report["disagreements"]]) == (2, [1])
+    assert (report["disputed"], [d["step_index"] for d in report["disagreements"]]) == (2, [3])  # 1 is decided
     code, _, err = run(capsys, "agreement", "--study", "nope", "--data", data)
     assert code == 2 and "study 'nope' not found" in err

@@ -239,8 +239,16 @@ def test_the_store_caps_disagreements_and_counts_them_all(repo: Repository, monk
     monkeypatch.setattr(agreement, "MAX_DISAGREEMENTS", 3)
     report = agreement.study_agreement(repo, study_id)
     assert (len(report.disagreements), report.disputed) == (3, 15)
-    assert [(d.step_index, d.consensus) for d in report.disagreements] == [(20, None), (21, ["no"]), (22, None)]
+    # The open ones are listed first: the adjudicated step 21 makes room for step 23.
+    assert [(d.step_index, d.consensus) for d in report.disagreements] == [(20, None), (22, None), (23, None)]
     assert report.disagreements_title == "3 of 15"
+    for step in (20, 22, 23):  # adjudicating what is listed brings the next open steps into the list
+        agreement.adjudicate(repo, episode_id, step, ["no"], "lead")
+    assert [d.step_index for d in agreement.study_agreement(repo, study_id).disagreements] == [24, 25, 26]
+    monkeypatch.setattr(agreement, "MAX_DISAGREEMENTS", 100)  # room for all: every one, in place order
+    listed = agreement.study_agreement(repo, study_id).disagreements
+    assert [d.step_index for d in listed] == list(range(20, 35))
+    assert [d.step_index for d in listed if d.consensus == ["no"]] == [20, 21, 22, 23]
 
 
 def _random_study(repo: Repository, rng: random.Random) -> tuple[str, list[EpisodeLabels]]:
