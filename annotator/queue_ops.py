@@ -7,14 +7,14 @@ pages (episode keys as the other pages use them, pandas tables); every store cha
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from annotator.operations import ref_key, ref_of
-from pipelines.report.plots import PlotImage, images, store_plots
 from pipelines.report.store_stats import StoreStats, import_folders, store_stats
 from pipelines.store import agreement, listing
 from pipelines.store import queue as work_queue
@@ -22,6 +22,9 @@ from pipelines.store.agreement import AgreementReport
 from pipelines.store.models import AdjudicationRow, AuditRow, QueueAssignmentRow, StudyQueueRow
 from pipelines.store.queue import Assignment, QueueConfig, QueueProgress
 from protos.rlds_creator import client_pb2
+
+if TYPE_CHECKING:
+    from pipelines.report.plots import PlotImage
 
 
 def episode_keys(ops, episode_ids: Iterable[str]) -> dict[str, str]:
@@ -163,8 +166,13 @@ def quality(ops, study_id: str) -> Quality:
     between sessions: read it, do not change it."""
 
     def make() -> Quality:
+        from pipelines.report.plots import images, store_plots  # matplotlib: only for the pages that draw
+
         stats = store_stats(ops.repo, study_id)
-        return Quality(stats, images(store_plots(stats)))
+        plots = images(store_plots(stats))
+        # What the page shows of the per-episode returns and lengths is in the plots: a remembered summary
+        # keeps no array as long as the study (16 bytes an environment episode).
+        return Quality(replace(stats, returns={}, lengths={}), plots)
 
     return ops.repo.remembered(("quality", study_id), make)
 

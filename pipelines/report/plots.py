@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.text import Text
 from PIL import Image
 
 from pipelines.report.store_stats import StoreStats
@@ -32,6 +33,8 @@ class Plot:
     caption: str = ""
 
     def png(self, dpi: int = 96) -> bytes:
+        for text in self.figure.findobj(Text):  # labels, names and ids come from the data: "$" is no maths
+            text.set_parse_math(False)
         buffer = io.BytesIO()
         self.figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
         return buffer.getvalue()

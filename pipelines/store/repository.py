@@ -713,8 +713,9 @@ class Repository(StudyRoles):
     def remembered(self, key: Any, compute: Callable[[], T]) -> T:
         """`compute()`, remembered until the store changes (`listing.UntilChanged`): for summaries a page draws
         on every rerun. The value is shared between callers: do not change it."""
-        with self._read() as s:
-            return self._summaries.get(s, key, compute)
+        with self._read() as s:  # the mark in a short read: `compute` opens sessions of its own
+            current = listing.mark(s)
+        return self._summaries.get_marked(current, key, compute)
 
     def episode_cursor(self, q: EpisodeQuery, sort: Sort, offset: int) -> Cursor | None:
         """The cursor that starts the page beginning at row `offset` of the list (jump to a page)."""

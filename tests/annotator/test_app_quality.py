@@ -103,7 +103,7 @@ def test_queue_label_page_agreement_and_adjudication(data, monkeypatch):
     assert figures["episodes in the study"] == len(env.repo.list_episodes(study_id=env.study.id)) == 2
     assert figures["labellings done"] == 2 and figures["disputed steps"] == 1
     assert figures["steps labelled by 2+ annotators"] == first.num_steps + 1
-    assert len(at.get("image")) == 9  # the study's plots (st.pyplot), agreement ones included
+    assert len(at.get("image")) == 9  # the study's plots (PNG images), agreement ones included
     assert "Disagreements (1)" in [h.value for h in at.subheader]
     disputes = frame(at, "majority")
     assert disputes[["step", "labels"]].values.tolist() == [[4, f"{ALICE}: -; {BOB}: fall"]]

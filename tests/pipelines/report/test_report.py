@@ -227,3 +227,17 @@ def test_recorded_episodes_have_kind_env(study) -> None:
     with study.repo.engine.connect() as conn:
         kinds = conn.execute(sa.text("SELECT kind, count(*) FROM episodes GROUP BY kind")).all()
     assert [tuple(k) for k in kinds] == [("env", 3)]
+
+
+def test_labels_from_the_data_are_drawn_as_text_not_maths() -> None:
+    """A tag label, annotator or environment id with dollar signs is a name: matplotlib would parse it as maths
+    (and fail on `$\\frac$`, taking the Quality page and the report down with it)."""
+    from collections import Counter
+
+    from pipelines.report.plots import Plot, bars, images
+
+    figure = bars(Counter({"cost $\\frac$": 3, "price $5-$10": 2}), "tags")
+    (image,) = images([Plot("tags", "Tags per label", figure)])
+    assert image.png.startswith(b"\x89PNG")
+    assert {t.get_text() for t in figure.findobj(lambda o: hasattr(o, "get_parse_math")) if not t.get_parse_math()} >= {
+        "cost $\\frac$", "price $5-$10"}  # fmt: skip

@@ -332,3 +332,29 @@ def test_a_remembered_count_is_given_up_after_its_age_even_with_no_newer_audit_e
     now[0] += 2.0
     with repo._read() as s:
         assert counts.count(s, q) == 39
+
+
+def test_a_missing_value_is_made_once_for_every_thread_that_asks_for_it() -> None:
+    """Every open Quality page reruns when the team moves: the summary (seconds at 1M) is made by one of them
+    and handed to the others, not once per page; a newer mark makes it again."""
+    import threading
+
+    from pipelines.store import listing
+
+    memo = listing.UntilChanged()
+    made, gate = [], threading.Event()
+
+    def compute():
+        made.append(1)
+        gate.wait(5)
+        return len(made)
+
+    got: list[int] = []
+    threads = [threading.Thread(target=lambda: got.append(memo.get_marked(7, "k", compute))) for _ in range(6)]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert made == [1] and got == [1] * 6
+    assert memo.get_marked(8, "k", compute) == 2  # the store changed
