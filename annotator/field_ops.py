@@ -32,11 +32,8 @@ def save_fields(ops, study_id: str, text: str) -> list[FieldDef]:
 
 
 def agreement(ops, study_id: str) -> list[FieldAgreement]:
-    """Agreement per study field, made once per change of the store (1.4 s at a million values), not on every
-    rerun of the Quality page. Shared between sessions: read it, do not change it."""
-    return ops.repo.remembered(
-        ("field_agreement", study_id), lambda: field_agreement.study_field_agreement(ops.repo, study_id)
-    )
+    """Agreement per study field (the Quality page takes it from its remembered summary, `queue_ops.quality`)."""
+    return field_agreement.study_field_agreement(ops.repo, study_id)
 
 
 def _place(step: int, end: int) -> str:

@@ -111,9 +111,8 @@ FIELDS_MEAN = (
 )
 
 
-def study_fields_section(ops, study_id: str) -> None:
+def study_fields_section(ops, fields: list) -> None:
     """Agreement per study field and adjudication of a disputed place (issue 26)."""
-    fields = field_ops.agreement(ops, study_id)
     if not fields:
         return
     st.header("Study fields")
@@ -177,7 +176,7 @@ def render() -> None:
     st.header("Study")
     show_plots(summary.plots)
 
-    study_fields_section(ops, study_id)
+    study_fields_section(ops, summary.stats.field_agreement)  # remembered with the summary
     st.header("Agreement")
     report = stats.agreement
     if report is None or not report.units:

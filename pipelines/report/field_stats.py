@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipelines.store import field_values as fv
-from pipelines.store.field_agreement import study_field_agreement
+from pipelines.store.field_agreement import FieldAgreement, study_field_agreement
 from pipelines.store.models import EpisodeRow, FieldValueRow
 
 
@@ -40,7 +40,8 @@ class FieldStat:
         return self.filled / self.places if self.places else None
 
 
-def field_stats(repo, study_id: str) -> list[FieldStat]:
+def field_stats(repo, study_id: str, agreements: list[FieldAgreement] | None = None) -> list[FieldStat]:
+    """`agreements`: the study's field agreement when the caller has it already (else it is computed)."""
     defs = fv.definitions(repo, study_id, include_removed=True)
     if not defs:
         return []
@@ -74,7 +75,9 @@ def field_stats(repo, study_id: str) -> list[FieldStat]:
                 .group_by(FieldValueRow.field)
             ).all()
         )
-    agreement = {a.field: a for a in study_field_agreement(repo, study_id)}
+    if agreements is None:
+        agreements = study_field_agreement(repo, study_id)
+    agreement = {a.field: a for a in agreements}
     out = []
     for d in defs:
         n, users, mean, total = per_field.get(d.name, (0, 0, None, 0.0))

@@ -44,6 +44,7 @@ class StoreStats:
     queue: QueueProgress | None = None
     agreement: AgreementReport | None = None
     fields: list = field(default_factory=list)  # study fields (issue 26): report/field_stats.FieldStat per field
+    field_agreement: list = field(default_factory=list)  # their agreement: store/field_agreement.FieldAgreement
 
     @property
     def success_rate(self) -> dict[str, float]:
@@ -136,6 +137,8 @@ def store_stats(repo: Repository, study_id: str) -> StoreStats:
     stats.queue = progress(repo, study_id)
     stats.agreement = study_agreement(repo, study_id)
     from pipelines.report.field_stats import field_stats
+    from pipelines.store.field_agreement import study_field_agreement
 
-    stats.fields = field_stats(repo, study_id)
+    stats.field_agreement = study_field_agreement(repo, study_id)
+    stats.fields = field_stats(repo, study_id, stats.field_agreement)
     return stats
