@@ -48,20 +48,19 @@ def convert_fixtures(data_dir: Path) -> Path:
     return out
 
 
-def setup(data_dir: Path) -> tuple[str, list[dict]]:
-    """The scale study (created with the real records imported into a template study) and the template rows."""
+def setup(data_dir: Path) -> list[dict]:
+    """The rows of the template study (the real records imported once)."""
     import sqlalchemy as sa
 
     from pipelines.store import open_store
     from pipelines.store.models import EpisodeRow
-    from pipelines.ui_import import find_or_create_study, import_ui
+    from pipelines.ui_import import import_ui
 
     with open_store(None, data_dir) as repo:
         found = repo.find_study_by_name("export scale template", USER)
         template = (
             found[0] if found else import_ui(repo, convert_fixtures(data_dir), "export scale template", USER)
         )
-        study = find_or_create_study(repo, "export scale", USER)
         with repo.engine.connect() as conn:
             rows = [
                 dict(r._mapping)
@@ -71,7 +70,16 @@ def setup(data_dir: Path) -> tuple[str, list[dict]]:
                     .order_by(EpisodeRow.id)
                 )
             ]
-    return study.id, rows
+    return rows
+
+
+def study_of(data_dir: Path, size: int) -> str:
+    """The study of `size` episodes (one per size: a kept store is reused and grown, never shrunk)."""
+    from pipelines.store import open_store
+    from pipelines.ui_import import find_or_create_study
+
+    with open_store(None, data_dir) as repo:
+        return find_or_create_study(repo, f"export scale {size}", USER).id
 
 
 def count(data_dir: Path, study_id: str) -> int:
@@ -98,7 +106,7 @@ def grow(data_dir: Path, study_id: str, template: list[dict], start: int, stop: 
             rows = []
             for i in range(lo, min(stop, lo + INSERT_BATCH)):
                 row = dict(template[i % len(template)])
-                row.update(id=f"scale{i:08d}", study_id=study_id, session_id=session_id, source_key=f"scale:{i}",
+                row.update(id=f"{study_id[:8]}-{i:08d}", study_id=study_id, session_id=session_id, source_key=f"scale:{i}",
                            registered_time=base + timedelta(milliseconds=i))  # fmt: skip
                 rows.append(row)
             with repo.engine.begin() as conn:
@@ -126,11 +134,12 @@ def main() -> None:
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench-export-scale-"))
     data_dir = root / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
-    study_id, template = setup(data_dir)
-    print(f"template: {len(template)} real UI records; study {study_id}", flush=True)
+    template = setup(data_dir)
+    print(f"template: {len(template)} real UI records", flush=True)
     figures = []
     try:
         for size in sorted(args.sizes):
+            study_id = study_of(data_dir, size)
             have = count(data_dir, study_id)
             if have < size:
                 t = time.perf_counter()
