@@ -1,9 +1,13 @@
 """`stepmark export`: selected episodes -> one training-ready envlogger or TFDS/RLDS dataset (Apache Beam).
 
 Shape of the job (Beam wiring only; the work lives in `pipelines/exporters/`):
-1. plan (driver): select the episodes in the store, group them by spec (refusing mixed specs unless
-   `--split-by-spec`), and derive each dataset's features/specs from one of its episodes;
-2. per episode (any worker, independent): read the steps, transform them (truncation, tag fields,
+1. plan (driver): read the selection from the store a batch at a time (a study may hold a million episodes)
+   and stream each episode, with its index in its dataset, split, grounding annotations and field values, into
+   its dataset's work file in the staging folder (`exporters/work_file.py`), keeping only counts per spec
+   group and the step tag labels; refuse mixed specs unless `--split-by-spec`; derive each dataset's
+   features/specs from its first readable episode;
+2. per episode (any worker, independent; the pipeline starts from chunk references of the work files, which
+   workers read from storage): read the steps, transform them (truncation, tag fields,
    stripping, statistics) and write one Riegeli shard (envlogger) or one serialized example (TFDS);
    episodes that fail become dead letters with a reason, never silently dropped;
 3. last step: envlogger `metadata.riegeli` / TFDS shards + `dataset_info.json`, then the summary, the
@@ -24,7 +28,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -47,13 +51,15 @@ from pipelines.exporters.episode_fn import (
 from pipelines.exporters.request import DatasetSummary, DeadLetter, ExportRequest, ExportSummary
 from pipelines.exporters.selection import (
     SelectionQuery,
+    Skipped,
     SpecGroup,
-    group_by_spec,
+    SpecGroups,
+    check_query,
+    iter_selected,
     mixed_specs_error,
     parse_ref,
-    select_episodes,
 )
-from pipelines.exporters.splits import parse_splits, split_names
+from pipelines.exporters.splits import SplitSpec, parse_splits, split_names
 from pipelines.exporters.staging import (
     OWNER_FILE,
     SUMMARY_FILE,
@@ -68,12 +74,15 @@ from pipelines.exporters.transform import (
     UI_ENVIRONMENT_ID,
     ExportEpisode,
     TransformOptions,
+    episode_kind,
     episode_name,
     frame_leaf,
     step_tag_labels,
     transform_episode,
 )
 from pipelines.exporters.ui_objects import parse_ui_objects
+from pipelines.exporters.work_file import Chunk, WorkItem, WorkWriter, iter_items
+from protos.rlds_creator import study_pb2
 
 FORMATS = ("envlogger", "tfds", "parquet", "minari")
 DEAD_LETTERS_FILE = "dead_letters.jsonl"
@@ -90,14 +99,60 @@ def check_annotations(mode: str, user: str) -> None:
         raise StepmarkError("--annotations mine needs --user (whose annotations to apply)")
 
 
-def _grounding_of(repo: Any, groups: Sequence[Any], mode: str) -> dict[str, tuple]:
-    """The grounding annotations of the UI episodes selected (one store read, before the pipeline)."""
-    ui = [e for g in groups if g.kind == "ui" for e in g.episodes]
+def _grounding_of(repo: Any, episodes: Sequence[Any], mode: str) -> dict[str, tuple]:
+    """The grounding annotations of the UI episodes among these (one store read per batch of the selection)."""
+    ui = [e for e in episodes if episode_kind(e) == KIND_UI]
     if mode == "none" or not ui:
         return {}
     from pipelines.exporters.grounding import load_annotations
 
     return {k: tuple(v) for k, v in load_annotations(repo, ui).items() if v}
+
+
+@dataclass
+class _Selected:
+    """What the driver knows of the selection once it has streamed it into the work files: bounded state."""
+
+    groups: list[SpecGroup]
+    skipped: list[Skipped]
+    step_tag_labels: tuple[str, ...]
+    field_defs: tuple
+    work_files: dict[str, str]  # dataset -> its work file
+    chunks: list[Chunk]
+    episodes: int
+
+
+def _stream_selection(
+    repo: Any, query: SelectionQuery, request: ExportRequest, split_spec: SplitSpec | None, folder: str
+) -> _Selected:
+    """One pass over the selection, a batch at a time: each episode goes with its index in its dataset, its split,
+    its grounding annotations and field values into its dataset's work file (work_file.py); the driver keeps
+    only the groups' counts, the step tag labels and the skipped list."""
+    skipped: list[Skipped] = []
+    groups = SpecGroups(repo)
+    labels: set[str] = set()
+    fields = study_fields.StudyFields(repo, request.annotations, request.user)
+    total = 0
+    with WorkWriter(folder) as writer:
+        for batch in iter_selected(repo, query, skipped):
+            grounding = _grounding_of(repo, batch, request.annotations)
+            values = fields.values(batch)
+            labels.update(step_tag_labels(batch))
+            for episode in batch:
+                group, index = groups.add(episode)
+                split = split_spec.split_of(episode.id) if split_spec else ""
+                blob = episode.SerializeToString()
+                writer.add(group.name, WorkItem(index, split, blob, grounding.get(episode.id, ()), values.get(episode.id)))
+            total += len(batch)
+    return _Selected(
+        groups=list(groups),
+        skipped=skipped,
+        step_tag_labels=tuple(sorted(labels)),
+        field_defs=fields.defs,
+        work_files={g.name: writer.path(g.name) for g in groups},
+        chunks=writer.chunks,
+        episodes=total,
+    )
 
 
 # --- planning and the last step (driver) -------------------------------------------------------------------
@@ -109,7 +164,7 @@ class _Plan:
     job: DatasetJob
     env_specs: dict[str, Any] | None = None
     sample_error: str = ""
-    splits: dict[int, str] = field(default_factory=dict)  # episode position -> split name
+    work_file: str = ""  # the dataset's episodes (work_file.py)
     environment_spec: str = ""  # the study's EnvironmentSpec as JSON text ("" for UI datasets)
     space_specs: dict[str, Any] | None = None  # the specs the dataset's spaces come from (UI: derived)
     jpeg_frames: bool = False
@@ -117,21 +172,23 @@ class _Plan:
 
 def environment_spec_json(repo: Any, group: SpecGroup) -> str:
     """The dataset's `EnvironmentSpec` (from its first episode's study) as JSON text; "" for UI datasets."""
-    if group.kind == KIND_UI or not group.episodes:
+    if group.kind == KIND_UI:
         return ""
     try:
-        spec = repo.get_environment(group.episodes[0].study_id, group.environment_id)
+        spec = repo.get_environment(group.first.study_id, group.environment_id)
     except Exception:  # noqa: BLE001 - a spec the store lacks: the dataset still has its data-derived specs
         return ""
     return json_format.MessageToJson(spec, sort_keys=True, indent=None)
 
 
-def _sample(group: SpecGroup, job: DatasetJob) -> tuple[ExportEpisode | None, dict[str, Any] | None, str]:
-    """Transforms the group's first readable episode: it defines the dataset's features and specs."""
+def _sample(work_file: str, job: DatasetJob) -> tuple[ExportEpisode | None, dict[str, Any] | None, str]:
+    """Transforms the dataset's first readable episode (read from its work file, one at a time): it defines the
+    dataset's features and specs."""
     errors = []
-    for episode in group.episodes:
+    for item in iter_items(work_file):
+        episode = study_pb2.Episode.FromString(item.episode)
         try:
-            reader = open_for_export(episode, job)
+            reader = open_for_export(episode, job, item.grounding)
             try:
                 steps = list(reader)
                 specs = getattr(reader, "specs", None) or None
@@ -139,7 +196,7 @@ def _sample(group: SpecGroup, job: DatasetJob) -> tuple[ExportEpisode | None, di
             finally:
                 reader.close()
             exported = transform_episode(0, episode, steps, job.options, metadata, split="x" if job.splits else "")
-            study_fields.apply(exported, job.field_defs, job.field_values)
+            study_fields.apply(exported, job.field_defs, item.field_values)
         except Exception as exc:  # noqa: BLE001 - reported as the dead letters of the group
             errors.append(f"{episode_name(episode)}: {exc}")
             continue
@@ -182,6 +239,7 @@ def _run_with_progress(
     beam_args: Sequence[str],
     progress_dir: str,
     total: int,
+    elements: int,
     progress: Progress | None,
 ) -> dict[str, int]:
     """Runs the pipeline in a worker thread and reports progress from the caller's thread.
@@ -189,14 +247,14 @@ def _run_with_progress(
     Progress is the share of episodes done (marker files the workers write, so it works on any runner with a
     shared filesystem), scaled to 0-90%; the last step takes the rest. Reporting from the caller's thread
     matters for the annotator: Streamlit widgets can only be updated from the script's own thread.
-    Returns the pipeline's counters.
+    `elements` is how many elements the pipeline starts from (chunks of episodes). Returns its counters.
     """
     failure: list[BaseException] = []
     counters: dict[str, int] = {}
 
     def target() -> None:
         try:
-            pipeline = beam.Pipeline(options=pipeline_options(spread_over_dask(beam_args, total)))
+            pipeline = beam.Pipeline(options=pipeline_options(spread_over_dask(beam_args, elements)))
             build(pipeline)
             result = pipeline.run()
             try:
@@ -295,34 +353,31 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         include_invalid_sessions=request.include_invalid_sessions,
     )
     with open_store(request.store_url, request.data_dir) as repo:
-        selection = select_episodes(repo, query)
-        groups = group_by_spec(repo, selection.episodes)
-        if len(groups) > 1 and not request.split_by_spec:
-            raise mixed_specs_error(repo, groups)
-        environment_specs = {g.name: environment_spec_json(repo, g) for g in groups}
-        minari_ids = _minari_ids(request, out, groups)
-        grounding_notes = _grounding_of(repo, groups, request.annotations)
-        field_defs, field_values = study_fields.load(repo, selection.episodes, request.annotations, request.user)
-    if progress:
-        progress(0.0)
-
-    options = TransformOptions(
-        strip_internal_metadata=request.strip_internal_metadata,
-        end_of_episode_tags=tuple(request.end_of_episode_tags),
-        step_tag_labels=step_tag_labels(selection.episodes),
-        ui_objects_padded=parse_ui_objects(request.ui_objects),
-    )
+        check_query(repo, query)  # a bad selection is an error before any staging folder
     remove_stale_staging(out)
     staging = new_staging(out, request.archive)
     root = storage.join(staging, "dataset") if request.archive else staging
     progress_dir = storage.join(staging, "progress")
-    summary = ExportSummary(
-        out=out,
-        format=request.format,
-        archive=request.archive,
-        skipped=[{"episode": s.episode, "reason": s.reason} for s in selection.skipped],
-    )
+    summary = ExportSummary(out=out, format=request.format, archive=request.archive)
     try:
+        with open_store(request.store_url, request.data_dir) as repo:
+            work = storage.join(staging, WORK_DIR, "episodes")
+            selected = _stream_selection(repo, query, request, split_spec, work)
+            groups = selected.groups
+            if len(groups) > 1 and not request.split_by_spec:
+                raise mixed_specs_error(repo, groups)
+            environment_specs = {g.name: environment_spec_json(repo, g) for g in groups}
+        minari_ids = _minari_ids(request, out, groups)
+        summary.skipped = [{"episode": s.episode, "reason": s.reason} for s in selected.skipped]
+        if progress:
+            progress(0.0)
+
+        options = TransformOptions(
+            strip_internal_metadata=request.strip_internal_metadata,
+            end_of_episode_tags=tuple(request.end_of_episode_tags),
+            step_tag_labels=selected.step_tag_labels,
+            ui_objects_padded=parse_ui_objects(request.ui_objects),
+        )
         plans: list[_Plan] = []
         for group in groups:
             dataset_dir = storage.join(root, group.name) if len(groups) > 1 else root
@@ -339,13 +394,12 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                 splits=split_spec,
                 annotations=request.annotations,
                 annotations_user=request.user,
-                grounding={e.id: grounding_notes[e.id] for e in group.episodes if e.id in grounding_notes},
-                field_defs=field_defs,
-                field_values={e.id: field_values[e.id] for e in group.episodes if e.id in field_values},
+                field_defs=selected.field_defs,
             )
-            sample, specs, error = _sample(group, job)
+            work_file = selected.work_files[group.name]
+            sample, specs, error = _sample(work_file, job)
             if sample is None:
-                plans.append(_Plan(group=group, job=job, sample_error=error))
+                plans.append(_Plan(group=group, job=job, sample_error=error, work_file=work_file))
                 continue
             signature = envlogger_writer.episode_signature(sample)
             features_json = ""
@@ -358,9 +412,6 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             job = dataclasses.replace(
                 job, expected_signature=signature, features_json=features_json, work_dir=work_dir
             )
-            assigned = {
-                i: (split_spec.split_of(e.id) if split_spec else "") for i, e in enumerate(group.episodes)
-            }
             env_specs = specs or _derived_specs(sample)
             space_specs = env_specs or _ui_space_specs(sample, options)
             # --jpeg-frames: the observation leaf the recorded JPEG frames depict (None: as recorded; envlogger
@@ -391,7 +442,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                     group=group,
                     job=job,
                     env_specs=env_specs,
-                    splits=assigned,
+                    work_file=work_file,
                     environment_spec=environment_specs[group.name],
                     space_specs=space_specs,
                     jpeg_frames=frame is not None,
@@ -405,22 +456,20 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             if job.work_dir:
                 storage.mkdirs(job.work_dir)
 
+        chunks = [c for c in selected.chunks if c.dataset in jobs]
+
         def build(pipeline: beam.Pipeline) -> None:
-            items = [
-                (p.group.name, i, p.splits[i], e.SerializeToString())
-                for p in runnable
-                for i, e in enumerate(p.group.episodes)
-            ]
+            # Chunk references, not episodes: the workers read the episodes from the work files.
             _ = (
                 pipeline
-                | "Episodes" >> beam.Create(items, reshuffle=False)
+                | "Episodes" >> beam.Create(chunks, reshuffle=False)
                 | "ExportDatasets" >> ExportDatasets(jobs)
             )
 
         outcomes: list[dict[str, Any]] = []
         if runnable:
             summary.counters = _run_with_progress(
-                build, request.beam_args, progress_dir, len(selection.episodes), progress
+                build, request.beam_args, progress_dir, selected.episodes, len(chunks), progress
             )
             outcomes = _read_outcomes(progress_dir)
         for plan in plans:
@@ -535,8 +584,9 @@ def _finish_dataset(
         environment_id=group.environment_id,
     )
     if plan.sample_error:
-        for episode in group.episodes:
-            summary.dead_letters.append(DeadLetter(episode_name(episode), "unreadable", plan.sample_error))
+        for item in iter_items(plan.work_file):
+            name = episode_name(study_pb2.Episode.FromString(item.episode))
+            summary.dead_letters.append(DeadLetter(name, "unreadable", plan.sample_error))
         return dataset
     results = [o for o in outcomes if o["outcome"] == ExportEpisodeFn.RESULT]
     dead = [
@@ -550,9 +600,9 @@ def _finish_dataset(
         if o["outcome"] == ExportEpisodeFn.SKIPPED
     ]
     reported = len(results) + len(dead) + len(skipped)
-    if reported != len(group.episodes):  # a runner that dropped work must not look finished
+    if reported != group.count:  # a runner that dropped work must not look finished
         raise StepmarkError(
-            f"dataset {group.name}: the runner reported {reported} of {len(group.episodes)} "
+            f"dataset {group.name}: the runner reported {reported} of {group.count} "
             "episodes; the export is incomplete and was not written"
         )
     summary.skipped.extend(sorted(skipped, key=lambda s: s["episode"]))
