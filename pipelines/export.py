@@ -46,7 +46,9 @@ from pipelines.exporters.episode_fn import (
     DatasetJob,
     ExportDatasets,
     ExportEpisodeFn,
+    count_done,
     open_for_export,
+    read_outcome,
 )
 from pipelines.exporters.request import DatasetSummary, DeadLetter, ExportRequest, ExportSummary
 from pipelines.exporters.selection import (
@@ -206,32 +208,10 @@ def _sample(work_file: str, job: DatasetJob) -> tuple[ExportEpisode | None, dict
     return None, None, "; ".join(errors)
 
 
-def _outcome_files(progress_dir: str) -> list[Any]:
-    """The outcome files `_record_outcome` has written so far (Beam file metadata)."""
-    try:
-        return storage.match(storage.join(progress_dir, "*"))
-    except Exception:  # noqa: BLE001 - none yet: the first outcome makes the folder
-        return []
-
-
-def _read_outcomes(progress_dir: str) -> list[dict[str, Any]]:
-    """Every episode's outcome that `_record_outcome` wrote, in (dataset, index) order."""
-    keyed = []
-    for meta in _outcome_files(progress_dir):
-        dataset, _, index = storage.split(meta.path)[1].rpartition("-")
-        with storage.open_read(meta.path) as f:
-            keyed.append(((dataset, int(index)), json.loads(f.read().decode("utf-8"))))
-    return [outcome for _, outcome in sorted(keyed, key=lambda k: k[0])]
-
-
 def _folder_size(path: str) -> int:
     """Bytes of the dataset files under `path` (the export's own work files, progress markers and owner file
     left out: they vary from run to run and are removed before publishing)."""
     return storage.total_size(path, skip=(WORK_DIR, "progress", OWNER_FILE))
-
-
-def _count_done(progress_dir: str) -> int:
-    return len(_outcome_files(progress_dir))
 
 
 def _run_with_progress(
@@ -244,8 +224,8 @@ def _run_with_progress(
 ) -> dict[str, int]:
     """Runs the pipeline in a worker thread and reports progress from the caller's thread.
 
-    Progress is the share of episodes done (marker files the workers write, so it works on any runner with a
-    shared filesystem), scaled to 0-90%; the last step takes the rest. Reporting from the caller's thread
+    Progress is the share of episodes done (a marker file per chunk the workers write, so it works on any runner
+    with a shared filesystem), scaled to 0-90%; the last step takes the rest. Reporting from the caller's thread
     matters for the annotator: Streamlit widgets can only be updated from the script's own thread.
     `elements` is how many elements the pipeline starts from (chunks of episodes). Returns its counters.
     """
@@ -275,7 +255,7 @@ def _run_with_progress(
     while worker.is_alive():
         worker.join(0.5)
         if progress is not None:
-            pct = round(90.0 * min(_count_done(progress_dir), total) / max(total, 1), 1)
+            pct = round(90.0 * min(count_done(progress_dir), total) / max(total, 1), 1)
             if pct != last:
                 last = pct
                 progress(pct)
@@ -466,15 +446,12 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                 | "ExportDatasets" >> ExportDatasets(jobs)
             )
 
-        outcomes: list[dict[str, Any]] = []
         if runnable:
             summary.counters = _run_with_progress(
                 build, request.beam_args, progress_dir, selected.episodes, len(chunks), progress
             )
-            outcomes = _read_outcomes(progress_dir)
         for plan in plans:
-            mine = [o for o in outcomes if o["dataset"] == plan.group.name]
-            summary.datasets.append(_finish_dataset(plan, mine, summary, len(groups)))
+            summary.datasets.append(_finish_dataset(plan, summary, len(groups)))
         storage.delete_tree(storage.join(staging, WORK_DIR))
         summary.episodes = sum(d.episodes for d in summary.datasets)
         summary.steps = sum(d.steps for d in summary.datasets)
@@ -572,10 +549,9 @@ def _export_info(
     }
 
 
-def _finish_dataset(
-    plan: _Plan, outcomes: list[dict[str, Any]], summary: ExportSummary, num_groups: int
-) -> DatasetSummary:
-    """The last step for one dataset: dead letters, the spec check, and the format's metadata files."""
+def _finish_dataset(plan: _Plan, summary: ExportSummary, num_groups: int) -> DatasetSummary:
+    """The last step for one dataset: its episodes' outcomes read one at a time and summed up (the dead letters
+    and skips are listed), the spec check, and the format's metadata files."""
     group, job = plan.group, plan.job
     dataset = DatasetSummary(
         name=group.name,
@@ -588,21 +564,32 @@ def _finish_dataset(
             name = episode_name(study_pb2.Episode.FromString(item.episode))
             summary.dead_letters.append(DeadLetter(name, "unreadable", plan.sample_error))
         return dataset
-    results = [o for o in outcomes if o["outcome"] == ExportEpisodeFn.RESULT]
-    dead = [
-        DeadLetter(episode=o["episode"], reason=o["reason"], error=o["error"])
-        for o in outcomes
-        if o["outcome"] == ExportEpisodeFn.DEAD_LETTER
-    ]
-    skipped = [
-        {"episode": o["episode"], "reason": o["reason"]}
-        for o in outcomes
-        if o["outcome"] == ExportEpisodeFn.SKIPPED
-    ]
-    reported = len(results) + len(dead) + len(skipped)
-    if reported != group.count:  # a runner that dropped work must not look finished
+    dead: list[DeadLetter] = []
+    skipped: list[dict[str, str]] = []
+    by_split: dict[str, list[int]] = {name: [] for name in split_names(job.splits)}  # TFDS: indexes
+    minari_episodes: list[tuple[int, str, int]] = []  # Minari: (index, split, transitions)
+    counts = {name: 0 for name in split_names(job.splits)}  # Parquet: episodes per split
+    missing = 0
+    for index in range(group.count):
+        o = read_outcome(job.progress_dir, group.name, index)
+        if o is None:
+            missing += 1
+        elif o["outcome"] == ExportEpisodeFn.RESULT:
+            dataset.episodes += 1
+            dataset.steps += int(o["steps"])
+            if job.format == "tfds":
+                by_split.setdefault(o.get("split") or "train", []).append(int(o["index"]))
+            elif job.format == "minari":
+                minari_episodes.append((int(o["index"]), o.get("split") or "", int(o["steps"]) - 1))
+            elif job.format == "parquet":
+                counts[o.get("split") or "train"] += 1
+        elif o["outcome"] == ExportEpisodeFn.DEAD_LETTER:
+            dead.append(DeadLetter(episode=o["episode"], reason=o["reason"], error=o["error"]))
+        elif o["outcome"] == ExportEpisodeFn.SKIPPED:
+            skipped.append({"episode": o["episode"], "reason": o["reason"]})
+    if missing:  # a runner that dropped work must not look finished
         raise StepmarkError(
-            f"dataset {group.name}: the runner reported {reported} of {group.count} "
+            f"dataset {group.name}: the runner reported {group.count - missing} of {group.count} "
             "episodes; the export is incomplete and was not written"
         )
     summary.skipped.extend(sorted(skipped, key=lambda s: s["episode"]))
@@ -613,9 +600,7 @@ def _finish_dataset(
             f"{job.expected_signature}: " + "; ".join(f"{d.episode} ({d.error})" for d in mismatched)
         )
     summary.dead_letters.extend(dead)
-    dataset.episodes = len(results)
-    dataset.steps = sum(int(r["steps"]) for r in results)
-    if not results:  # every episode of this dataset is a dead letter: no empty dataset folder
+    if not dataset.episodes:  # every episode of this dataset is a dead letter: no empty dataset folder
         storage.delete_tree(job.staging_dir)
         return dataset
     description = (
@@ -626,9 +611,6 @@ def _finish_dataset(
     if job.format == "tfds":
         from pipelines.exporters import tfds_writer
 
-        by_split: dict[str, list[int]] = {name: [] for name in split_names(job.splits)}
-        for r in sorted(results, key=lambda r: int(r["index"])):
-            by_split.setdefault(r.get("split") or tfds_writer.SPLIT, []).append(int(r["index"]))
         written, _ = tfds_writer.finish_dataset(
             job.staging_dir, job.work_dir, job.features_json, by_split, description, {"stepmark_export": export_info}
         )
@@ -639,9 +621,8 @@ def _finish_dataset(
     elif job.format == "minari":
         from pipelines.exporters import minari_writer
 
-        episodes = [(int(r["index"]), r.get("split") or "", int(r["steps"]) - 1) for r in results]
         written = minari_writer.finish_dataset(
-            job.staging_dir, job.work_dir, job.minari_id, episodes, job.minari_layout, export_info, description,
+            job.staging_dir, job.work_dir, job.minari_id, minari_episodes, job.minari_layout, export_info, description,
             split_names(job.splits),
         )
         if written != dataset.episodes:
@@ -651,9 +632,6 @@ def _finish_dataset(
     elif job.format == "parquet":  # the workers' files are the dataset; the metadata is in their schema
         from pipelines.exporters import parquet_writer
 
-        counts = {name: 0 for name in split_names(job.splits)}
-        for r in results:
-            counts[r.get("split") or "train"] += 1
         parquet_writer.finish_dataset(job.staging_dir, job.parquet_schema, counts)
     dataset.bytes = _folder_size(job.staging_dir)
     return dataset

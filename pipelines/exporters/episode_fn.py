@@ -136,6 +136,7 @@ class ExportEpisodeFn(storage.FileSystemsDoFn, beam.DoFn):
                     outcome = prepared
             _record_outcome(job.progress_dir, dataset, index, outcome)
             yield outcome
+        _record_chunk_done(job.progress_dir, element)
 
     def _dead(
         self, dataset: str, episode: study_pb2.Episode, reason: str, exc: BaseException
@@ -269,15 +270,50 @@ def read_and_transform(item: WorkItem, episode: study_pb2.Episode, job: DatasetJ
     return study_fields.apply(exported, job.field_defs, item.field_values)
 
 
+def outcome_path(progress_dir: str, dataset: str, index: int) -> str:
+    return storage.join(progress_dir, f"{dataset}-{index}")
+
+
 def _record_outcome(progress_dir: str, dataset: str, index: int, outcome: tuple[str, str, str]) -> None:
     """One small file per episode and dataset holding its outcome (a result, a dead letter or a skip), through
-    Beam's file systems so it works on any runner with shared storage. The driver counts them for progress
-    while the pipeline runs and reads them when it has finished. A retried bundle rewrites the same file, so
-    the last attempt is the one that counts. (A `WriteToText` sink did this before: its six extra stages cost
-    0.1-0.2 s of every export, more than a small export's episodes take.)"""
+    Beam's file systems so it works on any runner with shared storage. The driver reads them, by dataset and
+    index, when the pipeline has finished. A retried bundle rewrites the same file, so the last attempt is the
+    one that counts. (A `WriteToText` sink did this before: its six extra stages cost 0.1-0.2 s of every
+    export, more than a small export's episodes take.)"""
     kind, name, payload = outcome
     line = json.dumps({"outcome": kind, "dataset": name, **json.loads(payload)})
-    storage.write_bytes(storage.join(progress_dir, f"{dataset}-{index}"), line.encode("utf-8"))
+    storage.write_bytes(outcome_path(progress_dir, dataset, index), line.encode("utf-8"))
+
+
+def read_outcome(progress_dir: str, dataset: str, index: int) -> dict[str, Any] | None:
+    """The outcome `_record_outcome` wrote for one episode; None when there is none (work a runner dropped)."""
+    path = outcome_path(progress_dir, dataset, index)
+    try:
+        with storage.open_read(path) as f:
+            return json.loads(f.read().decode("utf-8"))
+    except Exception:  # noqa: BLE001 - a missing file's error differs by filesystem: whether it exists decides
+        if storage.exists(path):
+            raise
+        return None
+
+
+#: Below the progress folder: one empty marker per chunk done, named `<dataset>@<offset>-<episodes>`. The driver
+#: lists them for progress while the pipeline runs: one entry per chunk, not per episode.
+DONE_DIR = "chunks"
+
+
+def _record_chunk_done(progress_dir: str, chunk: Chunk) -> None:
+    name = f"{chunk.dataset}@{chunk.offset}-{chunk.count}"
+    storage.write_bytes(storage.join(progress_dir, DONE_DIR, name), b"")
+
+
+def count_done(progress_dir: str) -> int:
+    """Episodes of the chunks done so far (`_record_chunk_done`)."""
+    try:
+        found = storage.match(storage.join(progress_dir, DONE_DIR, "*"))
+    except Exception:  # noqa: BLE001 - none yet: the first marker makes the folder
+        return 0
+    return sum(int(storage.split(m.path)[1].rpartition("-")[2]) for m in found)
 
 
 class ExportDatasets(beam.PTransform):
