@@ -1,9 +1,13 @@
 """`stepmark export`: selected episodes -> one training-ready envlogger or TFDS/RLDS dataset (Apache Beam).
 
 Shape of the job (Beam wiring only; the work lives in `pipelines/exporters/`):
-1. plan (driver): select the episodes in the store, group them by spec (refusing mixed specs unless
-   `--split-by-spec`), and derive each dataset's features/specs from one of its episodes;
-2. per episode (any worker, independent): read the steps, transform them (truncation, tag fields,
+1. plan (driver): read the selection from the store a batch at a time (a study may hold a million episodes)
+   and stream each episode, with its index in its dataset, split, grounding annotations and field values, into
+   its dataset's work file in the staging folder (`exporters/work_file.py`), keeping only counts per spec
+   group and the step tag labels; refuse mixed specs unless `--split-by-spec`; derive each dataset's
+   features/specs from its first readable episode;
+2. per episode (any worker, independent; the pipeline starts from chunk references of the work files, which
+   workers read from storage): read the steps, transform them (truncation, tag fields,
    stripping, statistics) and write one Riegeli shard (envlogger) or one serialized example (TFDS);
    episodes that fail become dead letters with a reason, never silently dropped;
 3. last step: envlogger `metadata.riegeli` / TFDS shards + `dataset_info.json`, then the summary, the
@@ -24,7 +28,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -42,18 +46,22 @@ from pipelines.exporters.episode_fn import (
     DatasetJob,
     ExportDatasets,
     ExportEpisodeFn,
+    count_done,
     open_for_export,
+    read_outcome,
 )
 from pipelines.exporters.request import DatasetSummary, DeadLetter, ExportRequest, ExportSummary
 from pipelines.exporters.selection import (
     SelectionQuery,
+    Skipped,
     SpecGroup,
-    group_by_spec,
+    SpecGroups,
+    check_query,
+    iter_selected,
     mixed_specs_error,
     parse_ref,
-    select_episodes,
 )
-from pipelines.exporters.splits import parse_splits, split_names
+from pipelines.exporters.splits import SplitSpec, parse_splits, split_names
 from pipelines.exporters.staging import (
     OWNER_FILE,
     SUMMARY_FILE,
@@ -68,12 +76,15 @@ from pipelines.exporters.transform import (
     UI_ENVIRONMENT_ID,
     ExportEpisode,
     TransformOptions,
+    episode_kind,
     episode_name,
     frame_leaf,
     step_tag_labels,
     transform_episode,
 )
 from pipelines.exporters.ui_objects import parse_ui_objects
+from pipelines.exporters.work_file import Chunk, WorkItem, WorkWriter, iter_items
+from protos.rlds_creator import study_pb2
 
 FORMATS = ("envlogger", "tfds", "parquet", "minari")
 DEAD_LETTERS_FILE = "dead_letters.jsonl"
@@ -90,14 +101,60 @@ def check_annotations(mode: str, user: str) -> None:
         raise StepmarkError("--annotations mine needs --user (whose annotations to apply)")
 
 
-def _grounding_of(repo: Any, groups: Sequence[Any], mode: str) -> dict[str, tuple]:
-    """The grounding annotations of the UI episodes selected (one store read, before the pipeline)."""
-    ui = [e for g in groups if g.kind == "ui" for e in g.episodes]
+def _grounding_of(repo: Any, episodes: Sequence[Any], mode: str) -> dict[str, tuple]:
+    """The grounding annotations of the UI episodes among these (one store read per batch of the selection)."""
+    ui = [e for e in episodes if episode_kind(e) == KIND_UI]
     if mode == "none" or not ui:
         return {}
     from pipelines.exporters.grounding import load_annotations
 
     return {k: tuple(v) for k, v in load_annotations(repo, ui).items() if v}
+
+
+@dataclass
+class _Selected:
+    """What the driver knows of the selection once it has streamed it into the work files: bounded state."""
+
+    groups: list[SpecGroup]
+    skipped: list[Skipped]
+    step_tag_labels: tuple[str, ...]
+    field_defs: tuple
+    work_files: dict[str, str]  # dataset -> its work file
+    chunks: list[Chunk]
+    episodes: int
+
+
+def _stream_selection(
+    repo: Any, query: SelectionQuery, request: ExportRequest, split_spec: SplitSpec | None, folder: str
+) -> _Selected:
+    """One pass over the selection, a batch at a time: each episode goes with its index in its dataset, its split,
+    its grounding annotations and field values into its dataset's work file (work_file.py); the driver keeps
+    only the groups' counts, the step tag labels and the skipped list."""
+    skipped: list[Skipped] = []
+    groups = SpecGroups(repo)
+    labels: set[str] = set()
+    fields = study_fields.StudyFields(repo, request.annotations, request.user)
+    total = 0
+    with WorkWriter(folder) as writer:
+        for batch in iter_selected(repo, query, skipped):
+            grounding = _grounding_of(repo, batch, request.annotations)
+            values = fields.values(batch)
+            labels.update(step_tag_labels(batch))
+            for episode in batch:
+                group, index = groups.add(episode)
+                split = split_spec.split_of(episode.id) if split_spec else ""
+                blob = episode.SerializeToString()
+                writer.add(group.name, WorkItem(index, split, blob, grounding.get(episode.id, ()), values.get(episode.id)))
+            total += len(batch)
+    return _Selected(
+        groups=list(groups),
+        skipped=skipped,
+        step_tag_labels=tuple(sorted(labels)),
+        field_defs=fields.defs,
+        work_files={g.name: writer.path(g.name) for g in groups},
+        chunks=writer.chunks,
+        episodes=total,
+    )
 
 
 # --- planning and the last step (driver) -------------------------------------------------------------------
@@ -109,7 +166,7 @@ class _Plan:
     job: DatasetJob
     env_specs: dict[str, Any] | None = None
     sample_error: str = ""
-    splits: dict[int, str] = field(default_factory=dict)  # episode position -> split name
+    work_file: str = ""  # the dataset's episodes (work_file.py)
     environment_spec: str = ""  # the study's EnvironmentSpec as JSON text ("" for UI datasets)
     space_specs: dict[str, Any] | None = None  # the specs the dataset's spaces come from (UI: derived)
     jpeg_frames: bool = False
@@ -117,21 +174,23 @@ class _Plan:
 
 def environment_spec_json(repo: Any, group: SpecGroup) -> str:
     """The dataset's `EnvironmentSpec` (from its first episode's study) as JSON text; "" for UI datasets."""
-    if group.kind == KIND_UI or not group.episodes:
+    if group.kind == KIND_UI:
         return ""
     try:
-        spec = repo.get_environment(group.episodes[0].study_id, group.environment_id)
+        spec = repo.get_environment(group.first.study_id, group.environment_id)
     except Exception:  # noqa: BLE001 - a spec the store lacks: the dataset still has its data-derived specs
         return ""
     return json_format.MessageToJson(spec, sort_keys=True, indent=None)
 
 
-def _sample(group: SpecGroup, job: DatasetJob) -> tuple[ExportEpisode | None, dict[str, Any] | None, str]:
-    """Transforms the group's first readable episode: it defines the dataset's features and specs."""
+def _sample(work_file: str, job: DatasetJob) -> tuple[ExportEpisode | None, dict[str, Any] | None, str]:
+    """Transforms the dataset's first readable episode (read from its work file, one at a time): it defines the
+    dataset's features and specs."""
     errors = []
-    for episode in group.episodes:
+    for item in iter_items(work_file):
+        episode = study_pb2.Episode.FromString(item.episode)
         try:
-            reader = open_for_export(episode, job)
+            reader = open_for_export(episode, job, item.grounding)
             try:
                 steps = list(reader)
                 specs = getattr(reader, "specs", None) or None
@@ -139,7 +198,7 @@ def _sample(group: SpecGroup, job: DatasetJob) -> tuple[ExportEpisode | None, di
             finally:
                 reader.close()
             exported = transform_episode(0, episode, steps, job.options, metadata, split="x" if job.splits else "")
-            study_fields.apply(exported, job.field_defs, job.field_values)
+            study_fields.apply(exported, job.field_defs, item.field_values)
         except Exception as exc:  # noqa: BLE001 - reported as the dead letters of the group
             errors.append(f"{episode_name(episode)}: {exc}")
             continue
@@ -149,32 +208,10 @@ def _sample(group: SpecGroup, job: DatasetJob) -> tuple[ExportEpisode | None, di
     return None, None, "; ".join(errors)
 
 
-def _outcome_files(progress_dir: str) -> list[Any]:
-    """The outcome files `_record_outcome` has written so far (Beam file metadata)."""
-    try:
-        return storage.match(storage.join(progress_dir, "*"))
-    except Exception:  # noqa: BLE001 - none yet: the first outcome makes the folder
-        return []
-
-
-def _read_outcomes(progress_dir: str) -> list[dict[str, Any]]:
-    """Every episode's outcome that `_record_outcome` wrote, in (dataset, index) order."""
-    keyed = []
-    for meta in _outcome_files(progress_dir):
-        dataset, _, index = storage.split(meta.path)[1].rpartition("-")
-        with storage.open_read(meta.path) as f:
-            keyed.append(((dataset, int(index)), json.loads(f.read().decode("utf-8"))))
-    return [outcome for _, outcome in sorted(keyed, key=lambda k: k[0])]
-
-
 def _folder_size(path: str) -> int:
     """Bytes of the dataset files under `path` (the export's own work files, progress markers and owner file
     left out: they vary from run to run and are removed before publishing)."""
     return storage.total_size(path, skip=(WORK_DIR, "progress", OWNER_FILE))
-
-
-def _count_done(progress_dir: str) -> int:
-    return len(_outcome_files(progress_dir))
 
 
 def _run_with_progress(
@@ -182,21 +219,22 @@ def _run_with_progress(
     beam_args: Sequence[str],
     progress_dir: str,
     total: int,
+    elements: int,
     progress: Progress | None,
 ) -> dict[str, int]:
     """Runs the pipeline in a worker thread and reports progress from the caller's thread.
 
-    Progress is the share of episodes done (marker files the workers write, so it works on any runner with a
-    shared filesystem), scaled to 0-90%; the last step takes the rest. Reporting from the caller's thread
+    Progress is the share of episodes done (a marker file per chunk the workers write, so it works on any runner
+    with a shared filesystem), scaled to 0-90%; the last step takes the rest. Reporting from the caller's thread
     matters for the annotator: Streamlit widgets can only be updated from the script's own thread.
-    Returns the pipeline's counters.
+    `elements` is how many elements the pipeline starts from (chunks of episodes). Returns its counters.
     """
     failure: list[BaseException] = []
     counters: dict[str, int] = {}
 
     def target() -> None:
         try:
-            pipeline = beam.Pipeline(options=pipeline_options(spread_over_dask(beam_args, total)))
+            pipeline = beam.Pipeline(options=pipeline_options(spread_over_dask(beam_args, elements)))
             build(pipeline)
             result = pipeline.run()
             try:
@@ -217,7 +255,7 @@ def _run_with_progress(
     while worker.is_alive():
         worker.join(0.5)
         if progress is not None:
-            pct = round(90.0 * min(_count_done(progress_dir), total) / max(total, 1), 1)
+            pct = round(90.0 * min(count_done(progress_dir), total) / max(total, 1), 1)
             if pct != last:
                 last = pct
                 progress(pct)
@@ -295,34 +333,31 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         include_invalid_sessions=request.include_invalid_sessions,
     )
     with open_store(request.store_url, request.data_dir) as repo:
-        selection = select_episodes(repo, query)
-        groups = group_by_spec(repo, selection.episodes)
-        if len(groups) > 1 and not request.split_by_spec:
-            raise mixed_specs_error(repo, groups)
-        environment_specs = {g.name: environment_spec_json(repo, g) for g in groups}
-        minari_ids = _minari_ids(request, out, groups)
-        grounding_notes = _grounding_of(repo, groups, request.annotations)
-        field_defs, field_values = study_fields.load(repo, selection.episodes, request.annotations, request.user)
-    if progress:
-        progress(0.0)
-
-    options = TransformOptions(
-        strip_internal_metadata=request.strip_internal_metadata,
-        end_of_episode_tags=tuple(request.end_of_episode_tags),
-        step_tag_labels=step_tag_labels(selection.episodes),
-        ui_objects_padded=parse_ui_objects(request.ui_objects),
-    )
+        check_query(repo, query)  # a bad selection is an error before any staging folder
     remove_stale_staging(out)
     staging = new_staging(out, request.archive)
     root = storage.join(staging, "dataset") if request.archive else staging
     progress_dir = storage.join(staging, "progress")
-    summary = ExportSummary(
-        out=out,
-        format=request.format,
-        archive=request.archive,
-        skipped=[{"episode": s.episode, "reason": s.reason} for s in selection.skipped],
-    )
+    summary = ExportSummary(out=out, format=request.format, archive=request.archive)
     try:
+        with open_store(request.store_url, request.data_dir) as repo:
+            work = storage.join(staging, WORK_DIR, "episodes")
+            selected = _stream_selection(repo, query, request, split_spec, work)
+            groups = selected.groups
+            if len(groups) > 1 and not request.split_by_spec:
+                raise mixed_specs_error(repo, groups)
+            environment_specs = {g.name: environment_spec_json(repo, g) for g in groups}
+        minari_ids = _minari_ids(request, out, groups)
+        summary.skipped = [{"episode": s.episode, "reason": s.reason} for s in selected.skipped]
+        if progress:
+            progress(0.0)
+
+        options = TransformOptions(
+            strip_internal_metadata=request.strip_internal_metadata,
+            end_of_episode_tags=tuple(request.end_of_episode_tags),
+            step_tag_labels=selected.step_tag_labels,
+            ui_objects_padded=parse_ui_objects(request.ui_objects),
+        )
         plans: list[_Plan] = []
         for group in groups:
             dataset_dir = storage.join(root, group.name) if len(groups) > 1 else root
@@ -339,13 +374,12 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                 splits=split_spec,
                 annotations=request.annotations,
                 annotations_user=request.user,
-                grounding={e.id: grounding_notes[e.id] for e in group.episodes if e.id in grounding_notes},
-                field_defs=field_defs,
-                field_values={e.id: field_values[e.id] for e in group.episodes if e.id in field_values},
+                field_defs=selected.field_defs,
             )
-            sample, specs, error = _sample(group, job)
+            work_file = selected.work_files[group.name]
+            sample, specs, error = _sample(work_file, job)
             if sample is None:
-                plans.append(_Plan(group=group, job=job, sample_error=error))
+                plans.append(_Plan(group=group, job=job, sample_error=error, work_file=work_file))
                 continue
             signature = envlogger_writer.episode_signature(sample)
             features_json = ""
@@ -358,9 +392,6 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             job = dataclasses.replace(
                 job, expected_signature=signature, features_json=features_json, work_dir=work_dir
             )
-            assigned = {
-                i: (split_spec.split_of(e.id) if split_spec else "") for i, e in enumerate(group.episodes)
-            }
             env_specs = specs or _derived_specs(sample)
             space_specs = env_specs or _ui_space_specs(sample, options)
             # --jpeg-frames: the observation leaf the recorded JPEG frames depict (None: as recorded; envlogger
@@ -391,7 +422,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                     group=group,
                     job=job,
                     env_specs=env_specs,
-                    splits=assigned,
+                    work_file=work_file,
                     environment_spec=environment_specs[group.name],
                     space_specs=space_specs,
                     jpeg_frames=frame is not None,
@@ -405,27 +436,22 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             if job.work_dir:
                 storage.mkdirs(job.work_dir)
 
+        chunks = [c for c in selected.chunks if c.dataset in jobs]
+
         def build(pipeline: beam.Pipeline) -> None:
-            items = [
-                (p.group.name, i, p.splits[i], e.SerializeToString())
-                for p in runnable
-                for i, e in enumerate(p.group.episodes)
-            ]
+            # Chunk references, not episodes: the workers read the episodes from the work files.
             _ = (
                 pipeline
-                | "Episodes" >> beam.Create(items, reshuffle=False)
+                | "Episodes" >> beam.Create(chunks, reshuffle=False)
                 | "ExportDatasets" >> ExportDatasets(jobs)
             )
 
-        outcomes: list[dict[str, Any]] = []
         if runnable:
             summary.counters = _run_with_progress(
-                build, request.beam_args, progress_dir, len(selection.episodes), progress
+                build, request.beam_args, progress_dir, selected.episodes, len(chunks), progress
             )
-            outcomes = _read_outcomes(progress_dir)
         for plan in plans:
-            mine = [o for o in outcomes if o["dataset"] == plan.group.name]
-            summary.datasets.append(_finish_dataset(plan, mine, summary, len(groups)))
+            summary.datasets.append(_finish_dataset(plan, summary, len(groups)))
         storage.delete_tree(storage.join(staging, WORK_DIR))
         summary.episodes = sum(d.episodes for d in summary.datasets)
         summary.steps = sum(d.steps for d in summary.datasets)
@@ -523,10 +549,9 @@ def _export_info(
     }
 
 
-def _finish_dataset(
-    plan: _Plan, outcomes: list[dict[str, Any]], summary: ExportSummary, num_groups: int
-) -> DatasetSummary:
-    """The last step for one dataset: dead letters, the spec check, and the format's metadata files."""
+def _finish_dataset(plan: _Plan, summary: ExportSummary, num_groups: int) -> DatasetSummary:
+    """The last step for one dataset: its episodes' outcomes read one at a time and summed up (the dead letters
+    and skips are listed), the spec check, and the format's metadata files."""
     group, job = plan.group, plan.job
     dataset = DatasetSummary(
         name=group.name,
@@ -535,24 +560,36 @@ def _finish_dataset(
         environment_id=group.environment_id,
     )
     if plan.sample_error:
-        for episode in group.episodes:
-            summary.dead_letters.append(DeadLetter(episode_name(episode), "unreadable", plan.sample_error))
+        for item in iter_items(plan.work_file):
+            name = episode_name(study_pb2.Episode.FromString(item.episode))
+            summary.dead_letters.append(DeadLetter(name, "unreadable", plan.sample_error))
         return dataset
-    results = [o for o in outcomes if o["outcome"] == ExportEpisodeFn.RESULT]
-    dead = [
-        DeadLetter(episode=o["episode"], reason=o["reason"], error=o["error"])
-        for o in outcomes
-        if o["outcome"] == ExportEpisodeFn.DEAD_LETTER
-    ]
-    skipped = [
-        {"episode": o["episode"], "reason": o["reason"]}
-        for o in outcomes
-        if o["outcome"] == ExportEpisodeFn.SKIPPED
-    ]
-    reported = len(results) + len(dead) + len(skipped)
-    if reported != len(group.episodes):  # a runner that dropped work must not look finished
+    dead: list[DeadLetter] = []
+    skipped: list[dict[str, str]] = []
+    by_split: dict[str, list[int]] = {name: [] for name in split_names(job.splits)}  # TFDS: indexes
+    minari_episodes: list[tuple[int, str, int]] = []  # Minari: (index, split, transitions)
+    counts = {name: 0 for name in split_names(job.splits)}  # Parquet: episodes per split
+    missing = 0
+    for index in range(group.count):
+        o = read_outcome(job.progress_dir, group.name, index)
+        if o is None:
+            missing += 1
+        elif o["outcome"] == ExportEpisodeFn.RESULT:
+            dataset.episodes += 1
+            dataset.steps += int(o["steps"])
+            if job.format == "tfds":
+                by_split.setdefault(o.get("split") or "train", []).append(int(o["index"]))
+            elif job.format == "minari":
+                minari_episodes.append((int(o["index"]), o.get("split") or "", int(o["steps"]) - 1))
+            elif job.format == "parquet":
+                counts[o.get("split") or "train"] += 1
+        elif o["outcome"] == ExportEpisodeFn.DEAD_LETTER:
+            dead.append(DeadLetter(episode=o["episode"], reason=o["reason"], error=o["error"]))
+        elif o["outcome"] == ExportEpisodeFn.SKIPPED:
+            skipped.append({"episode": o["episode"], "reason": o["reason"]})
+    if missing:  # a runner that dropped work must not look finished
         raise StepmarkError(
-            f"dataset {group.name}: the runner reported {reported} of {len(group.episodes)} "
+            f"dataset {group.name}: the runner reported {group.count - missing} of {group.count} "
             "episodes; the export is incomplete and was not written"
         )
     summary.skipped.extend(sorted(skipped, key=lambda s: s["episode"]))
@@ -563,9 +600,7 @@ def _finish_dataset(
             f"{job.expected_signature}: " + "; ".join(f"{d.episode} ({d.error})" for d in mismatched)
         )
     summary.dead_letters.extend(dead)
-    dataset.episodes = len(results)
-    dataset.steps = sum(int(r["steps"]) for r in results)
-    if not results:  # every episode of this dataset is a dead letter: no empty dataset folder
+    if not dataset.episodes:  # every episode of this dataset is a dead letter: no empty dataset folder
         storage.delete_tree(job.staging_dir)
         return dataset
     description = (
@@ -576,9 +611,6 @@ def _finish_dataset(
     if job.format == "tfds":
         from pipelines.exporters import tfds_writer
 
-        by_split: dict[str, list[int]] = {name: [] for name in split_names(job.splits)}
-        for r in sorted(results, key=lambda r: int(r["index"])):
-            by_split.setdefault(r.get("split") or tfds_writer.SPLIT, []).append(int(r["index"]))
         written, _ = tfds_writer.finish_dataset(
             job.staging_dir, job.work_dir, job.features_json, by_split, description, {"stepmark_export": export_info}
         )
@@ -589,9 +621,8 @@ def _finish_dataset(
     elif job.format == "minari":
         from pipelines.exporters import minari_writer
 
-        episodes = [(int(r["index"]), r.get("split") or "", int(r["steps"]) - 1) for r in results]
         written = minari_writer.finish_dataset(
-            job.staging_dir, job.work_dir, job.minari_id, episodes, job.minari_layout, export_info, description,
+            job.staging_dir, job.work_dir, job.minari_id, minari_episodes, job.minari_layout, export_info, description,
             split_names(job.splits),
         )
         if written != dataset.episodes:
@@ -601,9 +632,6 @@ def _finish_dataset(
     elif job.format == "parquet":  # the workers' files are the dataset; the metadata is in their schema
         from pipelines.exporters import parquet_writer
 
-        counts = {name: 0 for name in split_names(job.splits)}
-        for r in results:
-            counts[r.get("split") or "train"] += 1
         parquet_writer.finish_dataset(job.staging_dir, job.parquet_schema, counts)
     dataset.bytes = _folder_size(job.staging_dir)
     return dataset

@@ -469,9 +469,16 @@ def mkdirs(path: str, what: str = "folder") -> None:
 
 
 def total_size(folder: str, skip: Sequence[str] = ()) -> int:
-    """Bytes of the files under `folder`, leaving out those with a path part named in `skip`."""
+    """Bytes of the files under `folder`, leaving out those with a path part named in `skip`. On a local disk the
+    skipped folders are not walked at all (an export's progress folder holds a file per episode)."""
     root = strip_slash(folder)
     total = 0
+    if not is_remote(root):
+        local = root.removeprefix("file://")
+        for parent, dirs, names in os.walk(local):
+            dirs[:] = [d for d in dirs if d not in skip]
+            total += sum(os.path.getsize(os.path.join(parent, n)) for n in names if n not in skip)
+        return total
     for m in files_below(root):
         rel = m.path[len(root) :].replace("\\", "/").strip("/").split("/")
         if not set(skip).intersection(rel):

@@ -9,7 +9,7 @@ import errno
 import gc
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -32,6 +32,7 @@ from pipelines.exporters.transform import (
     transform_episode,
 )
 from pipelines.exporters.ui_objects import PaddingOverflow
+from pipelines.exporters.work_file import Chunk, WorkItem, read_chunk
 from protos.rlds_creator import study_pb2
 
 NAMESPACE = "stepmark.export"
@@ -55,13 +56,11 @@ class DatasetJob:
     minari_layout: str = ""  # Minari only: spaces and frame leaf (exporters/minari_writer.Layout, JSON)
     minari_id: str = ""  # Minari only: the dataset id (metadata.json)
     # UI episodes: the grounding annotations applied on top of the converted record (exporters/grounding.py):
-    # the mode, whose annotations `mine` means, and the annotations of this dataset's episodes by store id.
+    # the mode and whose annotations `mine` means (each episode's annotations travel with it: work_file.py).
     annotations: str = "none"
     annotations_user: str = ""
-    grounding: dict[str, tuple] = field(default_factory=dict)
-    # Study fields (issue 26; exporters/study_fields.py): the definitions and this dataset's resolved values.
+    # Study fields (issue 26; exporters/study_fields.py): the definitions (each episode's values travel with it).
     field_defs: tuple = ()
-    field_values: dict[str, dict] = field(default_factory=dict)
 
 
 # A full, over-quota or read-only destination: the export's problem, not one episode's.
@@ -81,7 +80,8 @@ def _destination_error(exc: BaseException) -> OSError | None:
 
 
 class ExportEpisodeFn(storage.FileSystemsDoFn, beam.DoFn):
-    """(dataset, index, split, serialized Episode) -> (outcome, dataset, payload): a written shard or
+    """A chunk of a dataset's work file (`work_file.Chunk`: each episode's index, split, serialized Episode,
+    grounding annotations and field values) -> (outcome, dataset, payload) per episode: a written shard or
     serialized example, or a dead letter with its reason; each outcome also goes into its own file
     (`_record_outcome`), which is what the driver reads. A full or read-only destination fails the export.
 
@@ -122,18 +122,21 @@ class ExportEpisodeFn(storage.FileSystemsDoFn, beam.DoFn):
 
                 self._serializers[name] = minari_writer.EpisodeWriter(job.minari_layout)
 
-    def process(self, element: tuple[str, int, str, bytes]) -> Iterator[tuple[str, str, Any]]:
-        dataset, index, split, blob = element
+    def process(self, element: Chunk) -> Iterator[tuple[str, str, Any]]:
+        dataset = element.dataset
         job = self.jobs[dataset]
-        episode = study_pb2.Episode.FromString(blob)
-        with _no_cycle_collection():
-            prepared = self._prepare(dataset, index, split, episode, job)
-            if isinstance(prepared, ExportEpisode):
-                outcome = self._written(dataset, index, split, episode, prepared, job)
-            else:
-                outcome = prepared
-        _record_outcome(job.progress_dir, dataset, index, outcome)
-        yield outcome
+        for item in read_chunk(element):
+            index, split = item.index, item.split
+            episode = study_pb2.Episode.FromString(item.episode)
+            with _no_cycle_collection():
+                prepared = self._prepare(dataset, item, episode, job)
+                if isinstance(prepared, ExportEpisode):
+                    outcome = self._written(dataset, index, split, episode, prepared, job)
+                else:
+                    outcome = prepared
+            _record_outcome(job.progress_dir, dataset, index, outcome)
+            yield outcome
+        _record_chunk_done(job.progress_dir, element)
 
     def _dead(
         self, dataset: str, episode: study_pb2.Episode, reason: str, exc: BaseException
@@ -146,11 +149,11 @@ class ExportEpisodeFn(storage.FileSystemsDoFn, beam.DoFn):
         return self.DEAD_LETTER, dataset, json.dumps(asdict(letter))
 
     def _prepare(
-        self, dataset: str, index: int, split: str, episode: study_pb2.Episode, job: DatasetJob
+        self, dataset: str, item: WorkItem, episode: study_pb2.Episode, job: DatasetJob
     ) -> ExportEpisode | tuple[str, str, str]:
         """The episode read and transformed, ready to write; or its outcome when it cannot be written."""
         try:
-            exported = read_and_transform(index, episode, job, split)
+            exported = read_and_transform(item, episode, job)
         except NoTransition as exc:  # not an error: nothing to train on; listed in the summary's `skipped`
             Metrics.counter(NAMESPACE, "skipped.no_transition").inc()
             skipped = {"episode": episode_name(episode), "reason": f"no_transition: {exc}"}
@@ -238,16 +241,16 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def open_for_export(episode: study_pb2.Episode, job: DatasetJob):
-    """The episode's reader; a UI episode's record with the dataset's grounding annotations applied (always:
-    even `none` marks each target's source), so the sample and every worker read the same thing."""
+def open_for_export(episode: study_pb2.Episode, job: DatasetJob, annotations: tuple = ()):
+    """The episode's reader; a UI episode's record with its grounding `annotations` applied under the dataset's
+    mode (always: even `none` marks each target's source), so the sample and every worker read the same thing."""
     reader = open_episode(episode, job.data_dir)
     if isinstance(reader, UiEpisodeReader):
         from pipelines.exporters import grounding
 
         record = grounding.apply_annotations(
             reader.record,
-            list(job.grounding.get(episode.id, ())),
+            list(annotations),
             job.annotations,
             job.annotations_user or None,
         )
@@ -255,34 +258,68 @@ def open_for_export(episode: study_pb2.Episode, job: DatasetJob):
     return reader
 
 
-def read_and_transform(
-    index: int, episode: study_pb2.Episode, job: DatasetJob, split: str = ""
-) -> ExportEpisode:
-    reader = open_for_export(episode, job)
+def read_and_transform(item: WorkItem, episode: study_pb2.Episode, job: DatasetJob) -> ExportEpisode:
+    """One episode of the work file, read and transformed (the dataset's sample is made the same way)."""
+    reader = open_for_export(episode, job, item.grounding)
     try:
         steps = list(reader)
         metadata = reader.metadata
     finally:
         reader.close()
-    exported = transform_episode(index, episode, steps, job.options, metadata, split=split)
-    return study_fields.apply(exported, job.field_defs, job.field_values)
+    exported = transform_episode(item.index, episode, steps, job.options, metadata, split=item.split)
+    return study_fields.apply(exported, job.field_defs, item.field_values)
+
+
+def outcome_path(progress_dir: str, dataset: str, index: int) -> str:
+    return storage.join(progress_dir, f"{dataset}-{index}")
 
 
 def _record_outcome(progress_dir: str, dataset: str, index: int, outcome: tuple[str, str, str]) -> None:
     """One small file per episode and dataset holding its outcome (a result, a dead letter or a skip), through
-    Beam's file systems so it works on any runner with shared storage. The driver counts them for progress
-    while the pipeline runs and reads them when it has finished. A retried bundle rewrites the same file, so
-    the last attempt is the one that counts. (A `WriteToText` sink did this before: its six extra stages cost
-    0.1-0.2 s of every export, more than a small export's episodes take.)"""
+    Beam's file systems so it works on any runner with shared storage. The driver reads them, by dataset and
+    index, when the pipeline has finished. A retried bundle rewrites the same file, so the last attempt is the
+    one that counts. (A `WriteToText` sink did this before: its six extra stages cost 0.1-0.2 s of every
+    export, more than a small export's episodes take.)"""
     kind, name, payload = outcome
     line = json.dumps({"outcome": kind, "dataset": name, **json.loads(payload)})
-    storage.write_bytes(storage.join(progress_dir, f"{dataset}-{index}"), line.encode("utf-8"))
+    storage.write_bytes(outcome_path(progress_dir, dataset, index), line.encode("utf-8"))
+
+
+def read_outcome(progress_dir: str, dataset: str, index: int) -> dict[str, Any] | None:
+    """The outcome `_record_outcome` wrote for one episode; None when there is none (work a runner dropped)."""
+    path = outcome_path(progress_dir, dataset, index)
+    try:
+        with storage.open_read(path) as f:
+            return json.loads(f.read().decode("utf-8"))
+    except Exception:  # noqa: BLE001 - a missing file's error differs by filesystem: whether it exists decides
+        if storage.exists(path):
+            raise
+        return None
+
+
+#: Below the progress folder: one empty marker per chunk done, named `<dataset>@<offset>-<episodes>`. The driver
+#: lists them for progress while the pipeline runs: one entry per chunk, not per episode.
+DONE_DIR = "chunks"
+
+
+def _record_chunk_done(progress_dir: str, chunk: Chunk) -> None:
+    name = f"{chunk.dataset}@{chunk.offset}-{chunk.count}"
+    storage.write_bytes(storage.join(progress_dir, DONE_DIR, name), b"")
+
+
+def count_done(progress_dir: str) -> int:
+    """Episodes of the chunks done so far (`_record_chunk_done`)."""
+    try:
+        found = storage.match(storage.join(progress_dir, DONE_DIR, "*"))
+    except Exception:  # noqa: BLE001 - none yet: the first marker makes the folder
+        return 0
+    return sum(int(storage.split(m.path)[1].rpartition("-")[2]) for m in found)
 
 
 class ExportDatasets(beam.PTransform):
-    """All datasets of one export: (dataset, index, split, Episode bytes) -> one written file per episode and
-    one outcome file per episode (results, dead letters, skips) that the last step reads. Single-branch, so
-    it runs the same on every runner (Dask included), and no step holds more than one episode."""
+    """All datasets of one export: chunks of the work files -> one written file per episode and one outcome
+    file per episode (results, dead letters, skips) that the last step reads. Single-branch, so it runs the
+    same on every runner (Dask included), and no step holds more than one episode."""
 
     def __init__(self, jobs: dict[str, DatasetJob]) -> None:
         super().__init__()

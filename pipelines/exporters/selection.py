@@ -1,11 +1,12 @@
 """Choosing the episodes of an export, and grouping them by what can share one dataset.
 
-Selection (one store query, done once by the driver): explicit `EpisodeRef`s, or every episode matching a
-study / tag / state (all given filters at once). Episodes of INVALID sessions and episodes that are not
-COMPLETED are left out unless asked for; what was left out is reported (`Selection.skipped`), never dropped
-silently. UI and environment episodes are selected alike.
+Selection (read once by the driver, `BATCH` episodes at a time: a study may hold a million): explicit
+`EpisodeRef`s, or every episode matching a study / tag / state (all given filters at once). Episodes of INVALID
+sessions and episodes that are not COMPLETED are left out unless asked for; what was left out is reported
+(`skipped`), never dropped silently. UI and environment episodes are selected alike.
 
-Grouping: one dataset holds episodes of one observation/action spec. Environment episodes share a spec when
+Grouping (`SpecGroups`, one episode at a time, counts only): one dataset holds episodes of one observation/action
+spec. Environment episodes share a spec when
 their environment settings (family + its settings, from the study's `EnvironmentSpec`) are equal; UI episodes
 form their own group. A selection spanning several groups is refused with the list of groups unless the
 user asks for one dataset per group (`--split-by-spec`), each in a sub-folder named by its environment id.
@@ -14,16 +15,18 @@ user asks for one dataset per group (`--split-by-spec`), each in a sub-folder na
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from pipelines.errors import StepmarkError
 from pipelines.exporters.transform import KIND_UI, episode_kind, episode_name
 from pipelines.store import NotFound, Repository
-from pipelines.store.listing import EpisodeQuery
+from pipelines.store.listing import MAX_PAGE, Cursor, EpisodeQuery, Sort
 from protos.rlds_creator import client_pb2, study_pb2
 
 COMPLETED = study_pb2.Episode.STATE_COMPLETED
+#: Episodes read from the store at a time: the driver of an export holds at most one such batch.
+BATCH = MAX_PAGE
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -65,13 +68,14 @@ class Selection:
 
 @dataclass
 class SpecGroup:
-    """Episodes that go into one dataset."""
+    """The episodes that go into one dataset, counted (the episodes themselves are streamed, never kept)."""
 
     key: str  # what they share (environment settings, or "ui")
     name: str  # sub-folder name with --split-by-spec (the environment id; "ui" for UI episodes)
     kind: str
     environment_id: str
-    episodes: list[study_pb2.Episode]
+    first: study_pb2.Episode  # its first episode: its study holds the group's EnvironmentSpec
+    count: int = 0
 
 
 def parse_state(name: str) -> int:
@@ -94,16 +98,18 @@ def parse_ref(text: str) -> client_pb2.EpisodeRef:
     return client_pb2.EpisodeRef(study_id=parts[0], session_id=parts[1], episode_id=parts[2])
 
 
-def select_episodes(repo: Repository, query: SelectionQuery) -> Selection:
-    """The episodes to export, in a stable order, with what was left out and why."""
+def _state_filter(query: SelectionQuery) -> list[int] | None:
+    if query.state:
+        return [parse_state(query.state)]
+    return None if query.include_incomplete else [COMPLETED]
+
+
+def check_query(repo: Repository, query: SelectionQuery) -> None:
+    """Refuses a query that selects nothing or names a study the store lacks (before any work)."""
     if not (query.refs or query.study_id or query.tag or query.state):
         raise StepmarkError("nothing selected: give --study, --episode, --tag or --state")
-    state_filter: list[int] | None = None
     if query.state:
-        state_filter = [parse_state(query.state)]
-    elif not query.include_incomplete:
-        state_filter = [COMPLETED]
-    selection = Selection(episodes=[])
+        parse_state(query.state)
     if query.study_id:
         try:
             repo.get_study(query.study_id)
@@ -111,71 +117,104 @@ def select_episodes(repo: Repository, query: SelectionQuery) -> Selection:
             raise NotFound(
                 f"study {query.study_id!r} not found (stepmark study list shows the studies)"
             ) from None
+
+
+def iter_selected(
+    repo: Repository, query: SelectionQuery, skipped: list[Skipped]
+) -> Iterator[list[study_pb2.Episode]]:
+    """The episodes to export in a stable order (registration order, or the references' order), `BATCH` at a
+    time: a study of a million episodes is read page by page (keyset), never whole. What was left out and why
+    goes into `skipped`. Raises StepmarkError, once the selection is read, when it holds no episode."""
+    check_query(repo, query)
+    state_filter = _state_filter(query)
+    selected = 0
     if query.refs:
-        try:
-            candidates = repo.episodes_by_refs(list(query.refs))
-        except NotFound:
-            candidates = []
-            for ref in query.refs:  # name the reference the user gave, not only the episode id
-                try:
-                    candidates.extend(repo.episodes_by_refs([ref]))
-                except NotFound:
-                    raise NotFound(
-                        f"episode {ref.study_id}/{ref.session_id}/{ref.episode_id} not found"
-                    ) from None
-        for ref, episode in zip(query.refs, candidates, strict=True):
-            if ref.session_id and episode.session_id != ref.session_id:
-                raise NotFound(f"episode {ref.study_id}/{ref.session_id}/{ref.episode_id} not found")
-        invalid_sessions: dict[str, bool] = {}
-        for episode in candidates:
-            if query.study_id and episode.study_id != query.study_id:
-                continue
-            if query.tag and not _has_tag(episode, query.tag):
-                continue
-            if state_filter is not None and episode.state not in state_filter:
-                state = study_pb2.Episode.State.Name(episode.state)
-                selection.skipped.append(Skipped(episode_name(episode), f"state {state} (not selected)"))
-                continue
-            if not query.include_invalid_sessions and episode.session_id:
-                if episode.session_id not in invalid_sessions:
-                    try:
-                        state = repo.get_session(episode.session_id).state
-                    except (
-                        NotFound
-                    ):  # the store keeps episodes of deleted sessions: nothing marks them invalid
-                        state = study_pb2.Session.STATE_UNSPECIFIED
-                    invalid_sessions[episode.session_id] = state == study_pb2.Session.STATE_INVALID
-                if invalid_sessions[episode.session_id]:
-                    selection.skipped.append(Skipped(episode_name(episode), "session marked invalid"))
-                    continue
-            selection.episodes.append(episode)
+        seen: set[tuple[str, str]] = set()
+        for start in range(0, len(query.refs), BATCH):
+            batch = _referenced(repo, query, query.refs[start : start + BATCH], state_filter, skipped, seen)
+            selected += len(batch)
+            if batch:
+                yield batch
     else:
-        selection.episodes = repo.list_episodes(
+        q = EpisodeQuery(
             study_id=query.study_id,
             tag=query.tag,
-            states=state_filter,
+            states=None if state_filter is None else tuple(state_filter),
             include_invalid_sessions=query.include_invalid_sessions,
         )
-    seen: set[tuple[str, str]] = set()
-    unique = []
-    for episode in selection.episodes:  # a reference given twice is exported once
-        key = (episode.study_id, episode.id)
-        if key not in seen:
-            seen.add(key)
-            unique.append(episode)
-    selection.episodes = unique
-    if not selection.episodes:
-        raise StepmarkError(
-            f"no episodes to export for {query.describe()}{_why_empty(repo, query, selection)}"
-        )
+        after: Cursor | None = None
+        while page := repo.page_episodes(q, Sort(), after, BATCH):
+            after = page[-1][1]
+            selected += len(page)
+            yield [episode for episode, _ in page]
+    if not selected:
+        raise StepmarkError(f"no episodes to export for {query.describe()}{_why_empty(repo, query, skipped)}")
+
+
+def _referenced(
+    repo: Repository,
+    query: SelectionQuery,
+    refs: Sequence[client_pb2.EpisodeRef],
+    state_filter: list[int] | None,
+    skipped: list[Skipped],
+    seen: set[tuple[str, str]],
+) -> list[study_pb2.Episode]:
+    """The episodes of some of the references the user gave that pass the filters; a reference given twice is
+    exported once (`seen`: the references are the user's own list, in memory anyway)."""
+    try:
+        candidates = repo.episodes_by_refs(list(refs))
+    except NotFound:
+        candidates = []
+        for ref in refs:  # name the reference the user gave, not only the episode id
+            try:
+                candidates.extend(repo.episodes_by_refs([ref]))
+            except NotFound:
+                raise NotFound(
+                    f"episode {ref.study_id}/{ref.session_id}/{ref.episode_id} not found"
+                ) from None
+    for ref, episode in zip(refs, candidates, strict=True):
+        if ref.session_id and episode.session_id != ref.session_id:
+            raise NotFound(f"episode {ref.study_id}/{ref.session_id}/{ref.episode_id} not found")
+    invalid_sessions: dict[str, bool] = {}
+    out = []
+    for episode in candidates:
+        if query.study_id and episode.study_id != query.study_id:
+            continue
+        if query.tag and not _has_tag(episode, query.tag):
+            continue
+        if state_filter is not None and episode.state not in state_filter:
+            state = study_pb2.Episode.State.Name(episode.state)
+            skipped.append(Skipped(episode_name(episode), f"state {state} (not selected)"))
+            continue
+        if not query.include_invalid_sessions and episode.session_id:
+            if episode.session_id not in invalid_sessions:
+                try:
+                    state = repo.get_session(episode.session_id).state
+                except NotFound:  # the store keeps episodes of deleted sessions: nothing marks them invalid
+                    state = study_pb2.Session.STATE_UNSPECIFIED
+                invalid_sessions[episode.session_id] = state == study_pb2.Session.STATE_INVALID
+            if invalid_sessions[episode.session_id]:
+                skipped.append(Skipped(episode_name(episode), "session marked invalid"))
+                continue
+        if (episode.study_id, episode.id) not in seen:
+            seen.add((episode.study_id, episode.id))
+            out.append(episode)
+    return out
+
+
+def select_episodes(repo: Repository, query: SelectionQuery) -> Selection:
+    """The whole selection in memory (`iter_selected`, collected): for small selections and tests."""
+    selection = Selection(episodes=[])
+    for batch in iter_selected(repo, query, selection.skipped):
+        selection.episodes.extend(batch)
     return selection
 
 
-def _why_empty(repo: Repository, query: SelectionQuery, selection: Selection) -> str:
+def _why_empty(repo: Repository, query: SelectionQuery, skipped: Sequence[Skipped]) -> str:
     """What the filters left out, so an empty export says which flag would change it."""
-    if selection.skipped:
+    if skipped:
         reasons: dict[str, int] = {}
-        for s in selection.skipped:
+        for s in skipped:
             reasons[s.reason] = reasons.get(s.reason, 0) + 1
         return "; left out: " + ", ".join(f"{n} x {r}" for r, n in sorted(reasons.items()))
     if query.refs:
@@ -217,38 +256,64 @@ def describe_environment(spec: study_pb2.EnvironmentSpec | None, env_id: str) ->
     return f"{family} {name}".strip()
 
 
-def group_by_spec(repo: Repository, episodes: Sequence[study_pb2.Episode]) -> list[SpecGroup]:
-    """Groups in order of first appearance; names are unique, safe folder names."""
-    env_specs: dict[tuple[str, str], study_pb2.EnvironmentSpec | None] = {}
-    groups: dict[str, SpecGroup] = {}
-    for episode in episodes:
+class SpecGroups:
+    """Groups in order of first appearance, built one episode at a time (state: one entry per group and per
+    environment looked up, whatever the number of episodes). Names are unique, safe folder names, fixed when a
+    group first appears."""
+
+    def __init__(self, repo: Repository) -> None:
+        self.repo = repo
+        self.groups: dict[str, SpecGroup] = {}
+        self._env_specs: dict[tuple[str, str], study_pb2.EnvironmentSpec | None] = {}
+        self._used: set[str] = set()
+
+    def add(self, episode: study_pb2.Episode) -> tuple[SpecGroup, int]:
+        """The episode's group and its index there (its position among the group's episodes)."""
         kind = episode_kind(episode)
         if kind == KIND_UI:
             key, name, env_id = "ui", "ui", ""
         else:
             env_id = episode.environment_id
             lookup = (episode.study_id, env_id)
-            if lookup not in env_specs:
+            if lookup not in self._env_specs:
                 try:
-                    env_specs[lookup] = repo.get_environment(episode.study_id, env_id)
+                    self._env_specs[lookup] = self.repo.get_environment(episode.study_id, env_id)
                 except NotFound:
-                    env_specs[lookup] = None
-            spec = env_specs[lookup]
+                    self._env_specs[lookup] = None
+            spec = self._env_specs[lookup]
             key = environment_key(spec) if spec is not None else f"env-id:{env_id}"
             name = env_id or "env"
-        if key not in groups:
-            groups[key] = SpecGroup(key=key, name=name, kind=kind, environment_id=env_id, episodes=[])
-        groups[key].episodes.append(episode)
-    used: set[str] = set()
-    for group in groups.values():
-        base = _UNSAFE.sub("_", group.name).strip("._") or "dataset"
+        group = self.groups.get(key)
+        if group is None:
+            group = SpecGroup(
+                key=key, name=self._unique(name), kind=kind, environment_id=env_id, first=episode
+            )
+            self.groups[key] = group
+        group.count += 1
+        return group, group.count - 1
+
+    def _unique(self, name: str) -> str:
+        base = _UNSAFE.sub("_", name).strip("._") or "dataset"
         name, n = base, 1
-        while name in used:
+        while name in self._used:
             n += 1
             name = f"{base}-{n}"
-        used.add(name)
-        group.name = name
-    return list(groups.values())
+        self._used.add(name)
+        return name
+
+    def __iter__(self) -> Iterator[SpecGroup]:
+        return iter(list(self.groups.values()))
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+
+def group_by_spec(repo: Repository, episodes: Iterable[study_pb2.Episode]) -> list[SpecGroup]:
+    """`SpecGroups` of these episodes."""
+    groups = SpecGroups(repo)
+    for episode in episodes:
+        groups.add(episode)
+    return list(groups)
 
 
 def mixed_specs_error(repo: Repository, groups: Sequence[SpecGroup]) -> MixedSpecs:
@@ -257,13 +322,13 @@ def mixed_specs_error(repo: Repository, groups: Sequence[SpecGroup]) -> MixedSpe
         if g.kind == KIND_UI:
             what = "UI episodes"
         else:
-            study = g.episodes[0].study_id
+            study = g.first.study_id
             try:
                 spec = repo.get_environment(study, g.environment_id)
             except NotFound:
                 spec = None
             what = f"environment {g.environment_id!r} ({describe_environment(spec, g.environment_id)})"
-        lines.append(f"{g.name}: {len(g.episodes)} episode(s) of {what}")
+        lines.append(f"{g.name}: {g.count} episode(s) of {what}")
     return MixedSpecs(
         "the selected episodes cannot share one dataset (different environments or observation/action "
         f"specs): {'; '.join(lines)}. Select one group, or pass --split-by-spec for one dataset per group"

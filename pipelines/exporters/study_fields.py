@@ -40,57 +40,103 @@ def column(name: str) -> str:
     return PREFIX + name
 
 
-def load(repo: Any, episodes: Sequence[Any], mode: str, user: str | None) -> tuple[tuple[dict[str, Any], ...], Resolved]:
-    """(definitions of the selection's studies, removed ones too; each episode's values under `mode`): one
-    store read before the pipeline, like the grounding annotations."""
-    from pipelines.store import field_values as fv
+class StudyFields:
+    """The study fields of a selection read as the driver streams it: `values` resolves each batch's values
+    under `mode` (reading the definitions and decisions of each study once, when its first episode comes), and
+    `defs` is every selected study's definitions (removed ones too) in a fixed order, once all are seen."""
 
+    def __init__(self, repo: Any, mode: str, user: str | None) -> None:
+        self.repo, self.mode, self.user = repo, mode, user
+        self._of_study: dict[str, list[dict[str, Any]]] = {}
+        self._names: set[str] = set()  # fields defined in the studies seen so far
+        self._decided: dict[tuple[str, str, int, int], tuple[Any, datetime]] = {}
+        # the same places by episode: adjudicated places nobody holds now are found per episode
+        self._decided_of: dict[str, list[tuple[str, int, int, Any, datetime]]] = {}
+
+    def _see(self, study_ids: Iterable[str]) -> None:
+        from pipelines.store import field_values as fv
+
+        for study_id in sorted(set(study_ids) - set(self._of_study)):
+            found = [
+                d.to_json() | {"active": d.active}
+                for d in fv.definitions(self.repo, study_id, include_removed=True)
+            ]
+            self._of_study[study_id] = found
+            self._names.update(d["name"] for d in found)
+            if found and self.mode == "consensus":
+                decided = fv.decisions(self.repo, study_id)
+                self._decided.update(decided)
+                for (episode_id, name, start, end), (value, time) in decided.items():
+                    self._decided_of.setdefault(episode_id, []).append((name, start, end, value, time))
+
+    @property
+    def defs(self) -> tuple[dict[str, Any], ...]:
+        """The definitions of the studies seen (each name once, by study id then the study's order)."""
+        found: dict[str, dict[str, Any]] = {}
+        for study_id in sorted(self._of_study):
+            for json in self._of_study[study_id]:
+                known = found.get(json["name"])
+                if known is not None and _shape(known) != _shape(json):
+                    raise StepmarkError(
+                        f"field {json['name']!r} is defined differently in two studies of the export; "
+                        "export them apart"
+                    )
+                found.setdefault(json["name"], json)
+        return tuple(found.values())
+
+    def values(self, episodes: Sequence[Any]) -> Resolved:
+        """Each of these episodes' values under the mode (episodes without any left out). A value counts when its
+        field is defined in a study seen (its own always is: the store checks a value against its study)."""
+        from pipelines.store import field_values as fv
+
+        if self.mode == "none" or not episodes:
+            return {}
+        self._see(e.study_id for e in episodes)
+        if not self._names:
+            return {}
+        episode_ids = [e.id for e in episodes]
+        defs, mode, user = self._names, self.mode, self.user
+        by_episode: dict[str, dict[str, list[tuple[datetime, int, int, Any, str]]]] = {}
+        for episode_id, given in fv.values(self.repo, episode_ids).items():
+            places: dict[tuple[str, int, int], list[Any]] = {}
+            for v in given:
+                if v.field in defs and (mode != "mine" or v.user == user):
+                    places.setdefault((v.field, v.step, v.end), []).append(v)
+            out = by_episode.setdefault(episode_id, {})
+            for (name, start, end), vs in places.items():
+                chosen = _choose(vs, mode, self._decided.get((episode_id, name, start, end), _NONE))
+                if chosen is not None:
+                    out.setdefault(name, []).append((chosen[2], start, end, chosen[0], chosen[1]))
+        for episode_id in dict.fromkeys(episode_ids):  # adjudicated places nobody holds now
+            for name, start, end, value, time in self._decided_of.get(episode_id, ()):
+                out = by_episode.setdefault(episode_id, {})
+                if name in defs and not any((s, e) == (start, end) for _, s, e, *_ in out.get(name, [])):
+                    out.setdefault(name, []).append((time, start, end, value, "adjudicated"))
+        resolved: Resolved = {}
+        for episode_id, out in by_episode.items():
+            # the newest chosen value last: the last hit wins in step_columns
+            for name, places_of in out.items():
+                places_of.sort(key=lambda p: (p[0], p[1], p[2]))
+                resolved.setdefault(episode_id, {})[name] = [
+                    (s, e, value, origin) for _, s, e, value, origin in places_of
+                ]
+        return resolved
+
+
+def _shape(definition: dict[str, Any]) -> tuple:
+    return definition["kind"], definition["scope"], definition.get("options")
+
+
+def load(
+    repo: Any, episodes: Sequence[Any], mode: str, user: str | None
+) -> tuple[tuple[dict[str, Any], ...], Resolved]:
+    """(definitions of these episodes' studies, removed ones too; each episode's values under `mode`) in one go:
+    `StudyFields` for a few episodes."""
     if mode == "none" or not episodes:
         return (), {}
-    defs: dict[str, dict[str, Any]] = {}
-    for study_id in sorted({e.study_id for e in episodes}):
-        for d in fv.definitions(repo, study_id, include_removed=True):
-            json = d.to_json() | {"active": d.active}
-            known = defs.get(d.name)
-            if known is not None and (known["kind"], known["scope"], known.get("options")) != (
-                json["kind"], json["scope"], json.get("options")
-            ):
-                raise StepmarkError(
-                    f"field {d.name!r} is defined differently in two studies of the export; export them apart"
-                )
-            defs.setdefault(d.name, json)
-    if not defs:
-        return (), {}
-    ids = [e.id for e in episodes]
-    values = fv.values(repo, ids)
-    decided: dict[tuple[str, str, int, int], tuple[Any, datetime]] = {}
-    if mode == "consensus":
-        for study_id in sorted({e.study_id for e in episodes}):
-            decided.update(fv.decisions(repo, study_id))
-    by_episode: dict[str, dict[str, list[tuple[datetime, int, int, Any, str]]]] = {}
-    for episode_id, given in values.items():
-        places: dict[tuple[str, int, int], list[Any]] = {}
-        for v in given:
-            if v.field in defs and (mode != "mine" or v.user == user):
-                places.setdefault((v.field, v.step, v.end), []).append(v)
-        out = by_episode.setdefault(episode_id, {})
-        for (name, start, end), vs in places.items():
-            chosen = _choose(vs, mode, decided.get((episode_id, name, start, end), _NONE))
-            if chosen is not None:
-                out.setdefault(name, []).append((chosen[2], start, end, chosen[0], chosen[1]))
-    wanted = set(ids)
-    for (episode_id, name, start, end), (value, time) in decided.items():  # adjudicated places nobody holds now
-        if episode_id not in wanted:
-            continue
-        out = by_episode.setdefault(episode_id, {})
-        if name in defs and not any((s, e) == (start, end) for _, s, e, *_ in out.get(name, [])):
-            out.setdefault(name, []).append((time, start, end, value, "adjudicated"))
-    resolved: Resolved = {}
-    for episode_id, out in by_episode.items():
-        for name, places_of in out.items():  # the newest chosen value last: the last hit wins in step_columns
-            places_of.sort(key=lambda p: (p[0], p[1], p[2]))
-            resolved.setdefault(episode_id, {})[name] = [(s, e, value, origin) for _, s, e, value, origin in places_of]
-    return tuple(defs.values()), resolved
+    fields = StudyFields(repo, mode, user)
+    values = fields.values(episodes)
+    return fields.defs, values
 
 
 _NONE = object()
@@ -156,13 +202,13 @@ def step_columns(
     return out
 
 
-def apply(exported: Any, defs: Sequence[dict[str, Any]], resolved: Resolved) -> Any:
-    """Fill `fields` of every step of an ExportEpisode (in place; returned for chaining)."""
+def apply(exported: Any, defs: Sequence[dict[str, Any]], values: dict[str, Any] | None) -> Any:
+    """Fill `fields` of every step of an ExportEpisode from the episode's own resolved `values` (in place;
+    returned for chaining)."""
     if not defs:
         return exported
-    mine = resolved.get(exported.meta.episode_id)
     for i, step in enumerate(exported.steps):
-        step.fields = step_columns(defs, mine, i)
+        step.fields = step_columns(defs, values, i)
     return exported
 
 
