@@ -136,9 +136,7 @@ def store_stats(repo: Repository, study_id: str) -> StoreStats:
                 stats.tags_by_annotator[user or "(unknown)"] += n
     stats.queue = progress(repo, study_id)
     stats.agreement = study_agreement(repo, study_id)
-    from pipelines.report.field_stats import field_stats
-    from pipelines.store.field_agreement import study_field_agreement
+    from pipelines.report.field_stats import field_summary
 
-    stats.field_agreement = study_field_agreement(repo, study_id)
-    stats.fields = field_stats(repo, study_id, stats.field_agreement)
+    stats.fields, stats.field_agreement = field_summary(repo, study_id)
     return stats

@@ -59,6 +59,10 @@ from protos.rlds_creator import study_pb2
 
 T = TypeVar("T")
 SUMMARIES_REMEMBERED = 16  # studies' summaries (the Quality page's) kept at once, each until the store changes
+# ... and for at most this long (what no audit entry marks: out-of-order commits on PostgreSQL, own queue labels).
+# Longer than a summary takes to make (8-10 s at a million episodes): counted from before it is made, a 10 s
+# age had expired by the time the page that asked for it was reloaded.
+SUMMARIES_MAX_AGE = 60.0
 
 StudySpec = study_pb2.StudySpec
 Episode = study_pb2.Episode
@@ -113,7 +117,7 @@ class Repository(StudyRoles):
 
     def __init__(self, engine: Engine, data_dir: str | Path | None = None) -> None:
         self._counts = listing.Counts()
-        self._summaries = listing.UntilChanged(size=SUMMARIES_REMEMBERED)
+        self._summaries = listing.UntilChanged(size=SUMMARIES_REMEMBERED, max_age=SUMMARIES_MAX_AGE)
         self.engine = engine
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self._write_engine = engine.execution_options(**{WRITE: True})
