@@ -254,6 +254,21 @@ def open_read(path: str) -> BinaryIO:
     return open_regular(path.removeprefix("file://"))
 
 
+def read_range(path: str, offset: int, size: int) -> bytes:
+    """Bytes `offset` to `offset + size` of a file (fewer at its end), fetched as that one range: a bucket's
+    buffered reader would fetch its whole buffer (16 MiB) for a read of a few kilobytes."""
+    with open_read(path) as f:
+        raw = getattr(f, "raw", f) if is_remote(path) else f  # Beam's DownloaderStream reads exact ranges
+        raw.seek(offset)
+        out = bytearray()
+        while len(out) < size:
+            part = raw.read(size - len(out))
+            if not part:
+                break
+            out += part
+    return bytes(out)
+
+
 class NotRegularFile(StepmarkError):
     """A local path that is a FIFO, a device, a socket or a folder: never read."""
 

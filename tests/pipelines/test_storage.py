@@ -238,3 +238,25 @@ def test_prefetch_reads_each_file_once_and_holds_a_bounded_amount_ahead() -> Non
             ahead = [f for files in prefetch.pending.values() for f in files.values()]
             assert len(ahead) <= 3  # the window
     assert sorted(reads) == sorted(p for paths in episodes for p in paths[:5])  # each bucket file once
+
+
+def test_a_byte_range_of_a_bucket_file_is_fetched_as_that_range(s3: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An export's workers read chunks of a few kilobytes from a work file in the bucket: each must cost its own
+    bytes, not the reader's 16 MiB buffer (or the rest of the file)."""
+    from apache_beam.io.aws import s3io
+
+    storage.configure(())
+    url = s3.url("work/ds.tfrecord")
+    data = bytes(range(256)) * 20_000  # 5 MB
+    storage.write_bytes(url, data)
+    fetched: list[tuple[int, int]] = []
+    original = s3io.S3Downloader.get_range
+
+    def get_range(self, start, end):  # noqa: ANN001
+        fetched.append((start, end))
+        return original(self, start, end)
+
+    monkeypatch.setattr(s3io.S3Downloader, "get_range", get_range)
+    assert storage.read_range(url, 1_000_000, 4_096) == data[1_000_000:1_004_096]
+    assert sum(end - start for start, end in fetched) == 4_096
+    assert storage.read_range(url, len(data) - 10, 100) == data[-10:]  # at the end: what there is
