@@ -135,17 +135,28 @@ def _stream_selection(
     labels: set[str] = set()
     fields = study_fields.StudyFields(repo, request.annotations, request.user)
     total = 0
+    mixed = False  # episodes of a second group without --split-by-spec: the rest is only counted, for the error
     with WorkWriter(folder) as writer:
         for batch in iter_selected(repo, query, skipped):
+            if mixed:
+                for episode in batch:
+                    groups.add(episode)
+                continue
             grounding = _grounding_of(repo, batch, request.annotations)
             values = fields.values(batch)
             labels.update(step_tag_labels(batch))
             for episode in batch:
                 group, index = groups.add(episode)
+                if not request.split_by_spec and len(list(groups)) > 1:
+                    mixed = True
+                if mixed:
+                    continue
                 split = split_spec.split_of(episode.id) if split_spec else ""
                 blob = episode.SerializeToString()
                 writer.add(group.name, WorkItem(index, split, blob, grounding.get(episode.id, ()), values.get(episode.id)))
             total += len(batch)
+    if mixed:  # refused before any episode of the rest was written (a 1M-episode selection: minutes of uploads)
+        raise mixed_specs_error(repo, list(groups))
     return _Selected(
         groups=list(groups),
         skipped=skipped,
