@@ -96,12 +96,17 @@ def stored_step_tags(repo, episode) -> dict[int, list[str]]:
     return {i: [t.label for t in m.tags] for i, m in stored.step_metadata.items() if len(m.tags)}
 
 
-def wait_store(predicate, timeout: float = 30) -> None:
+def wait_store(predicate, timeout: float = 30, page=None) -> None:  # noqa: ANN001
+    """Wait until the store holds what `predicate` checks. With `page`, wait inside Playwright: a route handler
+    of that page (a held or inspected request) only runs while this thread is in a Playwright call."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError("the store never reached the expected state")
-        time.sleep(0.1)
+        if page is not None:
+            page.wait_for_timeout(100)
+        else:
+            time.sleep(0.1)
 
 
 def test_every_arrow_press_moves_one_step_held_keys_repeat_and_shift_moves_ten(server, browser):
@@ -400,13 +405,13 @@ def test_changes_waiting_behind_a_slow_one_are_sent_when_the_page_reloads(server
     page.route(re.compile(r".*/api/replay/.*/tags$"), hold_first_tag_reply)
     page.locator(".sm-step-input").fill("slow answer")
     page.get_by_role("button", name="Tag step").click()
-    wait_store(lambda: "slow answer" in stored_step_tags(repo, episode).get(9, []))
+    wait_store(lambda: "slow answer" in stored_step_tags(repo, episode).get(9, []), page=page)
     page.locator(".sm-ep-input").fill("made while waiting")
     page.get_by_role("button", name="Tag episode").click()
     page.wait_for_timeout(300)  # the episode tag is queued behind the held reply, not sent
     assert "made while waiting" not in [t.label for t in repo.get_episode(ref_of(episode)).tags]
     page.reload()
-    wait_store(lambda: "made while waiting" in [t.label for t in repo.get_episode(ref_of(episode)).tags])
+    wait_store(lambda: "made while waiting" in [t.label for t in repo.get_episode(ref_of(episode)).tags], page=page)
     route, response = held[0]
     try:
         route.fulfill(response=response)
