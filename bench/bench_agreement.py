@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +28,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench_store_scale import time_v  # noqa: E402 - this folder is on sys.path when a bench runs
+
 USERS = [f"annotator{i}@example.com" for i in range(5)]
 LEAD = USERS[0]
 LABELS = ["wrong_target", "scroll_needed", "ad", "login", "loop", "crash", "done"]
@@ -94,18 +95,6 @@ def build(data_dir: Path, n: int) -> str:
                     conn.execute(sa.insert(table.__table__), rows)
         repo.analyze()
         return study.id
-
-
-def time_v(args: list[str], out: Path) -> tuple[float, float]:
-    """(wall seconds, peak RSS MB) of one command under /usr/bin/time -v (its output written to `out`)."""
-    with out.open("w") as sink:
-        run = subprocess.run(["/usr/bin/time", "-v", *args], stdout=sink, stderr=subprocess.PIPE, text=True,
-                             cwd=REPO)  # fmt: skip
-    if run.returncode != 0:
-        raise SystemExit(f"{' '.join(args)} failed:\n{run.stderr[-2000:]}")
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", run.stderr).group(1)) / 1024
-    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", run.stderr).group(1)
-    return sum(float(x) * 60**i for i, x in enumerate(reversed(wall.split(":")))), rss
 
 
 def main() -> None:

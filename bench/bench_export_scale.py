@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +25,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench_store_scale import time_v  # noqa: E402 - this folder is on sys.path when a bench runs
+
 FIXTURES = Path(os.environ.get("STEPMARK_FIXTURES", REPO.parent / "shared" / "fixtures"))
 USER = "bench@example.com"
 INSERT_BATCH = 20_000
@@ -112,17 +113,6 @@ def grow(data_dir: Path, study_id: str, template: list[dict], start: int, stop: 
             with repo.engine.begin() as conn:
                 conn.execute(sa.insert(EpisodeRow.__table__), rows)
         repo.analyze()
-
-
-def time_v(args: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS MB) of one command under /usr/bin/time -v."""
-    run = subprocess.run(["/usr/bin/time", "-v", *args], capture_output=True, text=True, cwd=REPO)
-    if run.returncode != 0:
-        raise SystemExit(f"{' '.join(args)} failed:\n{run.stdout[-1000:]}\n{run.stderr[-3000:]}")
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", run.stderr).group(1)) / 1024
-    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", run.stderr).group(1)
-    seconds = sum(float(x) * 60**i for i, x in enumerate(reversed(wall.split(":"))))
-    return seconds, rss
 
 
 def main() -> None:

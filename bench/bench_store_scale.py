@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import hashlib
 import os
 import re
@@ -253,11 +254,15 @@ def repo_figures(url: str | None, data_dir: Path, study_id: str) -> dict[str, fl
     return out
 
 
-def time_v(args: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS MB) of one command under /usr/bin/time -v."""
-    run = subprocess.run(["/usr/bin/time", "-v", *args], capture_output=True, text=True, cwd=REPO)
+def time_v(args: list[str], out: Path | None = None) -> tuple[float, float]:
+    """(wall seconds, peak RSS MB) of one command under /usr/bin/time -v; its output goes to `out` when given
+    (a large one is not held in memory). The other benches of commands use this one."""
+    with open(out, "w") if out is not None else contextlib.nullcontext(subprocess.PIPE) as sink:
+        run = subprocess.run(["/usr/bin/time", "-v", *args], stdout=sink, stderr=subprocess.PIPE, text=True,
+                             cwd=REPO)  # fmt: skip
     if run.returncode != 0:
-        raise SystemExit(f"{' '.join(args)} failed:\n{run.stderr[-2000:]}")
+        said = run.stdout[-1000:] if run.stdout else ""
+        raise SystemExit(f"{' '.join(args)} failed:\n{said}\n{run.stderr[-3000:]}")
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", run.stderr).group(1)) / 1024
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", run.stderr).group(1)
     seconds = sum(float(x) * 60**i for i, x in enumerate(reversed(wall.split(":"))))
