@@ -354,9 +354,7 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
         with open_store(request.store_url, request.data_dir) as repo:
             work = storage.join(staging, WORK_DIR, "episodes")
             selected = _stream_selection(repo, query, request, split_spec, work)
-            groups = selected.groups
-            if len(groups) > 1 and not request.split_by_spec:
-                raise mixed_specs_error(repo, groups)
+            groups = selected.groups  # more than one only with --split-by-spec (else _stream_selection refused)
             environment_specs = {g.name: environment_spec_json(repo, g) for g in groups}
         minari_ids = _minari_ids(request, out, groups)
         summary.skipped = [{"episode": s.episode, "reason": s.reason} for s in selected.skipped]
