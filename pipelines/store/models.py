@@ -413,3 +413,63 @@ class FieldAdjudicationRow(Base):
     value: Mapped[Any] = mapped_column(JSON)
     user: Mapped[str] = mapped_column(EMAIL)
     time: Mapped[datetime] = mapped_column(TIME)
+
+
+# v10 (issue 21): a study's field values counted as they are written, by triggers on `field_values` (migration
+# 10), so the report and the Quality page read a row per field and agreement reads only the shared places
+# instead of grouping every value of the store. Derived: nothing writes them but the triggers.
+
+
+class FieldPlaceRow(Base):
+    """A place of a field (a step, a segment or the episode) holding at least one value: how many
+    annotators gave one. The partial index lists a study's shared places (two or more) in agreement order."""
+
+    __tablename__ = "field_places"
+    __table_args__ = (
+        Index(
+            "ix_field_places_shared", "study_id", "field", "episode_id", "step_index", "end_index",
+            sqlite_where=sa.text("annotators >= 2"), postgresql_where=sa.text("annotators >= 2"),
+        ),  # fmt: skip
+    )
+
+    episode_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    field: Mapped[str] = mapped_column(FIELD, primary_key=True)
+    step_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    end_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[str] = mapped_column(ID)
+    annotators: Mapped[int] = mapped_column(Integer)
+
+
+class FieldEpisodeRow(Base):
+    """An episode holding at least one value of a field: in how many places."""
+
+    __tablename__ = "field_episodes"
+
+    episode_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    field: Mapped[str] = mapped_column(FIELD, primary_key=True)
+    study_id: Mapped[str] = mapped_column(ID)
+    places: Mapped[int] = mapped_column(Integer)
+
+
+class FieldPlaceCountRow(Base):
+    """Per study and field: places holding a value, episodes holding one."""
+
+    __tablename__ = "field_place_counts"
+
+    study_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    field: Mapped[str] = mapped_column(FIELD, primary_key=True)
+    places: Mapped[int] = mapped_column(Integer)
+    episodes: Mapped[int] = mapped_column(Integer)
+
+
+class FieldValueCountRow(Base):
+    """Per study, field and annotator: values given, how many of them timed by the player, their seconds."""
+
+    __tablename__ = "field_value_counts"
+
+    study_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    field: Mapped[str] = mapped_column(FIELD, primary_key=True)
+    user: Mapped[str] = mapped_column(EMAIL, primary_key=True)
+    entries: Mapped[int] = mapped_column(Integer)
+    timed: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[float] = mapped_column(Float)

@@ -1,0 +1,200 @@
+"""The field counts the database keeps as values are written (migration 10's triggers, read by
+pipelines/store/field_counts.py and the agreement's shared places), held after every kind of write to a
+GROUP BY over the values themselves, on SQLite and PostgreSQL: values set, replaced and cleared by
+annotators, undone and redone, imported, moved by an UPDATE, episodes deleted (a cascade), writers at once,
+and a version-9 store migrated with its values."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from pipelines.store import Repository, open_store
+from pipelines.store import field_values as fv
+from pipelines.store.database import WRITE, create_engine
+from pipelines.store.field_agreement import shared_places
+from pipelines.store.field_counts import FieldCounts, study_field_counts
+from pipelines.store.field_defs import parse_text
+from pipelines.store.migrations import migrate
+from tests.pipelines.store.conftest import env_episode, study_spec
+
+LEAD, ANN, BEA, CID = "lead@example.com", "ann@example.com", "bea@example.com", "cid@example.com"
+FIELDS = """fields:
+  - {name: ok, scope: step, kind: choice, options: [yes, no]}
+  - {name: done, scope: episode, kind: boolean}
+  - {name: parts, scope: segment, kind: text}
+"""
+PLACES = "SELECT episode_id, field, step_index, end_index, COUNT(*) FROM field_values GROUP BY 1, 2, 3, 4"
+
+
+def recount(engine: sa.Engine) -> dict[str, object]:
+    """Every derived table, recomputed from the values (the reference), and as the database kept it."""
+    with engine.connect() as conn:
+        q = conn.exec_driver_sql
+        study = "(SELECT study_id FROM episodes WHERE id = v.episode_id)"
+        expected = {
+            "places": sorted(q(f"SELECT v.episode_id, v.field, v.step_index, v.end_index, {study}, COUNT(*) "
+                               "FROM field_values v GROUP BY 1, 2, 3, 4").all()),
+            "episodes": sorted(q(f"SELECT v.episode_id, v.field, {study}, "
+                                 "COUNT(DISTINCT v.step_index || ':' || v.end_index) FROM field_values v "
+                                 "GROUP BY 1, 2").all()),
+            "place_counts": sorted(q(f"SELECT {study} AS s, v.field, "
+                                     "COUNT(DISTINCT v.episode_id || ':' || v.step_index || ':' || v.end_index), "
+                                     "COUNT(DISTINCT v.episode_id) FROM field_values v GROUP BY 1, 2").all()),
+            "value_counts": sorted((s, f, u, n, t, round(x, 6)) for s, f, u, n, t, x in q(
+                f'SELECT {study}, v.field, v."user", COUNT(*), COUNT(v.seconds), COALESCE(SUM(v.seconds), 0) '
+                "FROM field_values v GROUP BY 1, 2, 3").all()),
+        }  # fmt: skip
+        kept = {
+            "places": sorted(q("SELECT episode_id, field, step_index, end_index, study_id, annotators "
+                               "FROM field_places").all()),
+            "episodes": sorted(q("SELECT episode_id, field, study_id, places FROM field_episodes").all()),
+            "place_counts": sorted(q("SELECT study_id, field, places, episodes FROM field_place_counts").all()),
+            "value_counts": sorted((s, f, u, n, t, round(x, 6)) for s, f, u, n, t, x in q(
+                'SELECT study_id, field, "user", entries, timed, seconds FROM field_value_counts').all()),
+        }  # fmt: skip
+    return {"expected": expected, "kept": kept}
+
+
+def assert_counted(repo: Repository) -> None:
+    both = recount(repo.engine)
+    assert both["kept"] == both["expected"]
+
+
+@pytest.fixture
+def study(repo: Repository) -> tuple[str, list]:
+    """(study id, refs of 4 episodes of 6 steps) with FIELDS, and a second study with one valued episode."""
+    study = repo.create_study(study_spec(), LEAD)
+    session = repo.create_session(study.id, LEAD)
+    refs = [repo.ref(repo.add_episode(env_episode(study.id, session, num_steps=6))) for _ in range(4)]
+    fv.define(repo, study.id, parse_text(FIELDS, "f.yaml"), LEAD)
+    other = repo.create_study(study_spec("Other study"), LEAD)
+    other_ref = repo.ref(repo.add_episode(env_episode(other.id, repo.create_session(other.id, LEAD), num_steps=6)))
+    fv.define(repo, other.id, parse_text(FIELDS, "f.yaml"), LEAD)
+    fv.set_value(repo, other_ref, "ok", ANN, "yes", step=0, seconds=1.0)
+    return study.id, refs
+
+
+def test_counts_follow_every_write(repo: Repository, study: tuple[str, list], tmp_path: Path) -> None:
+    study_id, (a, b, c, d) = study
+    for user, seconds in ((ANN, 2.0), (BEA, None), (CID, 3.5)):
+        for step in range(3):
+            fv.set_value(repo, a, "ok", user, "yes" if step or user != CID else "no", step=step, seconds=seconds)
+    fv.set_value(repo, a, "done", ANN, True)
+    fv.set_value(repo, b, "done", BEA, False, seconds=1.25)
+    fv.set_value(repo, a, "parts", ANN, "login", step=0, end=2)
+    fv.set_value(repo, a, "parts", ANN, "search", step=3, end=5)
+    fv.set_value(repo, a, "parts", BEA, "log in", step=0, end=2)
+    assert_counted(repo)
+    with Session(repo.engine) as s:
+        counts = study_field_counts(s, study_id)
+    assert counts["ok"] == FieldCounts(values=9, annotators=3, timed=6, seconds=16.5, places=3, episodes=1)
+    assert counts["done"] == FieldCounts(values=2, annotators=2, timed=1, seconds=1.25, places=2, episodes=2)
+    assert counts["parts"] == FieldCounts(values=3, annotators=2, timed=0, seconds=0.0, places=2, episodes=1)
+    assert counts["ok"].seconds_mean == pytest.approx(16.5 / 6) and counts["parts"].seconds_mean is None
+    # the shared places, from the partial index, with every annotator's value
+    shared = {(name, place): values for name, place, values, _ in shared_places(repo, study_id)}
+    assert shared == {
+        ("ok", (a.episode_id, 0, 0)): {ANN: "yes", BEA: "yes", CID: "no"},
+        ("ok", (a.episode_id, 1, 1)): {ANN: "yes", BEA: "yes", CID: "yes"},
+        ("ok", (a.episode_id, 2, 2)): {ANN: "yes", BEA: "yes", CID: "yes"},
+        ("parts", (a.episode_id, 0, 2)): {ANN: "login", BEA: "log in"},
+    }
+
+    fv.set_value(repo, a, "ok", CID, "yes", step=0, seconds=9.0)  # replaced: one value out, one in
+    fv.set_value(repo, a, "ok", BEA, None, step=1)  # cleared
+    fv.set_value(repo, a, "parts", ANN, None, step=3, end=5)  # the last value of a place
+    assert_counted(repo)
+    repo.undo_last(ANN, a)  # the segment is back
+    repo.undo_last(BEA, a)  # and BEA's value
+    repo.redo_last(BEA, a)
+    assert_counted(repo)
+
+    lines = [{"episode": c.episode_id, "step": s, "field": "ok", "value": "no", "user": CID} for s in range(4)]
+    lines.append({"episode": d.episode_id, "step": None, "field": "done", "value": True, "user": ANN})
+    lines.append({"episode": d.episode_id, "step": 1, "field": "ok", "value": "yes", "source": "model"})
+    (tmp_path / "values.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert fv.import_values(repo, study_id, tmp_path / "values.jsonl", LEAD).values == 5
+    assert_counted(repo)
+
+    with repo.engine.begin() as conn:  # an UPDATE moving values, and one changing only the value (not counted)
+        conn.exec_driver_sql("UPDATE field_values SET step_index = 5, end_index = 5 WHERE field = 'ok' "
+                             f"AND episode_id = '{c.episode_id}' AND step_index = 0")  # fmt: skip
+        conn.exec_driver_sql(f"UPDATE field_values SET seconds = 4.0 WHERE episode_id = '{c.episode_id}'")
+        conn.exec_driver_sql(f"UPDATE field_values SET value = '\"yes\"' WHERE episode_id = '{c.episode_id}'")
+    assert_counted(repo)
+
+    assert repo.delete_episode(a, LEAD) and repo.delete_episode(c, LEAD)  # values go by cascade
+    assert_counted(repo)
+    with Session(repo.engine) as s:
+        counts = study_field_counts(s, study_id)
+    assert set(counts) == {"done"} and counts["done"].values == 2 and counts["done"].episodes == 2
+    assert list(shared_places(repo, study_id)) == []
+
+
+def test_counts_stay_exact_with_writers_at_once(repo: Repository, study: tuple[str, list]) -> None:
+    """Annotators saving at the same time on the same places and the same counters."""
+    study_id, refs = study
+    errors: list[BaseException] = []
+
+    def annotate(user: str) -> None:
+        try:
+            for round_ in range(3):
+                for ref in refs:
+                    for step in range(6):
+                        value = None if (round_ == 2 and step % 3 == 0) else ("yes", "no")[(step + round_) % 2]
+                        fv.set_value(repo, ref, "ok", user, value, step=step, seconds=float(step))
+        except BaseException as e:  # noqa: BLE001 - reported by the test below
+            errors.append(e)
+
+    threads = [threading.Thread(target=annotate, args=(user,)) for user in (ANN, BEA, CID)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert_counted(repo)
+    with Session(repo.engine) as s:
+        ok = study_field_counts(s, study_id)["ok"]
+    assert (ok.values, ok.annotators, ok.places, ok.episodes) == (3 * 4 * 4, 3, 4 * 4, 4)
+
+
+def _insert(conn: sa.Connection, table: str, **row: object) -> None:
+    columns = ", ".join(f'"{k}"' for k in row)
+    conn.execute(sa.text(f"INSERT INTO {table} ({columns}) VALUES ({', '.join(':' + k for k in row)})"), row)
+
+
+def test_migration_counts_the_values_of_an_older_store(store_url: str | None, data_dir: Path) -> None:
+    engine = create_engine(store_url, data_dir)
+    t0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    with engine.execution_options(**{WRITE: True}).begin() as conn:
+        assert migrate(conn, target=9) == (0, 9)
+        for study in ("s1", "s2"):
+            _insert(conn, "studies", id=study, name=study, creator=LEAD, creation_time=t0, state=1, updated_time=t0)
+            for i in range(3):
+                _insert(conn, "episodes", id=f"{study}-e{i}", study_id=study, user=ANN, state=1, num_steps=6,
+                        total_reward=0.0, registered_time=t0)  # fmt: skip
+        values = [("s1-e0", "ok", 0, ANN, 1.0), ("s1-e0", "ok", 0, BEA, None), ("s1-e0", "ok", 1, ANN, 2.0),
+                  ("s1-e1", "done", -1, BEA, None), ("s2-e2", "ok", 3, CID, 0.5)]  # fmt: skip
+        for episode, field, step, user, seconds in values:
+            _insert(conn, "field_values", episode_id=episode, field=field, step_index=step, end_index=step,
+                    user=user, value='"yes"', origin="scratch", seconds=seconds, created_time=t0)  # fmt: skip
+    engine.dispose()
+    with open_store(store_url, data_dir) as repo:
+        assert_counted(repo)
+        with Session(repo.engine) as s:
+            assert study_field_counts(s, "s1") == {
+                "ok": FieldCounts(values=3, annotators=2, timed=2, seconds=3.0, places=2, episodes=1),
+                "done": FieldCounts(values=1, annotators=1, timed=0, seconds=0.0, places=1, episodes=1),
+            }
+        assert [p for _, p, _, _ in shared_places(repo, "s1")] == [("s1-e0", 0, 0)]
+        with repo.engine.begin() as conn:  # and the triggers run from then on
+            conn.exec_driver_sql("DELETE FROM field_values WHERE \"user\" = 'bea@example.com'")
+        assert_counted(repo)
+        assert list(shared_places(repo, "s1")) == []
