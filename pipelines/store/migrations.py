@@ -519,6 +519,13 @@ def _v9_study_fields(conn: Connection) -> None:
     md.create_all(conn, tables=[t for t in md.sorted_tables if t not in stubs])
 
 
+def _v11_audit_study_index(conn: Connection) -> None:
+    """Version 11 (issue 21): an index (study_id, id) on the audit log, so a study's change mark (its newest
+    audit id, `listing.mark`) is one probe of an index: summaries remembered per study are then given up only
+    by a change in that study. Index only; numbered 11 so it merges after version 10 (another branch)."""
+    conn.execute(sa.text("CREATE INDEX ix_audit_log_study ON audit_log (study_id, id)"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _v1_initial),
     Migration(
@@ -538,6 +545,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "episodes.kind (metadata.kind as a column, indexed) for aggregates", _v8_episode_kind),
     # Issue 26; independent of version 8 (issue 21: episodes.kind).
     Migration(9, "study fields: definitions, values, suggestions, adjudications", _v9_study_fields),
+    # Version 10 comes from another branch (field aggregate tables); this one is an index only, independent of it.
+    Migration(11, "audit log index (study_id, id): a study's change mark in one probe", _v11_audit_study_index),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 
