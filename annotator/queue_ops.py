@@ -161,9 +161,9 @@ class Quality:
 
 
 def quality(ops, study_id: str) -> Quality:
-    """The study's summaries and plots for the Quality page, made once per change of the store, not on every
-    rerun (4.4 s at a million episodes with 2,000 of them labelled twice, plus 2-3 s to draw the plots). Shared
-    between sessions: read it, do not change it."""
+    """The study's summaries and plots for the Quality page, made once per change of this study (a change in
+    another study keeps them), not on every rerun (4.4 s at a million episodes with 2,000 of them labelled
+    twice, plus 2-3 s to draw the plots). Shared between sessions: read it, do not change it."""
 
     def make() -> Quality:
         from pipelines.report.plots import images, store_plots  # matplotlib: only for the pages that draw
@@ -174,7 +174,7 @@ def quality(ops, study_id: str) -> Quality:
         # keeps no array as long as the study (16 bytes an environment episode).
         return Quality(replace(stats, returns={}, lengths={}), plots)
 
-    return ops.repo.remembered(("quality", study_id), make)
+    return ops.repo.remembered(("quality", study_id), make, study_id=study_id)
 
 
 def adjudicate(ops, episode_id: str, step: int, labels: list[str]) -> list[str]:

@@ -183,12 +183,17 @@ _MISSING = object()
 class UntilChanged:
     """Values computed from the store, remembered until it changes: every change that can move a count or a
     summary (an episode registered or deleted, a state, a tag, notes, a session made INVALID, an episode taken or
-    done in a queue, a field value, an adjudication) writes an audit entry in its own transaction, so the audit
-    log's newest id (one look-up of its primary key) says whether a remembered value still holds. An annotator's
-    own step labels in a queue are not audited: a summary made of them may lag by up to `max_age`. A rerun that only pages or sorts
-    then counts nothing (a COUNT of a 1M-episode study is 0.15-0.26 s on PostgreSQL, and the Episodes page with
-    its queue panel made two), and the Quality page's summaries (4.4 s at 1M) are made once per change, not per
-    click. Values stay exact. Rows changed outside stepmark (no audit entry) are seen after a restart.
+    done in a queue, a field value, an adjudication, grounding, an undo) writes an audit entry in its own
+    transaction, with the id of the study it changes, so the newest id of the study's entries (one probe of the
+    index (study_id, id), migration 11) says whether a value of that study still holds; a value not of one study
+    (a count over every study) goes by the whole log's newest id. A quiet study's summaries then outlive the
+    clicks in the other studies. An annotator's own step labels in a queue are not audited (an entry would show
+    them in the episode's history, which the Label page keeps from the other annotators): they enter a summary
+    only with the annotator's `queue.done`, which is audited; one changed after that is seen within `max_age`.
+    A rerun that only pages or sorts then counts nothing (a COUNT of a 1M-episode study is 0.15-0.26 s on
+    PostgreSQL, and the Episodes page with its queue panel made two), and the Quality page's summaries (4.4 s at
+    1M) are made once per change of their study, not per click. Values stay exact. Rows changed outside
+    stepmark (no audit entry) are seen after a restart.
     Thread-safe; `size` values at the most, least recently used dropped first. A value is shared: callers must
     not change it.
 
@@ -204,10 +209,11 @@ class UntilChanged:
         self._max_age = max_age
         self._clock = clock
 
-    def get(self, s: Session, key: Any, compute: Callable[[], Any]) -> Any:
-        """The value remembered under `key`, or `compute()` (remembered under the store's current mark, read
-        first in `s`: the value is at least this new)."""
-        return self.get_marked(mark(s), key, compute)
+    def get(self, s: Session, key: Any, compute: Callable[[], Any], study_id: str | None = None) -> Any:
+        """The value remembered under `key`, or `compute()` (remembered under the current mark of the study it
+        is made of, or of the store when None, read first in `s`: the value is at least this new). A key
+        always names the same study, so its marks compare."""
+        return self.get_marked(mark(s, study_id), key, compute)
 
     def get_marked(self, current: int | None, key: Any, compute: Callable[[], Any]) -> Any:
         """As `get`, the mark read by the caller. One thread computes a missing value while the others asking
@@ -240,16 +246,22 @@ class UntilChanged:
         return hit[2]
 
 
-def mark(s: Session) -> int | None:
-    """The store's change mark: the audit log's newest id."""
-    return s.scalar(sa.select(sa.func.max(AuditRow.id)))
+def mark(s: Session, study_id: str | None = None) -> int | None:
+    """A change mark: the newest audit id of the study's entries (None before its first), or of the whole log
+    when `study_id` is None. Either is one probe of an index: the study's the last entry of its range of
+    (study_id, id) (migration 11), the store's the primary key's last."""
+    if study_id is None:
+        return s.scalar(sa.select(sa.func.max(AuditRow.id)))
+    query = sa.select(AuditRow.id).where(AuditRow.study_id == study_id).order_by(AuditRow.id.desc()).limit(1)
+    return s.scalar(query)
 
 
 class Counts(UntilChanged):
-    """Counts of episode lists (`UntilChanged`, keyed by the query)."""
+    """Counts of episode lists (`UntilChanged`, keyed by the query): a study's lists by the study's mark, so a
+    change elsewhere does not make them counted again."""
 
     def count(self, s: Session, q: EpisodeQuery) -> int:
-        return int(self.get(s, q, lambda: count(s, q)))
+        return int(self.get(s, q, lambda: count(s, q), q.study_id))
 
 
 def _ordered(query: sa.Select, column: Any, descending: bool) -> sa.Select:

@@ -721,6 +721,13 @@ _FIELD_COUNT_TRIGGERS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _v11_audit_study_index(conn: Connection) -> None:
+    """Version 11 (issue 21): an index (study_id, id) on the audit log, so a study's change mark (its newest
+    audit id, `listing.mark`) is one probe of an index: summaries remembered per study are then given up only
+    by a change in that study. Index only; independent of version 10."""
+    conn.execute(sa.text("CREATE INDEX ix_audit_log_study ON audit_log (study_id, id)"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _v1_initial),
     Migration(
@@ -741,6 +748,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     # Issue 26; independent of version 8 (issue 21: episodes.kind).
     Migration(9, "study fields: definitions, values, suggestions, adjudications", _v9_study_fields),
     Migration(10, "study field values counted by triggers (places, episodes, values per annotator)", _v10_field_counts),
+    # Independent of version 10 (another branch): an index only.
+    Migration(11, "audit log index (study_id, id): a study's change mark in one probe", _v11_audit_study_index),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

@@ -208,6 +208,8 @@ class AuditRow(Base):
         # v4: "is this entry undone/redone already?" and at most one undo/redo per entry, kept by the database.
         Index("ix_audit_log_undo_of", "undo_of"),
         Index("ux_audit_log_reverts", "reverts", unique=True),
+        # v11: a study's change mark (its newest entry, `listing.mark`) in one probe.
+        Index("ix_audit_log_study", "study_id", "id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

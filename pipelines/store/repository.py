@@ -58,8 +58,9 @@ from pipelines.store.roles import label as _label
 from protos.rlds_creator import study_pb2
 
 T = TypeVar("T")
-SUMMARIES_REMEMBERED = 16  # studies' summaries (the Quality page's) kept at once, each until the store changes
-# ... and for at most this long (what no audit entry marks: out-of-order commits on PostgreSQL, own queue labels).
+SUMMARIES_REMEMBERED = 16  # studies' summaries (the Quality page's) kept at once, each until its study changes
+# ... and for at most this long (what no audit entry marks: out-of-order commits on PostgreSQL, own queue labels
+# changed after `queue.done`).
 # Longer than a summary takes to make (8-10 s at a million episodes): counted from before it is made, a 10 s
 # age had expired by the time the page that asked for it was reloaded.
 SUMMARIES_MAX_AGE = 60.0
@@ -710,15 +711,18 @@ class Repository(StudyRoles):
             return [mapping.episode_proto(by_id[i]) for i in ids if i in by_id]
 
     def count_episodes(self, q: EpisodeQuery) -> int:
-        """How many episodes match (aggregates only; remembered until the store changes, `listing.Counts`)."""
+        """How many episodes match (aggregates only; remembered until the query's study changes, or the store
+        for a query over every study: `listing.Counts`)."""
         with self._read() as s:
             return self._counts.count(s, q)
 
-    def remembered(self, key: Any, compute: Callable[[], T]) -> T:
+    def remembered(self, key: Any, compute: Callable[[], T], *, study_id: str | None = None) -> T:
         """`compute()`, remembered until the store changes (`listing.UntilChanged`): for summaries a page draws
-        on every rerun. The value is shared between callers: do not change it."""
+        on every rerun. With `study_id` (a value made of that study's data only, every key of it naming that
+        study), until that study changes: a click in another study keeps it. The value is shared between
+        callers: do not change it."""
         with self._read() as s:  # the mark in a short read: `compute` opens sessions of its own
-            current = listing.mark(s)
+            current = listing.mark(s, study_id)
         return self._summaries.get_marked(current, key, compute)
 
     def episode_cursor(self, q: EpisodeQuery, sort: Sort, offset: int) -> Cursor | None:

@@ -135,3 +135,24 @@ def test_the_quality_summaries_are_made_once_per_change_of_the_store(team):
     held = queue.next_episode(env.repo, env.study.id, ALICE)
     assert held is not None
     assert queue_ops.quality(alice, env.study.id).stats.queue.slots_total == 4
+
+
+def test_the_quality_summaries_of_a_study_outlive_changes_in_other_studies(team):
+    """With annotators busy in several studies, a quiet study's Quality page (7-9 s to make at a million
+    episodes) is not made again after every click elsewhere: its summaries follow its own changes only."""
+    from annotator.recorder import record_batch
+    from tests.annotator.annotator_data import ENV_ID
+
+    env, second = team
+    env.repo._summaries._max_age = 3600.0  # only a change of the study may make them again here
+    alice = ops_for(env, ALICE)
+    first = queue_ops.quality(alice, env.study.id)
+    (recorded,) = record_batch(env.repo, env.data_dir, second.id, ENV_ID, 1, "random", user=BOB, seed=4,
+                               progress=False)  # fmt: skip
+    env.repo.add_step_tag(ref_of(recorded), 1, "jump", BOB)
+    queue.set_queue(env.repo, QueueConfig(second.id, overlap=2), BOB)
+    assert queue_ops.quality(alice, env.study.id) is first  # the other study moved, this one did not
+    assert queue_ops.quality(alice, second.id).stats.tags_by_label["jump"] == 1
+    env.repo.add_step_tag(ref_of(env.episodes[0]), 1, "jump", CAROL)
+    again = queue_ops.quality(alice, env.study.id)
+    assert again is not first and again.stats.tags_by_label["jump"] == 1
