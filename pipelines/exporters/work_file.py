@@ -75,8 +75,12 @@ class _Open:
 
 class WorkWriter:
     """Writes each dataset's work file as the selection streams (`add`), and lists the chunks covering them
-    (`chunks`, complete once closed). A failed export leaves no finished-looking file: a file in a bucket
-    appears only when closed without an error, and the staging folder is removed either way."""
+    (`chunks`, complete once closed).
+
+    A failure while writing (in the block, or in `add`) aborts every work file before the error leaves the
+    block: nothing is uploaded into a bucket (an S3 writer's close uploads what it holds, and garbage
+    collection closes it, possibly after the export removed its staging folder), and what another filesystem
+    had written is deleted (`storage.create`). The export removes its staging folder after that."""
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
@@ -118,7 +122,14 @@ class WorkWriter:
         if exc[0] is None:
             self.close()
         else:
-            self._stack.__exit__(*exc)
+            self.abort(exc[1])  # type: ignore[arg-type]
+
+    def abort(self, error: BaseException | None = None) -> None:
+        """Ends every work file without publishing it: the error is handed to each file's `storage.create`
+        block, which drops (bucket) or deletes (elsewhere) what was written."""
+        error = error if error is not None else RuntimeError("the export's work files were abandoned")
+        self._files.clear()
+        self._stack.__exit__(type(error), error, error.__traceback__)
 
 
 def read_chunk(chunk: Chunk) -> Iterator[WorkItem]:
