@@ -1,5 +1,7 @@
 """The streamed export when things go wrong: a failure while the driver writes the work file leaves nothing in the
-bucket. Real recorded NetHack episodes, moto's S3 server (tests/object_store.py)."""
+bucket; outcomes come back one file per chunk of the work file (not per episode) and still name every failed
+episode; a page of the selection whose rows vanish between reading its keys and its rows does not end the
+selection. Real recorded NetHack episodes, moto's S3 server (tests/object_store.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipelines import export
-from pipelines.exporters import selection
+from pipelines.exporters import episode_fn, selection, work_file
+from pipelines.store import open_store
 from tests.object_store import Bucket
 from tests.pipelines.export.export_data import ExportData, copy_data, register_copies
 
@@ -55,4 +58,57 @@ def test_a_failure_mid_selection_leaves_no_object_in_the_bucket(
     monkeypatch.setattr(export, "_grounding_of", grounding_of)  # the next export to the same place works
     summary = export.export_episodes(_request(data_dir, study_id, s3.url("out")))
     assert summary.episodes == 7 and "out/stepmark_export.json" in s3.keys()
+
+
+def test_outcomes_come_back_one_file_per_chunk_and_name_every_failed_episode(
+    export_data: ExportData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """30 episodes, 6 of them registered with files that do not exist: the workers write one outcome file per
+    chunk of the work file (what the last step reads), not one per episode, and each failed episode is still
+    a dead letter with its reason."""
+    data_dir = copy_data(export_data, tmp_path / "data")
+    study_id = register_copies(data_dir, export_data.nethack[0], 24)
+    with open_store(None, data_dir) as repo:
+        good = repo.list_episodes(study_id=study_id)
+        broken = []
+        for i in range(6):
+            copy = type(good[0])()
+            copy.CopyFrom(good[i])
+            copy.ClearField("id")
+            copy.storage.environment_logger.tag_directory = f"missing-{i}"
+            broken.append(copy)
+        broken = repo.add_episodes(broken)
+
+    monkeypatch.setattr(work_file, "SPREAD", 2)  # chunks of 1, 2, 3, then 4 episodes
+    monkeypatch.setattr(work_file, "MAX_CHUNK", 4)
+    chunks: list[work_file.Chunk] = []
+    create = export.beam.Create
+
+    def recorded(values, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        chunks.extend(values)
+        return create(values, *args, **kwargs)
+
+    progress: list[list[str]] = []  # what the progress folder holds when the last step reads it
+    finish = export._finish_dataset
+
+    def listed(plan, *args):  # noqa: ANN001, ANN002, ANN202
+        below = export.storage.files_below(plan.job.progress_dir)
+        progress.append([m.path.removeprefix(plan.job.progress_dir + "/") for m in below])
+        return finish(plan, *args)
+
+    monkeypatch.setattr(export.beam, "Create", recorded)
+    monkeypatch.setattr(export, "_finish_dataset", listed)
+    summary = export.export_episodes(_request(data_dir, study_id, str(tmp_path / "out"), "envlogger"))
+
+    assert summary.episodes == 24 and sum(c.count for c in chunks) == 30
+    assert len(chunks) == 12 and max(c.count for c in chunks) == 4
+    files = progress[0]
+    assert len(files) == len(chunks) == 12  # one per chunk: 12 files for 30 episodes
+    assert all(f.startswith(episode_fn.DONE_DIR + "/") for f in files)
+    names = [f"{b.study_id}/{b.session_id}/{b.id}" for b in broken]
+    assert [d.episode for d in summary.dead_letters] == names  # in the selection's order
+    assert {d.reason for d in summary.dead_letters} == {"unreadable"}
+    assert all("missing-" in d.error for d in summary.dead_letters)
+    letters = (tmp_path / "out" / export.DEAD_LETTERS_FILE).read_text().splitlines()
+    assert len(letters) == 6 and all(n in "".join(letters) for n in names)
 
