@@ -6,15 +6,17 @@ selection. Real recorded NetHack episodes, moto's S3 server (tests/object_store.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pipelines import export
 from pipelines.exporters import episode_fn, selection, work_file
-from pipelines.store import open_store
+from pipelines.store import Repository, listing, open_store
 from tests.object_store import Bucket
-from tests.pipelines.export.export_data import ExportData, copy_data, register_copies
+from tests.pipelines.export.export_data import ALICE, ExportData, copy_data, register_copies
+from tests.pipelines.store.conftest import env_episode, study_spec
 
 
 def _request(data_dir: Path, study_id: str, out: str, fmt: str = "parquet") -> export.ExportRequest:
@@ -112,3 +114,39 @@ def test_outcomes_come_back_one_file_per_chunk_and_name_every_failed_episode(
     letters = (tmp_path / "out" / export.DEAD_LETTERS_FILE).read_text().splitlines()
     assert len(letters) == 6 and all(n in "".join(letters) for n in names)
 
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Repository]:
+    """A real store: a SQLite file, and a fresh PostgreSQL database (tests/pg_fixture.py)."""
+    url = None if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    with open_store(url, tmp_path / "store") as repo:
+        yield repo
+
+
+def test_a_page_whose_rows_vanish_after_its_keys_were_read_does_not_end_the_selection(
+    store: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """10 episodes read 3 at a time; the second page's 3 episodes are deleted (committed, by another
+    connection) right after their keys were read. On PostgreSQL the rows of that page then read as nothing:
+    the selection must go on from the page's last key, not take the empty page for the end."""
+    study = store.create_study(study_spec(), ALICE)
+    session = store.create_session(study.id, ALICE)
+    added = store.add_episodes(env_episode(study.id, session) for _ in range(10))
+    monkeypatch.setattr(selection, "BATCH", 3)
+    pages: list[list[str]] = []
+    page_ids = listing.page_ids
+
+    def vanishing(s, q, sort, after, limit):  # noqa: ANN001, ANN202
+        found = page_ids(s, q, sort, after, limit)
+        pages.append([i for i, _ in found])
+        if len(pages) == 2:
+            other = Repository(store.engine)  # its own connection and transaction, committed here
+            for episode in added[3:6]:
+                assert other.delete_episode(Repository.ref(episode), ALICE)
+        return found
+
+    monkeypatch.setattr(listing, "page_ids", vanishing)
+    chosen = selection.select_episodes(store, selection.SelectionQuery(study_id=study.id))
+    assert pages[1] == [e.id for e in added[3:6]]
+    assert [e.id for e in chosen.episodes] == [e.id for e in added[:3] + added[6:]]
+    assert chosen.skipped == []
