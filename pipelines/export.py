@@ -120,6 +120,7 @@ class _Selected:
     step_tag_labels: tuple[str, ...]
     field_defs: tuple
     work_files: dict[str, str]  # dataset -> its work file
+    work_key: bytes  # the work files' seal (work_file.py): only this export reads them
     chunks: list[Chunk]
     episodes: int
 
@@ -163,6 +164,7 @@ def _stream_selection(
         step_tag_labels=tuple(sorted(labels)),
         field_defs=fields.defs,
         work_files={g.name: writer.path(g.name) for g in groups},
+        work_key=writer.key,
         chunks=writer.chunks,
         episodes=total,
     )
@@ -178,6 +180,7 @@ class _Plan:
     env_specs: dict[str, Any] | None = None
     sample_error: str = ""
     work_file: str = ""  # the dataset's episodes (work_file.py)
+    work_key: bytes = dataclasses.field(default=b"", repr=False)  # its seal: only this export reads it
     environment_spec: str = ""  # the study's EnvironmentSpec as JSON text ("" for UI datasets)
     space_specs: dict[str, Any] | None = None  # the specs the dataset's spaces come from (UI: derived)
     jpeg_frames: bool = False
@@ -194,11 +197,13 @@ def environment_spec_json(repo: Any, group: SpecGroup) -> str:
     return json_format.MessageToJson(spec, sort_keys=True, indent=None)
 
 
-def _sample(work_file: str, job: DatasetJob) -> tuple[ExportEpisode | None, dict[str, Any] | None, str]:
+def _sample(
+    work_file: str, work_key: bytes, job: DatasetJob
+) -> tuple[ExportEpisode | None, dict[str, Any] | None, str]:
     """Transforms the dataset's first readable episode (read from its work file, one at a time): it defines the
     dataset's features and specs."""
     errors = []
-    for item in iter_items(work_file):
+    for item in iter_items(work_file, work_key):
         episode = study_pb2.Episode.FromString(item.episode)
         try:
             reader = open_for_export(episode, job, item.grounding)
@@ -386,9 +391,11 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                 field_defs=selected.field_defs,
             )
             work_file = selected.work_files[group.name]
-            sample, specs, error = _sample(work_file, job)
+            sample, specs, error = _sample(work_file, selected.work_key, job)
             if sample is None:
-                plans.append(_Plan(group=group, job=job, sample_error=error, work_file=work_file))
+                plans.append(
+                    _Plan(group=group, job=job, sample_error=error, work_file=work_file, work_key=selected.work_key)
+                )
                 continue
             signature = envlogger_writer.episode_signature(sample)
             features_json = ""
@@ -572,7 +579,7 @@ def _finish_dataset(
         environment_id=group.environment_id,
     )
     if plan.sample_error:
-        for item in iter_items(plan.work_file):
+        for item in iter_items(plan.work_file, plan.work_key):
             name = episode_name(study_pb2.Episode.FromString(item.episode))
             summary.dead_letters.append(DeadLetter(name, "unreadable", plan.sample_error))
         return dataset

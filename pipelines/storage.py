@@ -532,7 +532,7 @@ def mkdirs(path: str, what: str = "folder") -> None:
 
 def total_size(folder: str, skip: Sequence[str] = ()) -> int:
     """Bytes of the files under `folder`, leaving out those with a path part named in `skip`. On a local disk the
-    skipped folders are not walked at all (an export's progress folder holds a file per episode)."""
+    skipped folders are not walked at all (an export's progress folder holds a file per chunk of episodes)."""
     root = strip_slash(folder)
     total = 0
     if not is_remote(root):

@@ -150,3 +150,51 @@ def test_a_page_whose_rows_vanish_after_its_keys_were_read_does_not_end_the_sele
     assert pages[1] == [e.id for e in added[3:6]]
     assert [e.id for e in chosen.episodes] == [e.id for e in added[:3] + added[6:]]
     assert chosen.skipped == []
+
+
+_UNPICKLED: list[str] = []
+
+
+def _ran_on_unpickling() -> str:
+    _UNPICKLED.append("ran")
+    return "ran"
+
+
+class _Payload:
+    def __reduce__(self):  # noqa: ANN204 - what a planted pickle would run when loaded
+        return _ran_on_unpickling, ()
+
+
+def test_a_work_file_is_read_only_by_the_export_that_wrote_it(
+    export_data: ExportData, tmp_path: Path
+) -> None:
+    """Work files are pickles: a reader refuses one another writer made, or one replaced in the staging folder
+    by a valid TFRecord holding a planted pickle, before unpickling anything."""
+    from pipelines import tfrecord
+
+    episode = export_data.nethack[0].SerializeToString()
+    with work_file.WorkWriter(str(tmp_path / "mine")) as mine:
+        for index in range(3):
+            mine.add("ds", work_file.WorkItem(index, "train", episode))
+    with work_file.WorkWriter(str(tmp_path / "other")) as other:
+        other.add("ds", work_file.WorkItem(0, "train", episode))
+    assert [i.index for i in work_file.iter_items(mine.path("ds"), mine.key)] == [0, 1, 2]
+    assert [i.index for c in mine.chunks for i in work_file.read_chunk(c)] == [0, 1, 2]
+
+    with pytest.raises(work_file.ForeignWorkFile, match="not a work file of this export"):
+        list(work_file.iter_items(other.path("ds"), mine.key))  # another export's file
+    unkeyed = work_file.Chunk("ds", mine.path("ds"), 0, 1, mine.chunks[0].size)
+    with pytest.raises(work_file.ForeignWorkFile):
+        list(work_file.read_chunk(unkeyed))  # a reference without the writer's key
+
+    import pickle
+
+    planted = tfrecord.encode(bytes(32) + pickle.dumps(_Payload()))
+    Path(mine.path("ds")).write_bytes(planted)
+    with pytest.raises(work_file.ForeignWorkFile):
+        list(work_file.iter_items(mine.path("ds"), mine.key))
+    with pytest.raises(work_file.ForeignWorkFile):
+        list(work_file.read_chunk(work_file.Chunk("ds", mine.path("ds"), 0, 1, len(planted), mine.key)))
+    assert _UNPICKLED == []
+    pickle.loads(pickle.dumps(_Payload()))  # noqa: S301 - the payload does run when unpickled
+    assert _UNPICKLED == ["ran"]
