@@ -47,8 +47,8 @@ from pipelines.exporters.episode_fn import (
     ExportDatasets,
     ExportEpisodeFn,
     count_done,
+    iter_chunk_outcomes,
     open_for_export,
-    read_outcome,
 )
 from pipelines.exporters.request import DatasetSummary, DeadLetter, ExportRequest, ExportSummary
 from pipelines.exporters.selection import (
@@ -120,6 +120,7 @@ class _Selected:
     step_tag_labels: tuple[str, ...]
     field_defs: tuple
     work_files: dict[str, str]  # dataset -> its work file
+    work_key: bytes  # the work files' seal (work_file.py): only this export reads them
     chunks: list[Chunk]
     episodes: int
 
@@ -163,6 +164,7 @@ def _stream_selection(
         step_tag_labels=tuple(sorted(labels)),
         field_defs=fields.defs,
         work_files={g.name: writer.path(g.name) for g in groups},
+        work_key=writer.key,
         chunks=writer.chunks,
         episodes=total,
     )
@@ -178,6 +180,7 @@ class _Plan:
     env_specs: dict[str, Any] | None = None
     sample_error: str = ""
     work_file: str = ""  # the dataset's episodes (work_file.py)
+    work_key: bytes = dataclasses.field(default=b"", repr=False)  # its seal: only this export reads it
     environment_spec: str = ""  # the study's EnvironmentSpec as JSON text ("" for UI datasets)
     space_specs: dict[str, Any] | None = None  # the specs the dataset's spaces come from (UI: derived)
     jpeg_frames: bool = False
@@ -194,11 +197,13 @@ def environment_spec_json(repo: Any, group: SpecGroup) -> str:
     return json_format.MessageToJson(spec, sort_keys=True, indent=None)
 
 
-def _sample(work_file: str, job: DatasetJob) -> tuple[ExportEpisode | None, dict[str, Any] | None, str]:
+def _sample(
+    work_file: str, work_key: bytes, job: DatasetJob
+) -> tuple[ExportEpisode | None, dict[str, Any] | None, str]:
     """Transforms the dataset's first readable episode (read from its work file, one at a time): it defines the
     dataset's features and specs."""
     errors = []
-    for item in iter_items(work_file):
+    for item in iter_items(work_file, work_key):
         episode = study_pb2.Episode.FromString(item.episode)
         try:
             reader = open_for_export(episode, job, item.grounding)
@@ -386,9 +391,11 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                 field_defs=selected.field_defs,
             )
             work_file = selected.work_files[group.name]
-            sample, specs, error = _sample(work_file, job)
+            sample, specs, error = _sample(work_file, selected.work_key, job)
             if sample is None:
-                plans.append(_Plan(group=group, job=job, sample_error=error, work_file=work_file))
+                plans.append(
+                    _Plan(group=group, job=job, sample_error=error, work_file=work_file, work_key=selected.work_key)
+                )
                 continue
             signature = envlogger_writer.episode_signature(sample)
             features_json = ""
@@ -460,7 +467,8 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
                 build, request.beam_args, progress_dir, selected.episodes, len(chunks), progress
             )
         for plan in plans:
-            summary.datasets.append(_finish_dataset(plan, summary, len(groups)))
+            dataset_chunks = [c for c in chunks if c.dataset == plan.group.name]
+            summary.datasets.append(_finish_dataset(plan, summary, len(groups), dataset_chunks))
         storage.delete_tree(storage.join(staging, WORK_DIR))
         summary.episodes = sum(d.episodes for d in summary.datasets)
         summary.steps = sum(d.steps for d in summary.datasets)
@@ -558,9 +566,11 @@ def _export_info(
     }
 
 
-def _finish_dataset(plan: _Plan, summary: ExportSummary, num_groups: int) -> DatasetSummary:
-    """The last step for one dataset: its episodes' outcomes read one at a time and summed up (the dead letters
-    and skips are listed), the spec check, and the format's metadata files."""
+def _finish_dataset(
+    plan: _Plan, summary: ExportSummary, num_groups: int, chunks: Sequence[Chunk]
+) -> DatasetSummary:
+    """The last step for one dataset: its episodes' outcomes read a chunk at a time, in index order, and summed
+    up (the dead letters and skips are listed), the spec check, and the format's metadata files."""
     group, job = plan.group, plan.job
     dataset = DatasetSummary(
         name=group.name,
@@ -569,7 +579,7 @@ def _finish_dataset(plan: _Plan, summary: ExportSummary, num_groups: int) -> Dat
         environment_id=group.environment_id,
     )
     if plan.sample_error:
-        for item in iter_items(plan.work_file):
+        for item in iter_items(plan.work_file, plan.work_key):
             name = episode_name(study_pb2.Episode.FromString(item.episode))
             summary.dead_letters.append(DeadLetter(name, "unreadable", plan.sample_error))
         return dataset
@@ -579,28 +589,20 @@ def _finish_dataset(plan: _Plan, summary: ExportSummary, num_groups: int) -> Dat
     minari_episodes: list[tuple[int, str, int]] = []  # Minari: (index, split, transitions)
     counts = {name: 0 for name in split_names(job.splits)}  # Parquet: episodes per split
     missing = 0
-    for index in range(group.count):
-        o = read_outcome(job.progress_dir, group.name, index)
-        if o is None:
-            missing += 1
-        elif o["outcome"] == ExportEpisodeFn.RESULT:
-            dataset.episodes += 1
-            dataset.steps += int(o["steps"])
-            if job.format == "tfds":
-                by_split.setdefault(o.get("split") or "train", []).append(int(o["index"]))
-            elif job.format == "minari":
-                minari_episodes.append((int(o["index"]), o.get("split") or "", int(o["steps"]) - 1))
-            elif job.format == "parquet":
-                counts[o.get("split") or "train"] += 1
-        elif o["outcome"] == ExportEpisodeFn.DEAD_LETTER:
-            dead.append(DeadLetter(episode=o["episode"], reason=o["reason"], error=o["error"]))
-        elif o["outcome"] == ExportEpisodeFn.SKIPPED:
-            skipped.append({"episode": o["episode"], "reason": o["reason"]})
+    for chunk, outcomes in iter_chunk_outcomes(job.progress_dir, chunks):
+        if outcomes is None or len(outcomes) != chunk.count:
+            missing += chunk.count - len(outcomes or ())
+            continue
+        for o in outcomes:
+            _count_outcome(o, job, dataset, dead, skipped, by_split, minari_episodes, counts)
     if missing:  # a runner that dropped work must not look finished
         raise StepmarkError(
             f"dataset {group.name}: the runner reported {group.count - missing} of {group.count} "
             "episodes; the export is incomplete and was not written"
         )
+    if sum(c.count for c in chunks) != group.count:
+        raise StepmarkError(f"dataset {group.name}: the work file lists {sum(c.count for c in chunks)} of "
+                            f"{group.count} episodes; the export is incomplete and was not written")  # fmt: skip
     summary.skipped.extend(sorted(skipped, key=lambda s: s["episode"]))
     mismatched = [d for d in dead if d.reason == "spec_mismatch"]
     if mismatched:
@@ -644,6 +646,32 @@ def _finish_dataset(plan: _Plan, summary: ExportSummary, num_groups: int) -> Dat
         parquet_writer.finish_dataset(job.staging_dir, job.parquet_schema, counts)
     dataset.bytes = _folder_size(job.staging_dir)
     return dataset
+
+
+def _count_outcome(
+    o: dict[str, Any],
+    job: DatasetJob,
+    dataset: DatasetSummary,
+    dead: list[DeadLetter],
+    skipped: list[dict[str, str]],
+    by_split: dict[str, list[int]],
+    minari_episodes: list[tuple[int, str, int]],
+    counts: dict[str, int],
+) -> None:
+    """One episode's outcome added to its dataset's totals and lists."""
+    if o["outcome"] == ExportEpisodeFn.RESULT:
+        dataset.episodes += 1
+        dataset.steps += int(o["steps"])
+        if job.format == "tfds":
+            by_split.setdefault(o.get("split") or "train", []).append(int(o["index"]))
+        elif job.format == "minari":
+            minari_episodes.append((int(o["index"]), o.get("split") or "", int(o["steps"]) - 1))
+        elif job.format == "parquet":
+            counts[o.get("split") or "train"] += 1
+    elif o["outcome"] == ExportEpisodeFn.DEAD_LETTER:
+        dead.append(DeadLetter(episode=o["episode"], reason=o["reason"], error=o["error"]))
+    elif o["outcome"] == ExportEpisodeFn.SKIPPED:
+        skipped.append({"episode": o["episode"], "reason": o["reason"]})
 
 
 # --- command line -------------------------------------------------------------------------------------------

@@ -352,59 +352,106 @@ def read_object(path: str, limit: int) -> bytes:
 
 
 class _SmallObjectWriter(io.RawIOBase):
-    """Buffers a new s3:// object; one PUT when closed, or Beam's multipart upload once it outgrows
-    SMALL_OBJECT (the buffer goes first)."""
+    """Buffers a new s3:// object; one PUT when closed, or a multipart upload of SMALL_OBJECT-byte parts once it
+    outgrows SMALL_OBJECT. `abort()` publishes nothing: the buffer is dropped, a started upload is aborted, and
+    the writer is closed, so that garbage collection (IOBase closes what it collects) cannot upload a partial
+    object later, after its folder was cleaned up. (Beam's own S3 writer completes its upload when collected.)"""
 
     def __init__(self, path: str, client: Any) -> None:
         super().__init__()
-        self.path, self.client, self.buffer, self.stream = path, client, bytearray(), None
+        self.path, self.client, self.buffer = path, client, bytearray()
+        self.bucket, self.key = bucket_of(path)
+        self.upload_id: str | None = None
+        self.parts: list[dict[str, Any]] = []
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
-        if self.stream is None and len(self.buffer) + len(data) > SMALL_OBJECT:
-            self.stream = _filesystems().create(self.path, compression_type="uncompressed")
-            self.stream.write(bytes(self.buffer))
-            self.buffer = bytearray()
-        if self.stream is not None:
-            self.stream.write(data)
-        else:
-            self.buffer += data
+        self.buffer += data
+        while len(self.buffer) > SMALL_OBJECT:  # S3 parts: 5 MiB at least, but the last
+            self._upload_part(bytes(self.buffer[:SMALL_OBJECT]))
+            del self.buffer[:SMALL_OBJECT]
         return len(data)
+
+    def _upload_part(self, data: bytes) -> None:
+        if self.upload_id is None:
+            self.upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=self.key)["UploadId"]
+        number = len(self.parts) + 1
+        answer = self.client.upload_part(
+            Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number, Body=data
+        )
+        self.parts.append({"ETag": answer["ETag"], "PartNumber": number})
 
     def close(self) -> None:
         if self.closed:
             return
         try:
-            if self.stream is not None:
-                self.stream.close()
+            if self.upload_id is None:
+                self.client.put_object(Bucket=self.bucket, Key=self.key, Body=bytes(self.buffer))
             else:
-                bucket, key = bucket_of(self.path)
-                self.client.put_object(Bucket=bucket, Key=key, Body=bytes(self.buffer))
+                if self.buffer:
+                    self._upload_part(bytes(self.buffer))
+                self.client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, MultipartUpload={"Parts": self.parts}
+                )
+        except BaseException:
+            self.abort()
+            raise
         finally:
+            self.buffer = bytearray()
             super().close()
+
+    def abort(self) -> None:
+        """Closes the writer without publishing anything."""
+        self.buffer = bytearray()
+        upload_id, self.upload_id = self.upload_id, None
+        try:
+            if upload_id is not None:
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=upload_id)
+        finally:
+            io.RawIOBase.close(self)
 
 
 @contextlib.contextmanager
 def create(path: str) -> Iterator[BinaryIO]:
     """A new file at `path` (the folder is made as needed). An OSError without a file name (a full or read-only
-    disk, as a writer reports it) is re-raised naming `path`, so the command line prints one line. In a bucket
-    the object appears when the block ends without an error (a failed block leaves none)."""
+    disk, as a writer reports it) is re-raised naming `path`, so the command line prints one line.
+
+    A block that fails publishes nothing, and has published nothing when the exception leaves it (so a caller
+    that then removes the folder leaves it empty): in an S3 bucket the object is never uploaded (an upload in
+    parts is aborted); on other filesystems, whose writers upload or keep what they hold when closed, the
+    file is closed and then deleted."""
     fs = _filesystems()
     if not is_remote(path):
         os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
     client = _s3_for_data() if scheme(path) == "s3" else None
     if client is not None:
         out = _SmallObjectWriter(path, client)
-        yield out  # type: ignore[misc]
+        try:
+            yield out  # type: ignore[misc]
+        except BaseException:
+            with contextlib.suppress(Exception):
+                out.abort()
+            raise
         out.close()
         return
+    failed = False
     try:
         with fs.create(path, compression_type="uncompressed") as out:
-            yield out
-    except OSError as exc:
-        if exc.errno is None or exc.filename:
+            try:
+                yield out
+            except BaseException:
+                failed = True
+                raise
+    except BaseException as exc:
+        if failed:  # the writer is closed now (it may have uploaded what it held): delete it
+            with contextlib.suppress(Exception):
+                if is_remote(path):
+                    delete([path])
+                else:
+                    os.unlink(path.removeprefix("file://"))
+        if not isinstance(exc, OSError) or exc.errno is None or exc.filename:
             raise
         raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
 
@@ -485,7 +532,7 @@ def mkdirs(path: str, what: str = "folder") -> None:
 
 def total_size(folder: str, skip: Sequence[str] = ()) -> int:
     """Bytes of the files under `folder`, leaving out those with a path part named in `skip`. On a local disk the
-    skipped folders are not walked at all (an export's progress folder holds a file per episode)."""
+    skipped folders are not walked at all (an export's progress folder holds a file per chunk of episodes)."""
     root = strip_slash(folder)
     total = 0
     if not is_remote(root):

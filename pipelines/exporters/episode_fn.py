@@ -1,14 +1,18 @@
 """The per-episode step of an export (runs on the Beam workers): read and transform one episode, write it in
-the dataset's format, and record what happened (a result, a dead letter or a skip) in a small file that the
-driver (`pipelines/export.py`) counts for progress and reads at the end."""
+the dataset's format, and record what happened (a result, a dead letter or a skip). The outcomes of a chunk of
+the work file go into one file once the chunk is done (`_record_chunk`), which the driver (`pipelines/export.py`)
+counts for progress and reads at the end: one file per chunk, not per episode (a million episodes make ~16,000
+chunks; a file each would be a million objects, PUTs and GETs in a bucket)."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import gc
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -82,8 +86,8 @@ def _destination_error(exc: BaseException) -> OSError | None:
 class ExportEpisodeFn(storage.FileSystemsDoFn, beam.DoFn):
     """A chunk of a dataset's work file (`work_file.Chunk`: each episode's index, split, serialized Episode,
     grounding annotations and field values) -> (outcome, dataset, payload) per episode: a written shard or
-    serialized example, or a dead letter with its reason; each outcome also goes into its own file
-    (`_record_outcome`), which is what the driver reads. A full or read-only destination fails the export.
+    serialized example, or a dead letter with its reason; the chunk's outcomes also go into one file once it is
+    done (`_record_chunk`), which is what the driver reads. A full or read-only destination fails the export.
 
     Outcomes are tagged tuples on the one main output rather than `pvalue.TaggedOutput`s, and every dataset of
     an export goes through this one step: Beam 2.77's DaskRunner puts every tagged output of a ParDo into one
@@ -125,6 +129,7 @@ class ExportEpisodeFn(storage.FileSystemsDoFn, beam.DoFn):
     def process(self, element: Chunk) -> Iterator[tuple[str, str, Any]]:
         dataset = element.dataset
         job = self.jobs[dataset]
+        outcomes: list[tuple[int, tuple[str, str, str]]] = []  # at most MAX_CHUNK small payloads
         for item in read_chunk(element):
             index, split = item.index, item.split
             episode = study_pb2.Episode.FromString(item.episode)
@@ -134,9 +139,9 @@ class ExportEpisodeFn(storage.FileSystemsDoFn, beam.DoFn):
                     outcome = self._written(dataset, index, split, episode, prepared, job)
                 else:
                     outcome = prepared
-            _record_outcome(job.progress_dir, dataset, index, outcome)
+            outcomes.append((index, outcome))
             yield outcome
-        _record_chunk_done(job.progress_dir, element)
+        _record_chunk(job.progress_dir, element, outcomes)
 
     def _dead(
         self, dataset: str, episode: study_pb2.Episode, reason: str, exc: BaseException
@@ -270,45 +275,60 @@ def read_and_transform(item: WorkItem, episode: study_pb2.Episode, job: DatasetJ
     return study_fields.apply(exported, job.field_defs, item.field_values)
 
 
-def outcome_path(progress_dir: str, dataset: str, index: int) -> str:
-    return storage.join(progress_dir, f"{dataset}-{index}")
+#: Below the progress folder: one file per chunk done, named `<dataset>@<offset>-<episodes>`, holding the outcome of
+#: each of its episodes (a JSON line each). The driver lists them for progress while the pipeline runs, and reads
+#: them at the end: one entry per chunk, not per episode.
+DONE_DIR = "chunks"
 
 
-def _record_outcome(progress_dir: str, dataset: str, index: int, outcome: tuple[str, str, str]) -> None:
-    """One small file per episode and dataset holding its outcome (a result, a dead letter or a skip), through
-    Beam's file systems so it works on any runner with shared storage. The driver reads them, by dataset and
-    index, when the pipeline has finished. A retried bundle rewrites the same file, so the last attempt is the
-    one that counts. (A `WriteToText` sink did this before: its six extra stages cost 0.1-0.2 s of every
-    export, more than a small export's episodes take.)"""
-    kind, name, payload = outcome
-    line = json.dumps({"outcome": kind, "dataset": name, **json.loads(payload)})
-    storage.write_bytes(outcome_path(progress_dir, dataset, index), line.encode("utf-8"))
+def chunk_outcomes_path(progress_dir: str, chunk: Chunk) -> str:
+    return storage.join(progress_dir, DONE_DIR, f"{chunk.dataset}@{chunk.offset}-{chunk.count}")
 
 
-def read_outcome(progress_dir: str, dataset: str, index: int) -> dict[str, Any] | None:
-    """The outcome `_record_outcome` wrote for one episode; None when there is none (work a runner dropped)."""
-    path = outcome_path(progress_dir, dataset, index)
+def _record_chunk(progress_dir: str, chunk: Chunk, outcomes: Sequence[tuple[int, tuple[str, str, str]]]) -> None:
+    """The outcomes of a chunk's episodes (results, dead letters, skips, each with its index), written once the
+    chunk is done, through Beam's file systems so it works on any runner with shared storage. Its name follows
+    from the chunk, so a retried bundle rewrites the same file and the last attempt is the one that counts; a
+    failed attempt writes none (a chunk without its file is work a runner dropped: the export fails)."""
+    lines = []
+    for index, (kind, name, payload) in outcomes:
+        lines.append(json.dumps({"outcome": kind, "dataset": name, **json.loads(payload), "index": index}) + "\n")
+    storage.write_bytes(chunk_outcomes_path(progress_dir, chunk), "".join(lines).encode("utf-8"))
+
+
+def read_chunk_outcomes(progress_dir: str, chunk: Chunk) -> list[dict[str, Any]] | None:
+    """The outcomes `_record_chunk` wrote for a chunk, in index order; None when there is none (work a runner
+    dropped)."""
+    path = chunk_outcomes_path(progress_dir, chunk)
     try:
         with storage.open_read(path) as f:
-            return json.loads(f.read().decode("utf-8"))
+            data = f.read().decode("utf-8")
     except Exception:  # noqa: BLE001 - a missing file's error differs by filesystem: whether it exists decides
         if storage.exists(path):
             raise
         return None
+    return sorted((json.loads(line) for line in data.splitlines() if line), key=lambda o: int(o["index"]))
 
 
-#: Below the progress folder: one empty marker per chunk done, named `<dataset>@<offset>-<episodes>`. The driver
-#: lists them for progress while the pipeline runs: one entry per chunk, not per episode.
-DONE_DIR = "chunks"
-
-
-def _record_chunk_done(progress_dir: str, chunk: Chunk) -> None:
-    name = f"{chunk.dataset}@{chunk.offset}-{chunk.count}"
-    storage.write_bytes(storage.join(progress_dir, DONE_DIR, name), b"")
+def iter_chunk_outcomes(
+    progress_dir: str, chunks: Sequence[Chunk], ahead: int = 16
+) -> Iterator[tuple[Chunk, list[dict[str, Any]] | None]]:
+    """Each chunk with its outcomes (`read_chunk_outcomes`), in the chunks' order, up to `ahead` files read at once
+    (in a bucket each is a round trip) and no more held."""
+    pending: collections.deque[tuple[Chunk, Future]] = collections.deque()
+    with ThreadPoolExecutor(max_workers=max(1, min(ahead, len(chunks)))) as pool:
+        for chunk in chunks:
+            pending.append((chunk, pool.submit(read_chunk_outcomes, progress_dir, chunk)))
+            if len(pending) >= ahead:
+                done, future = pending.popleft()
+                yield done, future.result()
+        while pending:
+            done, future = pending.popleft()
+            yield done, future.result()
 
 
 def count_done(progress_dir: str) -> int:
-    """Episodes of the chunks done so far (`_record_chunk_done`)."""
+    """Episodes of the chunks done so far (`_record_chunk`)."""
     try:
         found = storage.match(storage.join(progress_dir, DONE_DIR, "*"))
     except Exception:  # noqa: BLE001 - none yet: the first marker makes the folder
@@ -318,7 +338,7 @@ def count_done(progress_dir: str) -> int:
 
 class ExportDatasets(beam.PTransform):
     """All datasets of one export: chunks of the work files -> one written file per episode and one outcome
-    file per episode (results, dead letters, skips) that the last step reads. Single-branch, so it runs the
+    file per chunk (results, dead letters, skips) that the last step reads. Single-branch, so it runs the
     same on every runner (Dask included), and no step holds more than one episode."""
 
     def __init__(self, jobs: dict[str, DatasetJob]) -> None:

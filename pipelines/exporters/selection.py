@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pipelines.errors import StepmarkError
 from pipelines.exporters.transform import KIND_UI, episode_kind, episode_name
 from pipelines.store import NotFound, Repository
-from pipelines.store.listing import MAX_PAGE, Cursor, EpisodeQuery, Sort
+from pipelines.store.listing import MAX_PAGE, EpisodeQuery
 from protos.rlds_creator import client_pb2, study_pb2
 
 COMPLETED = study_pb2.Episode.STATE_COMPLETED
@@ -124,7 +124,12 @@ def iter_selected(
 ) -> Iterator[list[study_pb2.Episode]]:
     """The episodes to export in a stable order (registration order, or the references' order), `BATCH` at a
     time: a study of a million episodes is read page by page (keyset), never whole. What was left out and why
-    goes into `skipped`. Raises StepmarkError, once the selection is read, when it holds no episode."""
+    goes into `skipped`. Raises StepmarkError, once the selection is read, when it holds no episode.
+
+    The keys (episode ids) are paged on their own (`Repository.iter_episode_ids`, keyset from the last key)
+    and each page's rows loaded after: a page whose rows were all deleted between the two reads (PostgreSQL
+    reads each statement at its own snapshot) loads as nothing, and the selection goes on from its last key.
+    The selection ends when the key query past the last key returns nothing, never on an empty load."""
     check_query(repo, query)
     state_filter = _state_filter(query)
     selected = 0
@@ -142,13 +147,39 @@ def iter_selected(
             states=None if state_filter is None else tuple(state_filter),
             include_invalid_sessions=query.include_invalid_sessions,
         )
-        after: Cursor | None = None
-        while page := repo.page_episodes(q, Sort(), after, BATCH):
-            after = page[-1][1]
-            selected += len(page)
-            yield [episode for episode, _ in page]
+        for ids in repo.iter_episode_ids(q, BATCH):
+            batch = _loaded(repo, ids, state_filter, skipped)
+            selected += len(batch)
+            if batch:
+                yield batch
     if not selected:
         raise StepmarkError(f"no episodes to export for {query.describe()}{_why_empty(repo, query, skipped)}")
+
+
+def _loaded(
+    repo: Repository, ids: Sequence[str], state_filter: list[int] | None, skipped: list[Skipped]
+) -> list[study_pb2.Episode]:
+    """The episodes of a page of keys, in its order; those deleted since their keys were read are left out (they
+    are gone). A state changed since is seen here: such an episode is skipped with its state, as a reference
+    to it would be."""
+    wanted = list(ids)
+    while wanted:
+        try:
+            episodes = repo.episodes_by_refs([client_pb2.EpisodeRef(episode_id=i) for i in wanted])
+            break
+        except NotFound:  # one was deleted after its key was read: look up which are left (fewer each time)
+            present = repo.refs_of(wanted)
+            wanted = [i for i in wanted if i in present]
+    else:
+        return []
+    out = []
+    for episode in episodes:
+        if state_filter is not None and episode.state not in state_filter:
+            state = study_pb2.Episode.State.Name(episode.state)
+            skipped.append(Skipped(episode_name(episode), f"state {state} (not selected)"))
+            continue
+        out.append(episode)
+    return out
 
 
 def _referenced(

@@ -10,22 +10,53 @@ or the store (which may be a SQLite file they cannot see).
 
 Chunks: the first episodes of a dataset go one per chunk (a small export spreads over workers as before), then
 chunks grow with the dataset to `MAX_CHUNK` episodes, so a million episodes make ~16,000 chunk references.
+
+Trust: each record is a pickle (the grounding annotations are dataclasses holding datetimes), and unpickling
+runs code, so a work file is only ever read by the export that wrote it, from its own staging folder, in the
+same run: the driver (`iter_items`) and its pipeline's workers (`read_chunk`), with the paths and the key the
+writer handed them. A work file from anywhere else is never read: each record is sealed with an HMAC-SHA256
+under a random key the writer makes and keeps in memory (it travels in the chunk references, inside the
+pipeline, never in storage), and a record whose seal does not match is refused before it is unpickled
+(`ForeignWorkFile`), so a path pointed elsewhere, a file left by another export or one replaced in a shared
+bucket in the meantime is not loaded. The format is private: nothing else reads or writes it, and a work
+file does not outlive its export (the staging folder's `_work` is removed before publishing, and on failure).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import io
 import pickle
+import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from pipelines import storage, tfrecord
+from pipelines.errors import StepmarkError
 
 #: Episodes in one chunk at most, and how many chunks of a dataset come before chunks reach that size.
 MAX_CHUNK = 64
 SPREAD = 256
+_SEAL = hashlib.sha256().digest_size
+
+
+class ForeignWorkFile(StepmarkError):
+    """A work file (or a record of one) that this export did not write: never unpickled."""
+
+
+def _seal(key: bytes, data: bytes) -> bytes:
+    return hmac.new(key, data, hashlib.sha256).digest() + data
+
+
+def _unseal(key: bytes, record: bytes, name: str) -> bytes:
+    """The record's data if it carries this export's seal; else ForeignWorkFile (nothing is unpickled)."""
+    seal, data = record[:_SEAL], record[_SEAL:]
+    if not key or len(seal) < _SEAL or not hmac.compare_digest(seal, hmac.new(key, data, hashlib.sha256).digest()):
+        raise ForeignWorkFile(f"{name}: not a work file of this export (its records lack this export's seal): not read")
+    return data
 
 
 @dataclass(frozen=True)
@@ -47,7 +78,8 @@ class WorkItem:
 
     @classmethod
     def decode(cls, data: bytes) -> WorkItem:
-        return cls(*pickle.loads(data))  # noqa: S301 - the export's own work file
+        """Only for data whose seal `_unseal` checked: the export's own work file."""
+        return cls(*pickle.loads(data))  # noqa: S301 - sealed by this export (module docstring)
 
 
 @dataclass(frozen=True)
@@ -60,6 +92,7 @@ class Chunk:
     offset: int
     count: int
     size: int
+    key: bytes = field(default=b"", repr=False)  # the writer's seal key (module docstring); empty: refused
 
 
 @dataclass
@@ -75,11 +108,16 @@ class _Open:
 
 class WorkWriter:
     """Writes each dataset's work file as the selection streams (`add`), and lists the chunks covering them
-    (`chunks`, complete once closed). A failed export leaves no finished-looking file: a file in a bucket
-    appears only when closed without an error, and the staging folder is removed either way."""
+    (`chunks`, complete once closed).
+
+    A failure while writing (in the block, or in `add`) aborts every work file before the error leaves the
+    block: nothing is uploaded into a bucket (an S3 writer's close uploads what it holds, and garbage
+    collection closes it, possibly after the export removed its staging folder), and what another filesystem
+    had written is deleted (`storage.create`). The export removes its staging folder after that."""
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
+        self.key = secrets.token_bytes(32)  # seals every record (module docstring); never written anywhere
         self.chunks: list[Chunk] = []
         self._files: dict[str, _Open] = {}
         self._stack = contextlib.ExitStack()
@@ -92,7 +130,7 @@ class WorkWriter:
         if f is None:
             path = self.path(dataset)
             f = self._files[dataset] = _Open(path, self._stack.enter_context(storage.create(path)))
-        record = tfrecord.encode(item.encode())
+        record = tfrecord.encode(_seal(self.key, item.encode()))
         f.out.write(record)
         f.size += len(record)
         f.items += 1
@@ -101,7 +139,7 @@ class WorkWriter:
             self._end_chunk(dataset, f)
 
     def _end_chunk(self, dataset: str, f: _Open) -> None:
-        self.chunks.append(Chunk(dataset, f.path, f.chunk_start, f.chunk_items, f.size - f.chunk_start))
+        self.chunks.append(Chunk(dataset, f.path, f.chunk_start, f.chunk_items, f.size - f.chunk_start, self.key))
         f.chunk_start, f.chunk_items = f.size, 0
         f.chunk_size = max(1, min(MAX_CHUNK, f.items // SPREAD))
 
@@ -118,7 +156,14 @@ class WorkWriter:
         if exc[0] is None:
             self.close()
         else:
-            self._stack.__exit__(*exc)
+            self.abort(exc[1])  # type: ignore[arg-type]
+
+    def abort(self, error: BaseException | None = None) -> None:
+        """Ends every work file without publishing it: the error is handed to each file's `storage.create`
+        block, which drops (bucket) or deletes (elsewhere) what was written."""
+        error = error if error is not None else RuntimeError("the export's work files were abandoned")
+        self._files.clear()
+        self._stack.__exit__(type(error), error, error.__traceback__)
 
 
 def read_chunk(chunk: Chunk) -> Iterator[WorkItem]:
@@ -128,21 +173,22 @@ def read_chunk(chunk: Chunk) -> Iterator[WorkItem]:
     data = storage.read_range(chunk.path, chunk.offset, chunk.size)
     if len(data) < chunk.size:
         raise tfrecord.TFRecordError(f"{name}: {len(data)} of {chunk.size} bytes (the work file is truncated)")
-    yield from _items(io.BytesIO(data), chunk.count, name)
+    yield from _items(io.BytesIO(data), chunk.count, name, chunk.key)
 
 
-def iter_items(path: str) -> Iterator[WorkItem]:
-    """Every episode of a dataset's work file, in order, one at a time."""
+def iter_items(path: str, key: bytes) -> Iterator[WorkItem]:
+    """Every episode of a dataset's work file, in order, one at a time; `key` is its writer's (`WorkWriter.key`):
+    a file another writer made is refused."""
     with storage.open_read(path) as f:
-        yield from _items(f, None, path)
+        yield from _items(f, None, path, key)
 
 
-def _items(f: BinaryIO, count: int | None, name: str) -> Iterator[WorkItem]:
+def _items(f: BinaryIO, count: int | None, name: str, key: bytes) -> Iterator[WorkItem]:
     n = 0
     for _, data in tfrecord.iter_stream(f, name=name):
         if isinstance(data, Exception):
             raise data
-        yield WorkItem.decode(data)
+        yield WorkItem.decode(_unseal(key, data, name))
         n += 1
         if n == count:
             return

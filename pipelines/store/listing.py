@@ -143,16 +143,31 @@ def invalid_sessions(s: Session, study_id: str | None) -> list[str]:
     return list(s.scalars(query))
 
 
+#: INVALID sessions a `NOT IN (...)` lists at most: one bound parameter each, and drivers cap them (SQLite's
+#: SQLITE_MAX_VARIABLE_NUMBER: 999 on old builds, 32,766 by default since 3.32; psycopg: 65,535).
+NOT_IN_BOUND = 500
+
+
 def valid_only(s: Session, q: EpisodeQuery) -> sa.ColumnElement[bool] | None:
     """The INVALID-session rule as a plain condition on the episode row: None when the study has no INVALID
     session (the common case) or the query includes them; else `session_id NOT IN (...)` over those few
     sessions. Unlike the correlated NOT EXISTS, it leaves the sort's index usable for an OFFSET: PostgreSQL
-    planned the jump to the middle of a 1M-episode study as a scan and an external sort (1.8 s) around it."""
+    planned the jump to the middle of a 1M-episode study as a scan and an external sort (1.8 s) around it.
+
+    Past `NOT_IN_BOUND` INVALID sessions (those of every study when the query names none, as an export by
+    `--tag` or `--state` does) the list would outgrow the driver's parameter limit and fail the query: the
+    correlated NOT EXISTS then, slower for an OFFSET but one parameter whatever the number of sessions."""
     if q.include_invalid_sessions:
         return None
-    invalid = invalid_sessions(s, q.study_id)
+    query = sa.select(SessionRow.id).where(SessionRow.state == _INVALID)
+    if q.study_id is not None:
+        query = query.where(SessionRow.study_id == q.study_id)
+    invalid = list(s.scalars(query.limit(NOT_IN_BOUND + 1)))
     if not invalid:
         return None
+    if len(invalid) > NOT_IN_BOUND:
+        listed = sa.exists().where(SessionRow.id == EpisodeRow.session_id, SessionRow.state == _INVALID)
+        return sa.or_(EpisodeRow.session_id.is_(None), ~listed)
     return sa.or_(EpisodeRow.session_id.is_(None), EpisodeRow.session_id.not_in(invalid))
 
 

@@ -260,3 +260,37 @@ def test_a_byte_range_of_a_bucket_file_is_fetched_as_that_range(s3: Bucket, monk
     assert storage.read_range(url, 1_000_000, 4_096) == data[1_000_000:1_004_096]
     assert sum(end - start for start, end in fetched) == 4_096
     assert storage.read_range(url, len(data) - 10, 100) == data[-10:]  # at the end: what there is
+
+
+def test_a_failed_write_publishes_nothing_in_a_bucket_or_on_disk(
+    s3: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block that fails leaves no object and no upload in parts behind, not even once its writer is collected
+    (IOBase closes what it collects: a close that uploads would publish a partial file later); a large object is
+    uploaded in parts and whole. On a local disk the partial file is removed."""
+    import gc
+
+    monkeypatch.setattr(storage, "SMALL_OBJECT", 5 * 2**20)  # S3's smallest part: two parts and the rest
+    part = bytes(range(256)) * (2**12)  # 1 MiB
+    for name, size in (("small", 1), ("large", 12)):
+        with pytest.raises(RuntimeError, match="mid-file"):
+            with storage.create(s3.url(f"failed/{name}")) as out:
+                for _ in range(size):
+                    out.write(part)
+                raise RuntimeError("mid-file")
+        gc.collect()
+    assert s3.keys() == []
+    assert s3.server.client().list_multipart_uploads(Bucket=s3.name).get("Uploads", []) == []
+
+    with storage.create(s3.url("whole/large")) as out:
+        for _ in range(12):
+            out.write(part)
+    assert s3.get("whole/large") == part * 12
+    assert s3.server.client().list_multipart_uploads(Bucket=s3.name).get("Uploads", []) == []
+
+    local = tmp_path / "partial.bin"
+    with pytest.raises(RuntimeError, match="mid-file"):
+        with storage.create(str(local)) as out:
+            out.write(part)
+            raise RuntimeError("mid-file")
+    assert not local.exists()

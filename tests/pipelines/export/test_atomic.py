@@ -15,14 +15,15 @@ from pipelines.store import open_store
 from tests.conftest import REPO_ROOT
 from tests.pipelines.export.export_data import ExportData, copy_data, register_copies
 
-# `stepmark ...` with each episode's outcome marker wrapped: the fourth episode's worker waits forever once
-# it has written its files, so the export stalls with 3 (or, with parallel bundles, a few more) of 80 done.
+# `stepmark ...` with each chunk's outcome file wrapped (the first chunks hold one episode each): the fourth
+# chunk's worker waits forever once it has written its files, so the export stalls with 3 (or, with parallel
+# bundles, a few more) of 80 done.
 _BLOCK_AFTER_THREE = """
 import sys, threading
 from pipelines.exporters import episode_fn
 from stepmark.cli import main
 
-_record, _done, _lock = episode_fn._record_outcome, [0], threading.Lock()
+_record, _done, _lock = episode_fn._record_chunk, [0], threading.Lock()
 
 def record_then_stall(*args, **kwargs):
     _record(*args, **kwargs)
@@ -32,7 +33,7 @@ def record_then_stall(*args, **kwargs):
     if stall:
         threading.Event().wait()
 
-episode_fn._record_outcome = record_then_stall
+episode_fn._record_chunk = record_then_stall
 sys.argv[0] = "stepmark"
 sys.exit(main())
 """

@@ -102,16 +102,16 @@ def test_an_empty_selection_says_what_the_filters_left_out_by_aggregates(tmp_pat
         e.state = state
     repo.add_episodes(episodes)
     listed: list[int] = []
-    original = Repository.page_episodes
+    original = Repository.iter_episode_ids
 
     def counted(self, *args, **kwargs):  # noqa: ANN001, ANN202
-        found = original(self, *args, **kwargs)
-        listed.append(len(found))
-        return found
+        for ids in original(self, *args, **kwargs):
+            listed.append(len(ids))
+            yield ids
 
-    monkeypatch.setattr(Repository, "page_episodes", counted)
+    monkeypatch.setattr(Repository, "iter_episode_ids", counted)
     with pytest.raises(StepmarkError) as info:
         select_episodes(repo, SelectionQuery(study_id=study.id))
     message = str(info.value)
-    assert listed == [0]  # the selection itself (completed: none), not the whole study again for the message
+    assert listed == []  # the selection itself (completed: none), not the whole study again for the message
     assert "the filters left out 5 episode(s) (2 abandoned, 3 rejected, counting invalid sessions)" in message

@@ -58,13 +58,13 @@ def test_a_selection_of_many_batches_is_streamed_and_exports_the_same_bytes(
     whole = _export(data_dir, study_id, tmp_path / "one-batch")
     assert whole.episodes == EPISODES
 
-    pages: list[tuple[int, int]] = []  # (limit asked, episodes returned) of every read of the selection
-    page_episodes = Repository.page_episodes
+    pages: list[tuple[int, int]] = []  # (batch asked, episode keys returned) of every page of the selection
+    iter_episode_ids = Repository.iter_episode_ids
 
-    def counted(self: Repository, q, sort=None, after=None, limit=50):  # noqa: ANN001, ANN202
-        found = page_episodes(self, q, sort, after, limit)
-        pages.append((limit, len(found)))
-        return found
+    def counted(self: Repository, q, batch=500):  # noqa: ANN001, ANN202
+        for ids in iter_episode_ids(self, q, batch):
+            pages.append((batch, len(ids)))
+            yield ids
 
     def whole_list(*args: object, **kwargs: object) -> None:
         raise AssertionError("the export listed the whole selection into memory")
@@ -79,12 +79,12 @@ def test_a_selection_of_many_batches_is_streamed_and_exports_the_same_bytes(
     monkeypatch.setattr(selection, "BATCH", 3)
     monkeypatch.setattr(work_file, "SPREAD", 2)  # chunks of 1, then of 2 episodes
     monkeypatch.setattr(work_file, "MAX_CHUNK", 2)
-    monkeypatch.setattr(Repository, "page_episodes", counted)
+    monkeypatch.setattr(Repository, "iter_episode_ids", counted)
     monkeypatch.setattr(Repository, "list_episodes", whole_list)
     monkeypatch.setattr(export.beam, "Create", recorded)
     streamed = _export(data_dir, study_id, tmp_path / "batches")
 
-    assert [n for _, n in pages] == [3, 3, 1, 0]  # a batch at a time, never more
+    assert [n for _, n in pages] == [3, 3, 1]  # a batch at a time, never more
     assert all(limit == 3 for limit, _ in pages)
     assert started and all(isinstance(c, work_file.Chunk) for c in started)  # references, not episodes
     assert sum(c.count for c in started) == EPISODES and max(c.count for c in started) == 2

@@ -358,3 +358,37 @@ def test_a_missing_value_is_made_once_for_every_thread_that_asks_for_it() -> Non
         t.join(10)
     assert made == [1] and got == [1] * 6
     assert memo.get_marked(8, "k", compute) == 2  # the store changed
+
+
+def test_more_invalid_sessions_than_the_driver_takes_parameters(repo: Repository) -> None:
+    """An export by `--state` (no study) leaves out the INVALID sessions of every study: past the driver's limit
+    of bound parameters a `NOT IN` over all of them failed the query (PostgreSQL through psycopg: 65,535;
+    SQLite: 999 on old builds, lowered to that here on the real connection). Pages, jumps and counts stay exact."""
+    import sqlite3
+
+    from pipelines.store.models import SessionRow
+
+    study = repo.create_study(study_spec(), "alice@example.com")
+    good, bad = repo.create_session(study.id, "alice@example.com"), repo.create_session(study.id, "bob@example.com")
+    kept = repo.add_episodes(env_episode(study.id, good) for _ in range(4))
+    repo.add_episodes(env_episode(study.id, bad) for _ in range(2))
+    repo.set_session_state(bad.id, study_pb2.Session.STATE_INVALID)
+    postgres = repo.engine.dialect.name == "postgresql"
+    many = 65_536 if postgres else 1_000
+    rows = [{"id": f"invalid-{i:06d}", "study_id": study.id, "user": "mallory@example.com",
+             "state": study_pb2.Session.STATE_INVALID} for i in range(many)]  # fmt: skip
+    with repo.engine.begin() as conn:
+        conn.execute(sa.insert(SessionRow), rows)
+    if not postgres:
+
+        def old_build_limit(dbapi_connection, _record) -> None:  # noqa: ANN001
+            dbapi_connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+
+        sa.event.listen(repo.engine, "connect", old_build_limit)
+        repo.engine.dispose()  # every connection from now on has the lower limit
+    expected = [e.id for e in kept]
+    for q in (EpisodeQuery(states=(Episode.STATE_COMPLETED,)), EpisodeQuery(study_id=study.id)):
+        assert [i for ids in repo.iter_episode_ids(q, 3) for i in ids] == expected
+        cursor = repo.episode_cursor(q, Sort(), 2)
+        assert [e.id for e, _ in repo.page_episodes(q, Sort(), cursor, 5)] == expected[2:]
+        assert repo.count_episodes(q) == 4
