@@ -4,7 +4,7 @@ Rules (documented in schemas/store.md, "Study fields"):
 - the study's creator or a reviewer defines the fields (`define`); a field left out of a new definition is
   kept with `active` false, so its values stay readable and exportable; a renamed field is a new field; the
   kind or scope of a field that has values, adjudications or suggestions cannot change (rename it instead), nor
-  can an option they use be removed;
+  can an option they use be removed, nor can the field narrow (min, max, integer, max_length) below them;
 - every annotator has their own value per field and place (step, segment start..end, or the episode: -1..-1);
   a newer value replaces their older one. Each change is one transaction with its audit row (`field.set`,
   `field.clear`: before/after are the value JSON with author and time), undone by `Repository.undo_last`
@@ -19,6 +19,7 @@ Rules (documented in schemas/store.md, "Study fields"):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -108,43 +109,113 @@ def _require_lead(s: Session, study_id: str, user: str, what: str, *, lock: bool
     return study
 
 
-def _used(s: Session, model: type, study_id: str, field: str) -> list[Any]:
-    """The values `model` (values, adjudications, suggestions) holds for a field of the study."""
-    return list(
-        s.scalars(
-            sa.select(model.value).join(EpisodeRow, EpisodeRow.id == model.episode_id)  # type: ignore[attr-defined]
-            .where(EpisodeRow.study_id == study_id, model.field == field)  # type: ignore[attr-defined]
-        )
-    )
+_BATCH = 1000  # stored values read per round trip while a new definition is checked against them
+_EXAMPLES = 2  # example values a refusal quotes
+_NOT_STORED = frozenset({"name", "guideline", "keys", "active", "position", "extra"})  # no stored value meets these
+
+
+def _stored(s: Session, model: type, study_id: str, field: str) -> Iterator[Any]:
+    """The values `model` (values, adjudications, suggestions) holds for a field of the study, streamed `_BATCH`
+    rows at a time: a field may hold millions, and checking a definition must not load them all at once."""
+    query = (
+        sa.select(model.value).join(EpisodeRow, EpisodeRow.id == model.episode_id)  # type: ignore[attr-defined]
+        .where(EpisodeRow.study_id == study_id, model.field == field)  # type: ignore[attr-defined]
+        .execution_options(yield_per=_BATCH)
+    )  # fmt: skip
+    yield from s.scalars(query)
+
+
+def _count(s: Session, model: type, study_id: str, field: str) -> int:
+    """How many rows `model` holds for a field of the study, counted by the database."""
+    return s.scalar(
+        sa.select(sa.func.count()).select_from(model).join(EpisodeRow, EpisodeRow.id == model.episode_id)  # type: ignore[attr-defined]
+        .where(EpisodeRow.study_id == study_id, model.field == field)  # type: ignore[attr-defined]
+    ) or 0  # fmt: skip
 
 
 _USES = ((FieldValueRow, "value(s)"), (FieldAdjudicationRow, "adjudication(s)"), (FieldSuggestionRow, "suggestion(s)"))
 
 
+def _narrowings(old: FieldDef, new: FieldDef) -> list[str]:
+    """How `new` (same kind and scope as `old`) may refuse a value that fits `old`, each in words ("max lowered
+    from 5 to 3"); empty when every value fitting `old` fits `new` (guideline, keys or option order changed, an
+    option added, a limit widened), so nothing stored needs reading. A changed attribute not known here counts as
+    a narrowing: the stored values are then checked with `check_value`, which knows every rule."""
+    out: list[str] = []
+    for attribute in dataclasses.fields(FieldDef):
+        name = attribute.name
+        before, after = getattr(old, name), getattr(new, name)
+        if name in _NOT_STORED or before == after:
+            continue
+        if name == "options":
+            gone = [o for o in before if o not in after]
+            if gone:
+                out.append(f"option(s) {gone} removed")
+        elif name in ("min", "max"):
+            tighter = after is not None and (before is None or (after > before if name == "min" else after < before))
+            if tighter:
+                out.append(f"{name} {after} added" if before is None else
+                           f"{name} {'raised' if name == 'min' else 'lowered'} from {before} to {after}")  # fmt: skip
+        elif name == "integer":
+            if after:
+                out.append("integer: true added")
+        elif name == "max_length":
+            if after < before:
+                out.append(f"max_length lowered from {before} to {after}")
+        else:
+            out.append(f"{name} changed from {before!r} to {after!r}")
+    return out
+
+
+def _example(value: Any) -> str:
+    """A stored value as a refusal quotes it: short, a text with its length (what max_length counts), a whole
+    number without ".0" (JSON on PostgreSQL keeps 9.0 where SQLite gives back 9)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        value = int(value)
+    if isinstance(value, str):
+        return f"{value[:20] + '…' if len(value) > 20 else value!r} ({len(value)} characters)"
+    shown = json.dumps(value, ensure_ascii=False)
+    return shown if len(shown) <= 40 else shown[:40] + "…"
+
+
 def _check_change(s: Session, study_id: str, row: StudyFieldRow, new: FieldDef) -> None:
-    """Refuse (InvalidSpec, one line) a change of a field's kind or scope while anything is stored for it, and
-    the removal of an option that a stored value, adjudication or suggestion uses."""
+    """Refuse (InvalidSpec, one line) a change of a field's kind or scope while anything is stored for it, and a
+    change after which a stored value, adjudication or suggestion would no longer fit the field (an option it
+    uses removed, a number outside a raised min or lowered max or not whole under `integer`, a text longer than a
+    lowered max_length): exports promise that values fit their field. Stored values are read only when the
+    change may refuse one, streamed, and judged by `check_value`, the one home of what fits a field."""
     old = FieldDef.from_json(row.definition)
-    changed = (row.kind, row.scope) != (new.kind, new.scope)
-    removed = [o for o in old.options if o not in new.options] if old.kind in ("choice", "multi_choice") else []
-    if not changed and not removed:
-        return
-    used = {what: _used(s, model, study_id, new.name) for model, what in _USES}
-    if changed:
-        counts = ", ".join(f"{len(v)} {what}" for what, v in used.items() if v)
+    if (row.kind, row.scope) != (new.kind, new.scope):
+        counts = ", ".join(f"{n} {what}" for model, what in _USES if (n := _count(s, model, study_id, new.name)))
         if counts:
             raise InvalidSpec(
                 f"field {new.name}: it has {counts} as a {row.scope} {row.kind} field; "
                 f"its kind and scope cannot change (give the new field another name)"
             )
         return
-    still: dict[str, dict[str, int]] = {}
-    for what, stored in used.items():
-        for value in stored:
-            for option in value if isinstance(value, list) else [value]:
-                if option in removed:
-                    by = still.setdefault(option, {})
-                    by[what] = by.get(what, 0) + 1
+    narrowed = _narrowings(old, new)
+    if not narrowed:
+        return
+    removed = set(old.options) - set(new.options)
+    still: dict[str, dict[str, int]] = {}  # removed option -> what -> how many use it
+    outside: dict[str, int] = {}  # what -> how many do not fit the new definition
+    examples: list[str] = []
+    for model, what in _USES:
+        for value in _stored(s, model, study_id, new.name):
+            try:
+                check_value(new, value)
+                continue
+            except FieldValueError:
+                pass
+            options = [o for o in (value if isinstance(value, list) else [value]) if isinstance(o, str)]
+            used = [o for o in options if o in removed]
+            for option in used:
+                by = still.setdefault(option, {})
+                by[what] = by.get(what, 0) + 1
+            if not used:
+                outside[what] = outside.get(what, 0) + 1
+                if len(examples) < _EXAMPLES and _example(value) not in examples:
+                    examples.append(_example(value))
     if still:
         listed = "; ".join(
             f"{option!r}: " + ", ".join(f"{n} {what}" for what, n in by.items()) for option, by in still.items()
@@ -152,6 +223,12 @@ def _check_change(s: Session, study_id: str, row: StudyFieldRow, new: FieldDef) 
         raise InvalidSpec(
             f"field {new.name}: option(s) still used cannot be removed or renamed ({listed}); "
             f"clear or change those first, or give the new field another name"
+        )
+    if outside:
+        counts = ", ".join(f"{n} {what}" for what, n in outside.items())
+        raise InvalidSpec(
+            f"field {new.name}: {' and '.join(narrowed)}, but {counts} stored would not fit "
+            f"(e.g. {', '.join(examples)}); clear or change those first, or give the new field another name"
         )
 
 

@@ -5,9 +5,11 @@ undo/redo, origins against suggestions, removed fields kept, and imports refused
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from pipelines import convert
 from pipelines.store import InvalidSpec, PermissionDenied, Repository, StoreError
@@ -257,3 +259,131 @@ def test_an_option_in_use_cannot_be_removed_and_adjudications_count(repo: Reposi
     # an unused option may go, and a new one may come
     redefine("options: [slow, wrong_app, loop]", "options: [slow, loop, popup]")
     assert next(d for d in fv.definitions(repo, study_id) if d.name == "problems").options == ("slow", "loop", "popup")
+
+
+def _import_suggestion(repo: Repository, study_id: str, ref, tmp_path: Path, field: str, step: int, value) -> None:
+    """A suggestion of model-x (a later one replaces it: the only way a suggestion changes)."""
+    path = tmp_path / "suggestion.jsonl"
+    path.write_text(json.dumps({"episode": ref.episode_id, "step": step, "field": field, "value": value,
+                                "source": "model-x"}) + "\n")  # fmt: skip
+    fv.import_values(repo, study_id, path, ALICE)
+
+
+def _confidence(repo: Repository, study_id: str, spec: str) -> InvalidSpec | None:
+    """Define FIELDS with confidence as `spec` ("min: 0, max: 5"); the refusal, or None when accepted."""
+    old = "{name: confidence, scope: step, kind: number, min: 0, max: 5, integer: true}"
+    try:
+        fv.define(repo, study_id, parse_text(FIELDS.replace(old, f"{{name: confidence, scope: step, kind: number, "
+                                                                 f"{spec}}}"), "f.yaml"), ALICE)  # fmt: skip
+    except InvalidSpec as exc:
+        return exc
+    return None
+
+
+def test_a_number_field_cannot_narrow_while_stored_values_fall_outside(repo: Repository, ui, tmp_path: Path) -> None:
+    """A raised min, a lowered max or integer added is refused, naming the constraint, the counts and examples,
+    while a value, a suggestion or an adjudication lies outside; accepted once they fit; widening always is."""
+    study_id, ref = ui
+    assert _confidence(repo, study_id, "min: -1, max: 10") is None  # widening: integer dropped, range wider
+    fv.set_value(repo, ref, "confidence", ALICE, 7.5, step=0)
+    fv.set_value(repo, ref, "confidence", BOB, 2, step=0)
+    _import_suggestion(repo, study_id, ref, tmp_path, "confidence", 1, 9)
+    fv.adjudicate(repo, ref, "confidence", ALICE, 0.5, step=0)
+    then = fv.definitions(repo, study_id)
+    refused = {
+        "min: -1, max: 5": r"^field confidence: max lowered from 10 to 5, but 1 value\(s\), 1 suggestion\(s\) "
+                           r"stored would not fit \(e\.g\. 7\.5, 9\); clear or change those first, or give the new "
+                           r"field another name$",
+        "min: 1, max: 10": r"^field confidence: min raised from -1 to 1, but 1 adjudication\(s\) stored would not "
+                           r"fit \(e\.g\. 0\.5\); ",
+        "min: -1, max: 10, integer: true": r"^field confidence: integer: true added, but 1 value\(s\), "
+                                           r"1 adjudication\(s\) stored would not fit \(e\.g\. 7\.5, 0\.5\); ",
+        "max: 8": r"^field confidence: max lowered from 10 to 8, but 1 suggestion\(s\) stored would not fit "
+                  r"\(e\.g\. 9\); ",  # min dropped (wider) while max is lowered: still refused
+        "min: 1, max: 100": r"^field confidence: min raised from -1 to 1, but 1 adjudication\(s\) ",
+    }  # fmt: skip
+    for spec, message in refused.items():
+        error = _confidence(repo, study_id, spec)
+        assert error is not None and re.match(message, str(error)), (spec, error)
+        assert "\n" not in str(error)
+    assert fv.definitions(repo, study_id) == then  # nothing changed by a refusal
+    # once what lay outside is cleared or changed, the same narrowing is accepted
+    fv.set_value(repo, ref, "confidence", ALICE, None, step=0)
+    _import_suggestion(repo, study_id, ref, tmp_path, "confidence", 1, 4)
+    fv.adjudicate(repo, ref, "confidence", ALICE, 2, step=0)
+    assert _confidence(repo, study_id, "min: 0, max: 5, integer: true") is None
+    confidence = next(d for d in fv.definitions(repo, study_id) if d.name == "confidence")
+    assert (confidence.min, confidence.max, confidence.integer) == (0, 5, True)
+
+
+def test_a_text_field_cannot_shorten_below_stored_texts(repo: Repository, ui, tmp_path: Path) -> None:
+    study_id, ref = ui
+    old = "{name: step_instruction, scope: step, kind: text, guideline: What the user asked for at this step}"
+
+    def limit(n: int) -> None:
+        new = f"{{name: step_instruction, scope: step, kind: text, max_length: {n}}}"
+        fv.define(repo, study_id, parse_text(FIELDS.replace(old, new), "f.yaml"), ALICE)
+
+    fv.set_value(repo, ref, "step_instruction", ALICE, "open the settings menu", step=0)
+    _import_suggestion(repo, study_id, ref, tmp_path, "step_instruction", 1, "tap OK")
+    with pytest.raises(InvalidSpec, match=r"^field step_instruction: max_length lowered from 5000 to 10, but "
+                                          r"1 value\(s\) stored would not fit \(e\.g\. 'open the settings me…' "
+                                          r"\(22 characters\)\); clear or change those first"):  # fmt: skip
+        limit(10)
+    limit(22)  # every stored text fits
+    with pytest.raises(InvalidSpec, match=r"max_length lowered from 22 to 5, but 1 value\(s\), 1 suggestion\(s\)"):
+        limit(5)
+    limit(100)  # widening
+    fv.set_value(repo, ref, "step_instruction", ALICE, "tap", step=0)
+    with pytest.raises(InvalidSpec, match=r"lowered from 100 to 5, but 1 suggestion\(s\) stored would not fit "
+                                          r"\(e\.g\. 'tap OK' \(6 characters\)\)"):  # fmt: skip
+        limit(5)
+    limit(6)
+
+
+def test_narrowing_counts_every_value_but_quotes_two(repo: Repository, ui, monkeypatch) -> None:
+    """Values are streamed in batches (here 2 rows a round trip) and counted to the end; two are quoted."""
+    study_id, ref = ui
+    monkeypatch.setattr(fv, "_BATCH", 2)
+    for step in range(5):
+        fv.set_value(repo, ref, "confidence", ALICE, 5, step=step)
+        fv.set_value(repo, ref, "confidence", BOB, 4, step=step)
+    error = _confidence(repo, study_id, "min: 0, max: 3, integer: true")
+    assert re.match(r"^field confidence: max lowered from 5 to 3, but 10 value\(s\) stored would not fit "
+                    r"\(e\.g\. (5, 4|4, 5)\); ", str(error)), error  # fmt: skip
+
+
+def test_a_change_that_cannot_refuse_a_value_reads_no_values(repo: Repository, ui) -> None:
+    """Guidelines, keys, option order, an added option or a widened limit: stored values are not read at all;
+    a narrowing reads them (so the count below sees reads when there are some)."""
+    study_id, ref = ui
+    fv.set_value(repo, ref, "confidence", ALICE, 3, step=0)
+    fv.set_value(repo, ref, "action_correct", ALICE, "yes", step=0)
+    fv.set_value(repo, ref, "step_instruction", ALICE, "open the menu", step=0)
+    reads: list[str] = []
+
+    def seen(conn, cursor, statement: str, *args) -> None:
+        if any(t in statement for t in ("field_values", "field_suggestions", "field_adjudications")):
+            reads.append(statement)
+
+    sa.event.listen(repo.engine, "before_cursor_execute", seen)
+    try:
+        unchanged = [
+            ("guideline: What the user asked for at this step", "guideline: The words the user typed"),
+            ("options: [yes, no, unsure], keys: [y, n, u]", "options: [unsure, no, yes, skip], keys: [u, n, y, s]"),
+            ("min: 0, max: 5, integer: true", "min: -5, max: 50"),
+            ("kind: text,", "kind: text, max_length: 6000,"),
+        ]
+        text = FIELDS
+        for old, new in unchanged:
+            assert old in text
+            text = text.replace(old, new)
+            fv.define(repo, study_id, parse_text(text, "f.yaml"), ALICE)
+        assert reads == []
+        fv.define(repo, study_id, parse_text(text.replace("max: 50", "max: 4"), "f.yaml"), ALICE)
+        assert reads  # a narrowing reads the stored values (and finds they all fit)
+    finally:
+        sa.event.remove(repo.engine, "before_cursor_execute", seen)
+    defs = {d.name: d for d in fv.definitions(repo, study_id)}
+    assert defs["step_instruction"].guideline == "The words the user typed" and defs["confidence"].max == 4
+    assert defs["action_correct"].options == ("unsure", "no", "yes", "skip")
