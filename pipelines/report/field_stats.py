@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from pipelines.store import field_counts
 from pipelines.store import field_values as fv
 from pipelines.store.field_agreement import FieldAgreement, study_field_agreement
-from pipelines.store.field_counts import study_field_counts
 from pipelines.store.models import EpisodeRow
 
 
@@ -48,18 +48,23 @@ def field_stats(repo, study_id: str) -> list[FieldStat]:
 
 def field_summary(repo, study_id: str) -> tuple[list[FieldStat], list[FieldAgreement]]:
     """The study's field statistics and its field agreement. The statistics are the counts the database keeps
-    as values are written (`pipelines/store/field_counts.py`: a row per field, whatever the study's size);
-    agreement reads the places two or more annotators gave a value."""
+    as values are written (`pipelines/store/field_counts.py`: a row per field and annotator, whatever the
+    study's size; a backlog of changes is compacted first); agreement reads the places two or more annotators
+    gave a value."""
     defs = fv.definitions(repo, study_id, include_removed=True)
     if not defs:
         return [], []
+    with Session(repo.engine) as s, s.begin():
+        backlog = field_counts.pending(s, study_id)
+    if backlog >= field_counts.COMPACT_AT:
+        field_counts.compact(repo.engine, study_id)
     with Session(repo.engine) as s, s.begin():
         episodes, steps = s.execute(
             sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(EpisodeRow.num_steps), 0)).where(
                 EpisodeRow.study_id == study_id
             )
         ).one()
-        counts = study_field_counts(s, study_id)
+        counts = field_counts.study_field_counts(s, study_id)
     agreements = study_field_agreement(repo, study_id)
     agreement = {a.field: a for a in agreements}
     out = []

@@ -27,7 +27,7 @@ _TABLES = (
     "studies", "environments", "sessions", "episodes", "episode_tags", "step_tags", "audit_log", "study_reviewers",
     "study_queues", "queue_assignments", "annotator_step_labels", "adjudications", "grounding_annotations",
     "study_fields", "field_values", "field_suggestions", "field_adjudications",
-    "field_places", "field_episodes", "field_place_counts", "field_value_counts",
+    "field_places", "field_episodes", "field_counts", "field_count_changes",
 )  # fmt: skip
 # Arbitrary constant for pg_advisory_xact_lock ("stepmark" in ASCII, truncated to fit a bigint).
 _PG_LOCK_KEY = 0x737465706D61726B
@@ -522,6 +522,7 @@ def _v9_study_fields(conn: Connection) -> None:
 
 # v10 (issue 21): field values counted by triggers. A place is (episode_id, field, step_index, end_index).
 _PLACE = ("episode_id", "field", "step_index", "end_index")
+_COUNTS = "entries, timed, seconds, places, episodes"
 
 
 def _v10_field_counts(conn: Connection) -> None:
@@ -529,17 +530,25 @@ def _v10_field_counts(conn: Connection) -> None:
     Quality page and agreement stop grouping every value of the store (1.05M values: 4.5 s of statistics and
     2.0 s of agreement on PostgreSQL at 1M episodes, growing with the store).
 
-    Four derived tables, kept by triggers on every path that writes values (the annotator, imports, undo,
-    episode and study deletion by cascade), chained so each step is one keyed upsert or update (no count, so
-    concurrent writers stay exact): `field_values` -> `field_places` (annotators per place; the partial index
-    lists the shared ones) and `field_value_counts` (values, timed values and seconds per study, field and
-    annotator); `field_places` -> `field_episodes` (places per episode and field) and `field_place_counts`
-    (places per study and field); `field_episodes` -> `field_place_counts` (episodes). A row whose count
-    falls to 0 is deleted. Backfilled from the values in SQL, then the triggers are created, in the
-    migration's transaction. SQLite and PostgreSQL only (the store supports no other)."""
+    A trigger on `field_values` (every path that writes values: the annotator, imports, undo, the cascade from
+    an episode's deletion) keeps `field_places` (annotators per place; its partial index lists the shared ones)
+    and `field_episodes` (places per episode and field), both keyed by episode, and appends one row to
+    `field_count_changes` per value written or removed (+/-1 value, its timing, and the place and episode it
+    filled or emptied). Nothing a writer touches is shared with writers in other episodes: study-wide counter
+    rows updated in place made an import and an annotator saving elsewhere wait on each other and deadlock on
+    PostgreSQL. `field_counts` holds the compacted sums (`pipelines/store/field_counts.compact`). Backfilled
+    from the values in SQL, then the trigger is created, in the migration's transaction; on PostgreSQL
+    `field_values` is locked against writers first, so a value written meanwhile by an older process is
+    neither missed nor counted twice. SQLite and PostgreSQL only (the store supports no other)."""
+    triggers = _FIELD_COUNT_TRIGGERS.get(conn.dialect.name)
+    if triggers is None:
+        raise SchemaVersionError(f"stepmark's store runs on SQLite or PostgreSQL, not {conn.dialect.name}")
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("LOCK TABLE field_values IN SHARE MODE")
     md = sa.MetaData()
     id_ = sa.String(64)
     name = sa.String(64)
+    email = sa.String(320)
     places = sa.Table(
         "field_places", md,
         sa.Column("episode_id", id_, primary_key=True), sa.Column("field", name, primary_key=True),
@@ -554,17 +563,23 @@ def _v10_field_counts(conn: Connection) -> None:
         sa.Column("episode_id", id_, primary_key=True), sa.Column("field", name, primary_key=True),
         sa.Column("study_id", id_, nullable=False), sa.Column("places", sa.Integer, nullable=False),
     )  # fmt: skip
+
+    def counts() -> list[sa.Column]:
+        return [sa.Column("entries", sa.Integer, nullable=False), sa.Column("timed", sa.Integer, nullable=False),
+                sa.Column("seconds", sa.Float, nullable=False), sa.Column("places", sa.Integer, nullable=False),
+                sa.Column("episodes", sa.Integer, nullable=False)]  # fmt: skip
+
     sa.Table(
-        "field_place_counts", md,
+        "field_counts", md,
         sa.Column("study_id", id_, primary_key=True), sa.Column("field", name, primary_key=True),
-        sa.Column("places", sa.Integer, nullable=False), sa.Column("episodes", sa.Integer, nullable=False),
+        sa.Column("user", email, primary_key=True), *counts(),
     )  # fmt: skip
-    sa.Table(
-        "field_value_counts", md,
-        sa.Column("study_id", id_, primary_key=True), sa.Column("field", name, primary_key=True),
-        sa.Column("user", sa.String(320), primary_key=True), sa.Column("entries", sa.Integer, nullable=False),
-        sa.Column("timed", sa.Integer, nullable=False), sa.Column("seconds", sa.Float, nullable=False),
+    changes = sa.Table(
+        "field_count_changes", md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True), sa.Column("study_id", id_, nullable=False),
+        sa.Column("field", name, nullable=False), sa.Column("user", email, nullable=False), *counts(),
     )  # fmt: skip
+    sa.Index("ix_field_count_changes_study", changes.c.study_id, changes.c.id)
     md.create_all(conn)
     for statement in (
         "INSERT INTO field_places (episode_id, field, step_index, end_index, study_id, annotators) "
@@ -573,20 +588,17 @@ def _v10_field_counts(conn: Connection) -> None:
         "GROUP BY v.episode_id, v.field, v.step_index, v.end_index, e.study_id",
         "INSERT INTO field_episodes (episode_id, field, study_id, places) "
         "SELECT episode_id, field, study_id, COUNT(*) FROM field_places GROUP BY episode_id, field, study_id",
-        "INSERT INTO field_place_counts (study_id, field, places, episodes) "
-        "SELECT study_id, field, SUM(places), COUNT(*) FROM field_episodes GROUP BY study_id, field",
-        'INSERT INTO field_value_counts (study_id, field, "user", entries, timed, seconds) '
-        'SELECT e.study_id, v.field, v."user", COUNT(*), COUNT(v.seconds), COALESCE(SUM(v.seconds), 0) '
+        f'INSERT INTO field_counts (study_id, field, "user", {_COUNTS}) '
+        'SELECT e.study_id, v.field, v."user", COUNT(*), COUNT(v.seconds), COALESCE(SUM(v.seconds), 0), 0, 0 '
         'FROM field_values v JOIN episodes e ON e.id = v.episode_id GROUP BY e.study_id, v.field, v."user"',
+        f"INSERT INTO field_counts (study_id, field, \"user\", {_COUNTS}) "
+        "SELECT study_id, field, '', 0, 0, 0, SUM(places), COUNT(*) FROM field_episodes GROUP BY study_id, field",
     ):
         conn.exec_driver_sql(statement)
-    triggers = _FIELD_COUNT_TRIGGERS.get(conn.dialect.name)
-    if triggers is None:
-        raise SchemaVersionError(f"stepmark's store runs on SQLite or PostgreSQL, not {conn.dialect.name}")
     for statement in triggers:
         conn.exec_driver_sql(statement)
     if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql("ANALYZE field_places, field_episodes, field_place_counts, field_value_counts")
+        conn.exec_driver_sql("ANALYZE field_places, field_episodes, field_counts")
 
 
 def _at(row: str, table: str = "") -> str:
@@ -596,127 +608,88 @@ def _at(row: str, table: str = "") -> str:
 
 
 _VALUE_COLUMNS = 'episode_id, field, step_index, end_index, "user", seconds'  # an UPDATE of these recounts
-# SQLite: a trigger per operation; statements on OLD run before those on NEW (an UPDATE moves a value).
-_SQLITE_VALUE_OUT = (
-    # the study from the place (the episode may be gone already: a cascade from its deletion)
-    "UPDATE field_value_counts SET entries = entries - 1, timed = timed - (OLD.seconds IS NOT NULL), "
-    "seconds = seconds - COALESCE(OLD.seconds, 0) "
-    f"WHERE study_id = (SELECT study_id FROM field_places WHERE {_at('OLD')}) "
-    'AND field = OLD.field AND "user" = OLD."user";'
-    f"DELETE FROM field_value_counts WHERE study_id = (SELECT study_id FROM field_places WHERE {_at('OLD')}) "
-    'AND field = OLD.field AND "user" = OLD."user" AND entries <= 0;'
+_CHANGE = f'INSERT INTO field_count_changes (study_id, field, "user", {_COUNTS}) '
+# SQLite has no variables in triggers: each statement reads back what the one before it wrote (one writer at a
+# time, so nothing else changes in between). The statements on OLD run before those on NEW (an UPDATE).
+_SQLITE_OUT = (
     f"UPDATE field_places SET annotators = annotators - 1 WHERE {_at('OLD')};"
+    # the study from the place (the episode may be gone already: a cascade from its deletion); the episode
+    # empties when its last place does
+    + _CHANGE
+    + "SELECT p.study_id, OLD.field, OLD.\"user\", -1, -(OLD.seconds IS NOT NULL), -COALESCE(OLD.seconds, 0), "
+    "-(p.annotators <= 0), -(p.annotators <= 0 AND (SELECT f.places FROM field_episodes f "
+    "WHERE f.episode_id = OLD.episode_id AND f.field = OLD.field) <= 1) "
+    f"FROM field_places p WHERE {_at('OLD', 'p')};"
+    "UPDATE field_episodes SET places = places - 1 WHERE episode_id = OLD.episode_id AND field = OLD.field "
+    f"AND EXISTS (SELECT 1 FROM field_places WHERE {_at('OLD')} AND annotators <= 0);"
+    "DELETE FROM field_episodes WHERE episode_id = OLD.episode_id AND field = OLD.field AND places <= 0;"
     f"DELETE FROM field_places WHERE {_at('OLD')} AND annotators <= 0;"
 )
-_SQLITE_VALUE_IN = (
-    'INSERT INTO field_value_counts (study_id, field, "user", entries, timed, seconds) '
-    "VALUES ((SELECT study_id FROM episodes WHERE id = NEW.episode_id), NEW.field, NEW.\"user\", 1, "
-    "NEW.seconds IS NOT NULL, COALESCE(NEW.seconds, 0)) "
-    'ON CONFLICT (study_id, field, "user") DO UPDATE SET entries = field_value_counts.entries + 1, '
-    "timed = field_value_counts.timed + excluded.timed, seconds = field_value_counts.seconds + excluded.seconds;"
+_SQLITE_IN = (
     "INSERT INTO field_places (episode_id, field, step_index, end_index, study_id, annotators) "
     "VALUES (NEW.episode_id, NEW.field, NEW.step_index, NEW.end_index, "
     "(SELECT study_id FROM episodes WHERE id = NEW.episode_id), 1) "
-    "ON CONFLICT (episode_id, field, step_index, end_index) "
-    "DO UPDATE SET annotators = field_places.annotators + 1;"
-)
-_SQLITE_PLACE_IN = (
+    "ON CONFLICT (episode_id, field, step_index, end_index) DO UPDATE SET annotators = field_places.annotators + 1;"
     "INSERT INTO field_episodes (episode_id, field, study_id, places) "
-    "VALUES (NEW.episode_id, NEW.field, NEW.study_id, 1) "
+    f"SELECT NEW.episode_id, NEW.field, study_id, 1 FROM field_places WHERE {_at('NEW')} AND annotators = 1 "
     "ON CONFLICT (episode_id, field) DO UPDATE SET places = field_episodes.places + 1;"
-    "INSERT INTO field_place_counts (study_id, field, places, episodes) VALUES (NEW.study_id, NEW.field, 1, 0) "
-    "ON CONFLICT (study_id, field) DO UPDATE SET places = field_place_counts.places + 1;"
+    + _CHANGE
+    + "SELECT p.study_id, NEW.field, NEW.\"user\", 1, NEW.seconds IS NOT NULL, COALESCE(NEW.seconds, 0), "
+    "p.annotators = 1, (p.annotators = 1 AND (SELECT f.places FROM field_episodes f "
+    "WHERE f.episode_id = NEW.episode_id AND f.field = NEW.field) = 1) "
+    f"FROM field_places p WHERE {_at('NEW', 'p')};"
 )
-_SQLITE_PLACE_OUT = (
-    "UPDATE field_place_counts SET places = places - 1 WHERE study_id = OLD.study_id AND field = OLD.field;"
-    "UPDATE field_episodes SET places = places - 1 WHERE episode_id = OLD.episode_id AND field = OLD.field;"
-    "DELETE FROM field_episodes WHERE episode_id = OLD.episode_id AND field = OLD.field AND places <= 0;"
+# PostgreSQL: one function; the upserts return the counts they leave, under the row's lock.
+_PG_FUNCTION = (
+    "DECLARE sid VARCHAR(64); n INTEGER; m INTEGER; dp INTEGER; de INTEGER; BEGIN "
+    "IF TG_OP <> 'INSERT' THEN "
+    "sid := NULL; n := NULL; dp := 0; de := 0; "
+    f"UPDATE field_places p SET annotators = p.annotators - 1 WHERE {_at('OLD', 'p')} "
+    "RETURNING p.study_id, p.annotators INTO sid, n; "
+    "IF n <= 0 THEN "
+    f"DELETE FROM field_places p WHERE {_at('OLD', 'p')}; dp := -1; "
+    "UPDATE field_episodes f SET places = f.places - 1 WHERE f.episode_id = OLD.episode_id AND f.field = OLD.field "
+    "RETURNING f.places INTO m; "
+    "IF m <= 0 THEN "
+    "DELETE FROM field_episodes f WHERE f.episode_id = OLD.episode_id AND f.field = OLD.field; de := -1; "
+    "END IF; "
+    "END IF; "
+    "IF sid IS NULL THEN SELECT e.study_id INTO sid FROM episodes e WHERE e.id = OLD.episode_id; END IF; "
+    "IF sid IS NOT NULL THEN "
+    + _CHANGE
+    + "VALUES (sid, OLD.field, OLD.\"user\", -1, -((OLD.seconds IS NOT NULL)::int), -COALESCE(OLD.seconds, 0), dp, de); "
+    "END IF; "
+    "END IF; "
+    "IF TG_OP <> 'DELETE' THEN "
+    "dp := 0; de := 0; "
+    "SELECT e.study_id INTO sid FROM episodes e WHERE e.id = NEW.episode_id; "
+    "INSERT INTO field_places AS p (episode_id, field, step_index, end_index, study_id, annotators) "
+    "VALUES (NEW.episode_id, NEW.field, NEW.step_index, NEW.end_index, sid, 1) "
+    "ON CONFLICT (episode_id, field, step_index, end_index) DO UPDATE SET annotators = p.annotators + 1 "
+    "RETURNING p.annotators INTO n; "
+    "IF n = 1 THEN "
+    "dp := 1; "
+    "INSERT INTO field_episodes AS f (episode_id, field, study_id, places) "
+    "VALUES (NEW.episode_id, NEW.field, sid, 1) "
+    "ON CONFLICT (episode_id, field) DO UPDATE SET places = f.places + 1 RETURNING f.places INTO m; "
+    "IF m = 1 THEN de := 1; END IF; "
+    "END IF; "
+    + _CHANGE
+    + "VALUES (sid, NEW.field, NEW.\"user\", 1, (NEW.seconds IS NOT NULL)::int, COALESCE(NEW.seconds, 0), dp, de); "
+    "END IF; "
+    "RETURN NULL; END"
 )
-_SQLITE_EPISODE_IN = (
-    "INSERT INTO field_place_counts (study_id, field, places, episodes) VALUES (NEW.study_id, NEW.field, 0, 1) "
-    "ON CONFLICT (study_id, field) DO UPDATE SET episodes = field_place_counts.episodes + 1;"
-)
-_SQLITE_EPISODE_OUT = (
-    "UPDATE field_place_counts SET episodes = episodes - 1 WHERE study_id = OLD.study_id AND field = OLD.field;"
-    "DELETE FROM field_place_counts WHERE study_id = OLD.study_id AND field = OLD.field "
-    "AND places <= 0 AND episodes <= 0;"
-)
-_PG_FUNCTIONS = {
-    "field_values": (
-        "DECLARE sid VARCHAR(64); BEGIN "
-        "IF TG_OP <> 'INSERT' THEN "
-        f"SELECT p.study_id INTO sid FROM field_places p WHERE {_at('OLD', 'p')}; "
-        "UPDATE field_value_counts c SET entries = c.entries - 1, timed = c.timed - (OLD.seconds IS NOT NULL)::int, "
-        "seconds = c.seconds - COALESCE(OLD.seconds, 0) "
-        'WHERE c.study_id = sid AND c.field = OLD.field AND c."user" = OLD."user"; '
-        'DELETE FROM field_value_counts c WHERE c.study_id = sid AND c.field = OLD.field AND c."user" = OLD."user" '
-        "AND c.entries <= 0; "
-        f"UPDATE field_places p SET annotators = p.annotators - 1 WHERE {_at('OLD', 'p')}; "
-        f"DELETE FROM field_places p WHERE {_at('OLD', 'p')} AND p.annotators <= 0; "
-        "END IF; "
-        "IF TG_OP <> 'DELETE' THEN "
-        "SELECT e.study_id INTO sid FROM episodes e WHERE e.id = NEW.episode_id; "
-        'INSERT INTO field_value_counts AS c (study_id, field, "user", entries, timed, seconds) '
-        'VALUES (sid, NEW.field, NEW."user", 1, (NEW.seconds IS NOT NULL)::int, COALESCE(NEW.seconds, 0)) '
-        'ON CONFLICT (study_id, field, "user") DO UPDATE SET entries = c.entries + 1, '
-        "timed = c.timed + EXCLUDED.timed, seconds = c.seconds + EXCLUDED.seconds; "
-        "INSERT INTO field_places AS p (episode_id, field, step_index, end_index, study_id, annotators) "
-        "VALUES (NEW.episode_id, NEW.field, NEW.step_index, NEW.end_index, sid, 1) "
-        "ON CONFLICT (episode_id, field, step_index, end_index) DO UPDATE SET annotators = p.annotators + 1; "
-        "END IF; RETURN NULL; END"
-    ),
-    "field_places": (
-        "BEGIN "
-        "IF TG_OP = 'INSERT' THEN "
-        "INSERT INTO field_episodes AS f (episode_id, field, study_id, places) "
-        "VALUES (NEW.episode_id, NEW.field, NEW.study_id, 1) "
-        "ON CONFLICT (episode_id, field) DO UPDATE SET places = f.places + 1; "
-        "INSERT INTO field_place_counts AS c (study_id, field, places, episodes) "
-        "VALUES (NEW.study_id, NEW.field, 1, 0) ON CONFLICT (study_id, field) DO UPDATE SET places = c.places + 1; "
-        "ELSE "
-        "UPDATE field_place_counts c SET places = c.places - 1 WHERE c.study_id = OLD.study_id AND c.field = OLD.field; "
-        "UPDATE field_episodes f SET places = f.places - 1 WHERE f.episode_id = OLD.episode_id AND f.field = OLD.field; "
-        "DELETE FROM field_episodes f WHERE f.episode_id = OLD.episode_id AND f.field = OLD.field AND f.places <= 0; "
-        "END IF; RETURN NULL; END"
-    ),
-    "field_episodes": (
-        "BEGIN "
-        "IF TG_OP = 'INSERT' THEN "
-        "INSERT INTO field_place_counts AS c (study_id, field, places, episodes) "
-        "VALUES (NEW.study_id, NEW.field, 0, 1) ON CONFLICT (study_id, field) DO UPDATE SET episodes = c.episodes + 1; "
-        "ELSE "
-        "UPDATE field_place_counts c SET episodes = c.episodes - 1 "
-        "WHERE c.study_id = OLD.study_id AND c.field = OLD.field; "
-        "DELETE FROM field_place_counts c WHERE c.study_id = OLD.study_id AND c.field = OLD.field "
-        "AND c.places <= 0 AND c.episodes <= 0; "
-        "END IF; RETURN NULL; END"
-    ),
-}
 _FIELD_COUNT_TRIGGERS: dict[str, tuple[str, ...]] = {
     "sqlite": (
-        f"CREATE TRIGGER field_values_counted_insert AFTER INSERT ON field_values BEGIN {_SQLITE_VALUE_IN} END",
-        f"CREATE TRIGGER field_values_counted_delete AFTER DELETE ON field_values BEGIN {_SQLITE_VALUE_OUT} END",
+        f"CREATE TRIGGER field_values_counted_insert AFTER INSERT ON field_values BEGIN {_SQLITE_IN} END",
+        f"CREATE TRIGGER field_values_counted_delete AFTER DELETE ON field_values BEGIN {_SQLITE_OUT} END",
         f"CREATE TRIGGER field_values_counted_update AFTER UPDATE OF {_VALUE_COLUMNS} ON field_values "
-        f"BEGIN {_SQLITE_VALUE_OUT} {_SQLITE_VALUE_IN} END",
-        f"CREATE TRIGGER field_places_counted_insert AFTER INSERT ON field_places BEGIN {_SQLITE_PLACE_IN} END",
-        f"CREATE TRIGGER field_places_counted_delete AFTER DELETE ON field_places BEGIN {_SQLITE_PLACE_OUT} END",
-        "CREATE TRIGGER field_episodes_counted_insert AFTER INSERT ON field_episodes "
-        f"BEGIN {_SQLITE_EPISODE_IN} END",
-        "CREATE TRIGGER field_episodes_counted_delete AFTER DELETE ON field_episodes "
-        f"BEGIN {_SQLITE_EPISODE_OUT} END",
+        f"BEGIN {_SQLITE_OUT} {_SQLITE_IN} END",
     ),
     "postgresql": (
-        *(
-            f"CREATE FUNCTION stepmark_{table}_counted() RETURNS trigger LANGUAGE plpgsql AS $$ {body} $$"
-            for table, body in _PG_FUNCTIONS.items()
-        ),
+        f"CREATE FUNCTION stepmark_field_values_counted() RETURNS trigger LANGUAGE plpgsql AS $$ {_PG_FUNCTION} $$",
         f"CREATE TRIGGER field_values_counted AFTER INSERT OR DELETE OR UPDATE OF {_VALUE_COLUMNS} "
         "ON field_values FOR EACH ROW EXECUTE FUNCTION stepmark_field_values_counted()",
-        *(
-            f"CREATE TRIGGER {table}_counted AFTER INSERT OR DELETE ON {table} "
-            f"FOR EACH ROW EXECUTE FUNCTION stepmark_{table}_counted()"
-            for table in ("field_places", "field_episodes")
-        ),
     ),
 }
 
@@ -747,7 +720,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "episodes.kind (metadata.kind as a column, indexed) for aggregates", _v8_episode_kind),
     # Issue 26; independent of version 8 (issue 21: episodes.kind).
     Migration(9, "study fields: definitions, values, suggestions, adjudications", _v9_study_fields),
-    Migration(10, "study field values counted by triggers (places, episodes, values per annotator)", _v10_field_counts),
+    Migration(10, "study field values counted by a trigger (places, episodes, changes to the counts)", _v10_field_counts),
     # Independent of version 10 (another branch): an index only.
     Migration(11, "audit log index (study_id, id): a study's change mark in one probe", _v11_audit_study_index),
 )

@@ -418,8 +418,9 @@ class FieldAdjudicationRow(Base):
 
 
 # v10 (issue 21): a study's field values counted as they are written, by triggers on `field_values` (migration
-# 10), so the report and the Quality page read a row per field and agreement reads only the shared places
-# instead of grouping every value of the store. Derived: nothing writes them but the triggers.
+# 10), so the report and the Quality page read a row per field and annotator and agreement reads only the shared
+# places instead of grouping every value of the store. Derived: nothing writes them but the triggers and
+# `field_counts.compact`.
 
 
 class FieldPlaceRow(Base):
@@ -453,21 +454,12 @@ class FieldEpisodeRow(Base):
     places: Mapped[int] = mapped_column(Integer)
 
 
-class FieldPlaceCountRow(Base):
-    """Per study and field: places holding a value, episodes holding one."""
+class FieldCountRow(Base):
+    """Per study, field and annotator: values given, how many the player timed, their seconds; the row of user
+    "" holds the field's places and episodes holding a value. The compacted part of the counts: the changes
+    since are in `field_count_changes` (`field_counts.compact` moves them here)."""
 
-    __tablename__ = "field_place_counts"
-
-    study_id: Mapped[str] = mapped_column(ID, primary_key=True)
-    field: Mapped[str] = mapped_column(FIELD, primary_key=True)
-    places: Mapped[int] = mapped_column(Integer)
-    episodes: Mapped[int] = mapped_column(Integer)
-
-
-class FieldValueCountRow(Base):
-    """Per study, field and annotator: values given, how many of them timed by the player, their seconds."""
-
-    __tablename__ = "field_value_counts"
+    __tablename__ = "field_counts"
 
     study_id: Mapped[str] = mapped_column(ID, primary_key=True)
     field: Mapped[str] = mapped_column(FIELD, primary_key=True)
@@ -475,3 +467,24 @@ class FieldValueCountRow(Base):
     entries: Mapped[int] = mapped_column(Integer)
     timed: Mapped[int] = mapped_column(Integer)
     seconds: Mapped[float] = mapped_column(Float)
+    places: Mapped[int] = mapped_column(Integer)
+    episodes: Mapped[int] = mapped_column(Integer)
+
+
+class FieldCountChangeRow(Base):
+    """One write of a value as the counts see it (+1 or -1 value, and the place or episode it filled or
+    emptied): appended by the triggers, never updated, so writers in other episodes share no row and wait on
+    no lock of each other's."""
+
+    __tablename__ = "field_count_changes"
+    __table_args__ = (Index("ix_field_count_changes_study", "study_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study_id: Mapped[str] = mapped_column(ID)
+    field: Mapped[str] = mapped_column(FIELD)
+    user: Mapped[str] = mapped_column(EMAIL)
+    entries: Mapped[int] = mapped_column(Integer)
+    timed: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[float] = mapped_column(Float)
+    places: Mapped[int] = mapped_column(Integer)
+    episodes: Mapped[int] = mapped_column(Integer)

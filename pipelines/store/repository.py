@@ -556,7 +556,8 @@ class Repository(StudyRoles):
         analysis limit (milliseconds at a million rows); PostgreSQL: VACUUM (ANALYZE) of those tables, which also
         marks their pages all-visible, so counts and page jumps read the indexes only (autovacuum does it too,
         later; a vacuum after a small import skips the pages already visible)."""
-        tables = ("episodes", "episode_tags", "step_tags", "queue_assignments", "annotator_step_labels")
+        tables = ("episodes", "episode_tags", "step_tags", "queue_assignments", "annotator_step_labels",
+                  "field_values", "field_places")
         with self.engine.connect() as conn:
             if self.engine.dialect.name == "sqlite":
                 conn.exec_driver_sql("PRAGMA analysis_limit = 1000")

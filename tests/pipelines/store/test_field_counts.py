@@ -19,7 +19,7 @@ from pipelines.store import Repository, open_store
 from pipelines.store import field_values as fv
 from pipelines.store.database import WRITE, create_engine
 from pipelines.store.field_agreement import shared_places
-from pipelines.store.field_counts import FieldCounts, study_field_counts
+from pipelines.store.field_counts import FieldCounts, compact, study_field_counts
 from pipelines.store.field_defs import parse_text
 from pipelines.store.migrations import migrate
 from tests.pipelines.store.conftest import env_episode, study_spec
@@ -34,7 +34,8 @@ PLACES = "SELECT episode_id, field, step_index, end_index, COUNT(*) FROM field_v
 
 
 def recount(engine: sa.Engine) -> dict[str, object]:
-    """Every derived table, recomputed from the values (the reference), and as the database kept it."""
+    """The places, episodes and per-study figures, recomputed from the values (the reference), and as the
+    database keeps them."""
     with engine.connect() as conn:
         q = conn.exec_driver_sql
         study = "(SELECT study_id FROM episodes WHERE id = v.episode_id)"
@@ -44,27 +45,45 @@ def recount(engine: sa.Engine) -> dict[str, object]:
             "episodes": sorted(q(f"SELECT v.episode_id, v.field, {study}, "
                                  "COUNT(DISTINCT v.step_index || ':' || v.end_index) FROM field_values v "
                                  "GROUP BY 1, 2").all()),
-            "place_counts": sorted(q(f"SELECT {study} AS s, v.field, "
-                                     "COUNT(DISTINCT v.episode_id || ':' || v.step_index || ':' || v.end_index), "
-                                     "COUNT(DISTINCT v.episode_id) FROM field_values v GROUP BY 1, 2").all()),
-            "value_counts": sorted((s, f, u, n, t, round(x, 6)) for s, f, u, n, t, x in q(
-                f'SELECT {study}, v.field, v."user", COUNT(*), COUNT(v.seconds), COALESCE(SUM(v.seconds), 0) '
-                "FROM field_values v GROUP BY 1, 2, 3").all()),
         }  # fmt: skip
+        figures: dict[str, dict[str, tuple]] = {}
+        for sid, field, n, users, timed, seconds, places, episodes in q(
+            f"SELECT {study} AS s, v.field, COUNT(*), COUNT(DISTINCT v.\"user\"), COUNT(v.seconds), "
+            "COALESCE(SUM(v.seconds), 0), COUNT(DISTINCT v.episode_id || ':' || v.step_index || ':' || v.end_index), "
+            "COUNT(DISTINCT v.episode_id) FROM field_values v GROUP BY 1, 2"
+        ):  # fmt: skip
+            figures.setdefault(sid, {})[field] = (n, users, timed, round(seconds, 6), places, episodes)
+        expected["figures"] = figures
         kept = {
             "places": sorted(q("SELECT episode_id, field, step_index, end_index, study_id, annotators "
                                "FROM field_places").all()),
             "episodes": sorted(q("SELECT episode_id, field, study_id, places FROM field_episodes").all()),
-            "place_counts": sorted(q("SELECT study_id, field, places, episodes FROM field_place_counts").all()),
-            "value_counts": sorted((s, f, u, n, t, round(x, 6)) for s, f, u, n, t, x in q(
-                'SELECT study_id, field, "user", entries, timed, seconds FROM field_value_counts').all()),
         }  # fmt: skip
+        studies = [sid for (sid,) in q("SELECT id FROM studies")]
+    with Session(engine) as s:
+        kept["figures"] = {
+            sid: {f: (c.values, c.annotators, c.timed, round(c.seconds, 6), c.places, c.episodes)
+                  for f, c in study_field_counts(s, sid).items()}
+            for sid in studies
+        }  # fmt: skip
+    kept["figures"] = {sid: f for sid, f in kept["figures"].items() if f}
     return {"expected": expected, "kept": kept}
 
 
 def assert_counted(repo: Repository) -> None:
+    """The figures equal the values' GROUP BY with the changes pending, and again once compacted (leaving
+    no change and no row of zeros behind)."""
     both = recount(repo.engine)
     assert both["kept"] == both["expected"]
+    with repo.engine.connect() as conn:
+        studies = [sid for (sid,) in conn.exec_driver_sql("SELECT id FROM studies")]
+    for sid in studies:
+        compact(repo.engine, sid)
+    assert recount(repo.engine)["kept"] == both["expected"]
+    with repo.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM field_count_changes").scalar() == 0
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM field_counts WHERE entries = 0 AND places = 0 "
+                                    "AND episodes = 0").scalar() == 0  # fmt: skip
 
 
 @pytest.fixture
@@ -163,6 +182,76 @@ def test_counts_stay_exact_with_writers_at_once(repo: Repository, study: tuple[s
     with Session(repo.engine) as s:
         ok = study_field_counts(s, study_id)["ok"]
     assert (ok.values, ok.annotators, ok.places, ok.episodes) == (3 * 4 * 4, 3, 4 * 4, 4)
+
+
+def test_seconds_taken_away_leave_no_residue(repo: Repository, study: tuple[str, list]) -> None:
+    study_id, (a, *_) = study
+    fv.set_value(repo, a, "ok", ANN, "yes", step=0, seconds=0.7)
+    fv.set_value(repo, a, "ok", ANN, "yes", step=1, seconds=0.1)
+    fv.set_value(repo, a, "ok", ANN, "no", step=2)
+    fv.set_value(repo, a, "ok", ANN, None, step=0)
+    fv.set_value(repo, a, "ok", ANN, None, step=1)
+    for _ in range(2):  # pending, then compacted
+        with Session(repo.engine) as s:
+            ok = study_field_counts(s, study_id)["ok"]
+        assert (ok.values, ok.timed, ok.seconds, ok.seconds_mean) == (1, 0, 0.0, None)
+        compact(repo.engine, study_id)
+
+
+def test_the_report_compacts_a_backlog_and_gives_the_same_figures(
+    repo: Repository, study: tuple[str, list], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipelines.report.field_stats import field_stats
+    from pipelines.store import field_counts
+
+    study_id, refs = study
+    for ref in refs:
+        for step in range(6):
+            fv.set_value(repo, ref, "ok", ANN, "yes", step=step, seconds=1.5)
+    before = field_stats(repo, study_id)  # 24 changes pending: read as they are
+    with Session(repo.engine) as s:
+        assert field_counts.pending(s, study_id) == 24
+    monkeypatch.setattr(field_counts, "COMPACT_AT", 10)
+    assert field_stats(repo, study_id) == before
+    with Session(repo.engine) as s:
+        assert field_counts.pending(s, study_id) == 0
+    ok = next(f for f in before if f.field == "ok")
+    assert (ok.values, ok.filled, ok.places, ok.seconds_total) == (24, 24, 24, 36.0)
+
+
+@pytest.mark.postgres
+def test_writers_in_other_episodes_never_wait_on_each_other(pg_url: str, data_dir: Path) -> None:
+    """An import holding its transaction open (values in several episodes, places filled and emptied) does not
+    make an annotator saving or clearing in another episode wait (any lock wait fails it by lock_timeout), nor
+    does a compaction running meanwhile move or lose the import's changes."""
+    with open_store(pg_url, data_dir) as repo:
+        study = repo.create_study(study_spec(), LEAD)
+        session = repo.create_session(study.id, LEAD)
+        refs = [repo.ref(repo.add_episode(env_episode(study.id, session, num_steps=6))) for _ in range(4)]
+        fv.define(repo, study.id, parse_text(FIELDS, "f.yaml"), LEAD)
+        fv.set_value(repo, refs[3], "ok", BEA, "no", step=0)
+        t0 = datetime(2026, 1, 2, tzinfo=UTC)
+        with repo.engine.connect() as importer:
+            importer.begin()
+            for ref in refs[:3]:
+                for step in range(3):
+                    _insert(importer, "field_values", episode_id=ref.episode_id, field="ok", step_index=step,
+                            end_index=step, user=ANN, value='"yes"', origin="imported", seconds=None,
+                            created_time=t0)  # fmt: skip
+            with repo.engine.connect() as annotator:
+                with annotator.begin():
+                    annotator.exec_driver_sql("SET LOCAL lock_timeout = '3s'")
+                    _insert(annotator, "field_values", episode_id=refs[3].episode_id, field="ok", step_index=1,
+                            end_index=1, user=CID, value='"yes"', origin="scratch", seconds=2.0,
+                            created_time=t0)  # fmt: skip
+                    annotator.exec_driver_sql(f"DELETE FROM field_values WHERE episode_id = '{refs[3].episode_id}' "
+                                              f"AND \"user\" = '{BEA}'")  # fmt: skip
+            compact(repo.engine, study.id)  # the import's changes are not committed: left for later
+            importer.commit()
+        assert_counted(repo)
+        with Session(repo.engine) as s:
+            ok = study_field_counts(s, study.id)["ok"]
+        assert (ok.values, ok.annotators, ok.places, ok.episodes) == (10, 2, 10, 4)
 
 
 def _insert(conn: sa.Connection, table: str, **row: object) -> None:
