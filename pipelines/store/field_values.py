@@ -623,9 +623,11 @@ def import_values(repo: Any, study_id: str, path: str | Path, actor: str) -> Imp
             )
         counts: dict[str, int] = {}
         for who, model, author in (("source", FieldSuggestionRow, "source"), ("user", FieldValueRow, "user")):
-            items = list(slots[who].values())
+            # in key order (episode first): concurrent writers then take the per-episode rows the counting
+            # trigger keeps (migration 10) in one order rather than deadlock on them
+            slot_keys = sorted(slots[who])
+            items = [slots[who][key] for key in slot_keys]
             columns = (model.episode_id, model.field, getattr(model, author), model.step_index, model.end_index)
-            slot_keys = list(slots[who])
             for i in range(0, len(slot_keys), _CHUNK):  # replace what an earlier import put there (only that)
                 where = [sa.tuple_(*columns).in_(slot_keys[i : i + _CHUNK])]
                 if who == "user":

@@ -639,19 +639,23 @@ _SQLITE_IN = (
     "WHERE f.episode_id = NEW.episode_id AND f.field = NEW.field) = 1) "
     f"FROM field_places p WHERE {_at('NEW', 'p')};"
 )
-# PostgreSQL: one function; the upserts return the counts they leave, under the row's lock.
+# PostgreSQL: one function. It takes the row of (episode, field) in `field_episodes` before the place's row, so
+# every writer in one episode locks the two in the same order (a save and an import in the same episode
+# deadlocked when each held one); the upserts return the counts they leave, under the rows' locks.
+_EPISODE_KEY = "f.episode_id = {0}.episode_id AND f.field = {0}.field"
 _PG_FUNCTION = (
     "DECLARE sid VARCHAR(64); n INTEGER; m INTEGER; dp INTEGER; de INTEGER; BEGIN "
     "IF TG_OP <> 'INSERT' THEN "
-    "sid := NULL; n := NULL; dp := 0; de := 0; "
+    "sid := NULL; n := NULL; m := NULL; dp := 0; de := 0; "
+    f"SELECT f.places INTO m FROM field_episodes f WHERE {_EPISODE_KEY.format('OLD')} FOR UPDATE; "
     f"UPDATE field_places p SET annotators = p.annotators - 1 WHERE {_at('OLD', 'p')} "
     "RETURNING p.study_id, p.annotators INTO sid, n; "
     "IF n <= 0 THEN "
     f"DELETE FROM field_places p WHERE {_at('OLD', 'p')}; dp := -1; "
-    "UPDATE field_episodes f SET places = f.places - 1 WHERE f.episode_id = OLD.episode_id AND f.field = OLD.field "
-    "RETURNING f.places INTO m; "
-    "IF m <= 0 THEN "
-    "DELETE FROM field_episodes f WHERE f.episode_id = OLD.episode_id AND f.field = OLD.field; de := -1; "
+    "IF m <= 1 THEN "
+    f"DELETE FROM field_episodes f WHERE {_EPISODE_KEY.format('OLD')}; de := -1; "
+    "ELSE "
+    f"UPDATE field_episodes f SET places = f.places - 1 WHERE {_EPISODE_KEY.format('OLD')}; "
     "END IF; "
     "END IF; "
     "IF sid IS NULL THEN SELECT e.study_id INTO sid FROM episodes e WHERE e.id = OLD.episode_id; END IF; "
@@ -663,16 +667,17 @@ _PG_FUNCTION = (
     "IF TG_OP <> 'DELETE' THEN "
     "dp := 0; de := 0; "
     "SELECT e.study_id INTO sid FROM episodes e WHERE e.id = NEW.episode_id; "
+    # the episode's row first (created with 0 places if the field has none there yet: this value fills one)
+    "INSERT INTO field_episodes AS f (episode_id, field, study_id, places) VALUES (NEW.episode_id, NEW.field, sid, 0) "
+    "ON CONFLICT (episode_id, field) DO UPDATE SET places = f.places RETURNING f.places INTO m; "
     "INSERT INTO field_places AS p (episode_id, field, step_index, end_index, study_id, annotators) "
     "VALUES (NEW.episode_id, NEW.field, NEW.step_index, NEW.end_index, sid, 1) "
     "ON CONFLICT (episode_id, field, step_index, end_index) DO UPDATE SET annotators = p.annotators + 1 "
     "RETURNING p.annotators INTO n; "
     "IF n = 1 THEN "
     "dp := 1; "
-    "INSERT INTO field_episodes AS f (episode_id, field, study_id, places) "
-    "VALUES (NEW.episode_id, NEW.field, sid, 1) "
-    "ON CONFLICT (episode_id, field) DO UPDATE SET places = f.places + 1 RETURNING f.places INTO m; "
-    "IF m = 1 THEN de := 1; END IF; "
+    f"UPDATE field_episodes f SET places = f.places + 1 WHERE {_EPISODE_KEY.format('NEW')}; "
+    "IF m = 0 THEN de := 1; END IF; "
     "END IF; "
     + _CHANGE
     + "VALUES (sid, NEW.field, NEW.\"user\", 1, (NEW.seconds IS NOT NULL)::int, COALESCE(NEW.seconds, 0), dp, de); "
