@@ -454,7 +454,17 @@ class FieldEpisodeRow(Base):
     places: Mapped[int] = mapped_column(Integer)
 
 
-class FieldCountRow(Base):
+class _FieldSums:
+    """What a value's write adds to a field's counts (the changes) and what they add up to (the sums)."""
+
+    entries: Mapped[int] = mapped_column(Integer)
+    timed: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[float] = mapped_column(Float)
+    places: Mapped[int] = mapped_column(Integer)
+    episodes: Mapped[int] = mapped_column(Integer)
+
+
+class FieldCountRow(_FieldSums, Base):
     """Per study, field and annotator: values given, how many the player timed, their seconds; the row of user
     "" holds the field's places and episodes holding a value. The compacted part of the counts: the changes
     since are in `field_count_changes` (`field_counts.compact` moves them here)."""
@@ -464,14 +474,9 @@ class FieldCountRow(Base):
     study_id: Mapped[str] = mapped_column(ID, primary_key=True)
     field: Mapped[str] = mapped_column(FIELD, primary_key=True)
     user: Mapped[str] = mapped_column(EMAIL, primary_key=True)
-    entries: Mapped[int] = mapped_column(Integer)
-    timed: Mapped[int] = mapped_column(Integer)
-    seconds: Mapped[float] = mapped_column(Float)
-    places: Mapped[int] = mapped_column(Integer)
-    episodes: Mapped[int] = mapped_column(Integer)
 
 
-class FieldCountChangeRow(Base):
+class FieldCountChangeRow(_FieldSums, Base):
     """One write of a value as the counts see it (+1 or -1 value, and the place or episode it filled or
     emptied): appended by the triggers, never updated, so writers in other episodes share no row and wait on
     no lock of each other's."""
@@ -483,8 +488,3 @@ class FieldCountChangeRow(Base):
     study_id: Mapped[str] = mapped_column(ID)
     field: Mapped[str] = mapped_column(FIELD)
     user: Mapped[str] = mapped_column(EMAIL)
-    entries: Mapped[int] = mapped_column(Integer)
-    timed: Mapped[int] = mapped_column(Integer)
-    seconds: Mapped[float] = mapped_column(Float)
-    places: Mapped[int] = mapped_column(Integer)
-    episodes: Mapped[int] = mapped_column(Integer)
