@@ -419,9 +419,12 @@ def create(path: str) -> Iterator[BinaryIO]:
     disk, as a writer reports it) is re-raised naming `path`, so the command line prints one line.
 
     A block that fails publishes nothing, and has published nothing when the exception leaves it (so a caller
-    that then removes the folder leaves it empty): in an S3 bucket the object is never uploaded (an upload in
-    parts is aborted); on other filesystems, whose writers upload or keep what they hold when closed, the
-    file is closed and then deleted."""
+    that then removes the folder leaves it empty), and an object it was to replace stays as it was: in an S3
+    bucket the object is never uploaded (an upload in parts is aborted); Beam's GCS writer cancels its upload
+    when its block fails (google-cloud-storage's BlobWriter), and other remote filesystems are left to their
+    writer's exit; on a local disk the partial file is deleted (opening it already emptied any file it
+    replaced). A remote object is never deleted here: this write did not publish it, so whatever is at `path`
+    is an older object, which a failed overwrite must keep."""
     fs = _filesystems()
     if not is_remote(path):
         os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
@@ -445,12 +448,9 @@ def create(path: str) -> Iterator[BinaryIO]:
                 failed = True
                 raise
     except BaseException as exc:
-        if failed:  # the writer is closed now (it may have uploaded what it held): delete it
+        if failed and not is_remote(path):  # the partial file stays on disk when closed: delete it
             with contextlib.suppress(Exception):
-                if is_remote(path):
-                    delete([path])
-                else:
-                    os.unlink(path.removeprefix("file://"))
+                os.unlink(path.removeprefix("file://"))
         if not isinstance(exc, OSError) or exc.errno is None or exc.filename:
             raise
         raise OSError(exc.errno, exc.strerror or str(exc), path) from exc

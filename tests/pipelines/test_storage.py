@@ -294,3 +294,39 @@ def test_a_failed_write_publishes_nothing_in_a_bucket_or_on_disk(
             out.write(part)
             raise RuntimeError("mid-file")
     assert not local.exists()
+
+
+def test_a_failed_overwrite_keeps_the_object_it_was_to_replace(
+    gcs: str, s3: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`stepmark copy --overwrite` whose source fails midway: the object already in the bucket stays as it was,
+    on GCS (the emulator: Beam's writer cancels its upload when the block fails, so deleting `path` afterwards
+    deleted the old object) and on S3 (nothing is uploaded), small or past one upload chunk. A failed write to
+    a new local file leaves no file."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage as gcs_client
+
+    monkeypatch.setattr(storage, "SMALL_OBJECT", 5 * 2**20)  # S3: the large write is a multipart upload
+    bucket = gcs_client.Client(project="test", credentials=AnonymousCredentials()).bucket(gcs)
+    part = bytes(range(256)) * (2**12)  # 1 MiB
+    for size in (1, 20):  # 20 MiB: past Beam's 16 MiB GCS chunk, so an upload was started
+        bucket.blob(f"kept-{size}").upload_from_string(b"ORIGINAL")
+        s3.put(f"kept-{size}", b"ORIGINAL")
+        for url in (f"gs://{gcs}/kept-{size}", s3.url(f"kept-{size}")):
+            with pytest.raises(OSError, match="source read failed"):
+                with storage.create(url) as out:
+                    for _ in range(size):
+                        out.write(part)
+                    raise OSError("source read failed")
+        assert bucket.blob(f"kept-{size}").download_as_bytes() == b"ORIGINAL"
+        assert s3.get(f"kept-{size}") == b"ORIGINAL"
+    assert s3.server.client().list_multipart_uploads(Bucket=s3.name).get("Uploads", []) == []
+    storage.write_bytes(f"gs://{gcs}/kept-1", b"NEW")  # a write that ends well replaces it
+    assert bucket.blob("kept-1").download_as_bytes() == b"NEW"
+
+    local = tmp_path / "new" / "file.bin"
+    with pytest.raises(OSError, match="source read failed"):
+        with storage.create(str(local)) as out:
+            out.write(part)
+            raise OSError("source read failed")
+    assert not local.exists()
