@@ -281,3 +281,16 @@ def test_a_session_marked_invalid_or_a_tag_removed_during_the_selection_is_honou
         (episode_name(added[1]), "session marked invalid"),
         (episode_name(added[3]), "session marked invalid"),
     ]
+
+
+def test_the_work_key_stays_out_of_the_drivers_reprs() -> None:
+    """The seal key is the work files' only protection: a logged or printed selection, plan or chunk (an error
+    report, a debugger) must not show it."""
+    key = b"\x07sealing-key-not-for-logs\x07" + bytes(6)
+    chunk = work_file.Chunk("ds", "s3://b/_work/ds.tfrecord", 0, 1, 10, key)
+    selected = export._Selected(
+        groups=[], skipped=[], step_tag_labels=(), field_defs=(), work_files={"ds": chunk.path}, work_key=key,
+        chunks=[chunk], episodes=1,
+    )  # fmt: skip
+    for shown in (repr(selected), repr(chunk)):
+        assert "sealing-key" not in shown and repr(key) not in shown
