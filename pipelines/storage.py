@@ -368,6 +368,8 @@ class _SmallObjectWriter(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:
+        if self.closed:  # after abort() or close(): a later close must not publish what comes now
+            raise ValueError(f"write to a closed or aborted writer of {self.path}")
         self.buffer += data
         while len(self.buffer) > SMALL_OBJECT:  # S3 parts: 5 MiB at least, but the last
             self._upload_part(bytes(self.buffer[:SMALL_OBJECT]))
@@ -395,8 +397,13 @@ class _SmallObjectWriter(io.RawIOBase):
                 self.client.complete_multipart_upload(
                     Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, MultipartUpload={"Parts": self.parts}
                 )
-        except BaseException:
-            self.abort()
+        except BaseException as exc:
+            try:
+                self.abort()
+            except Exception as abort_error:
+                # The original error is the one raised. The upload then stays pending (its parts stored) until
+                # a bucket lifecycle rule (AbortIncompleteMultipartUpload) removes it.
+                exc.add_note(f"aborting the upload of {self.path} failed too ({abort_error!r}): it stays pending")
             raise
         finally:
             self.buffer = bytearray()

@@ -330,3 +330,50 @@ def test_a_failed_overwrite_keeps_the_object_it_was_to_replace(
             out.write(part)
             raise OSError("source read failed")
     assert not local.exists()
+
+
+class _FailingCalls:
+    """The real boto3 client of the S3 loopback, with some of its calls failing as a lost connection would."""
+
+    def __init__(self, client: object, failing: set[str]) -> None:
+        self.client, self.failing = client, failing
+
+    def __getattr__(self, name: str) -> object:
+        if name in self.failing:
+
+            def fail(**_: object) -> None:
+                raise ConnectionError(f"injected: {name} failed")
+
+            return fail
+        return getattr(self.client, name)
+
+
+def test_a_failed_completion_raises_its_own_error_and_a_closed_writer_takes_no_more(
+    s3: Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Completing a multipart upload fails, and aborting it fails too: the error raised is the completion's (the
+    abort's is a note on it: the upload stays pending for the bucket's lifecycle rule), not the abort's. A
+    writer aborted or closed refuses further writes (ValueError), so nothing written after reaches the bucket."""
+    monkeypatch.setattr(storage, "SMALL_OBJECT", 5 * 2**20)
+    part = bytes(range(256)) * (2**12)  # 1 MiB
+    real = storage._s3_for_data()
+    failing = _FailingCalls(real, {"complete_multipart_upload", "abort_multipart_upload"})
+    monkeypatch.setattr(storage, "_s3_for_data", lambda: failing)
+    with pytest.raises(ConnectionError, match="complete_multipart_upload failed") as info:
+        with storage.create(s3.url("big")) as out:
+            for _ in range(12):
+                out.write(part)
+    assert any("abort_multipart_upload failed" in note and "stays pending" in note for note in info.value.__notes__)
+    pending = real.list_multipart_uploads(Bucket=s3.name).get("Uploads", [])
+    assert [u["Key"] for u in pending] == ["big"] and s3.keys() == []
+    real.abort_multipart_upload(Bucket=s3.name, Key="big", UploadId=pending[0]["UploadId"])
+
+    monkeypatch.setattr(storage, "_s3_for_data", lambda: real)
+    for finish in ("abort", "close"):
+        writer = storage._SmallObjectWriter(s3.url(f"after-{finish}"), real)
+        writer.write(b"before")
+        getattr(writer, finish)()
+        with pytest.raises(ValueError, match="closed or aborted"):
+            writer.write(b"after")
+        writer.close()
+    assert s3.keys() == ["after-close"] and s3.get("after-close") == b"before"
