@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipelines import export
+from pipelines.errors import StepmarkError
 from pipelines.exporters import episode_fn, selection, work_file
 from pipelines.store import Repository, listing, open_store
 from tests.object_store import Bucket
@@ -294,3 +295,32 @@ def test_the_work_key_stays_out_of_the_drivers_reprs() -> None:
     )  # fmt: skip
     for shown in (repr(selected), repr(chunk)):
         assert "sealing-key" not in shown and repr(key) not in shown
+
+
+def test_an_outcome_file_cut_short_fails_the_export_naming_it(
+    many: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk's outcome file cut mid-record (a worker killed while writing it on a disk that shows partial
+    files): the export fails with the file and the line named, not with a bare JSONDecodeError, and publishes
+    nothing."""
+    data_dir, study_id = many
+    monkeypatch.setattr(work_file, "SPREAD", 1)  # chunks of 1, then 2 episodes
+    monkeypatch.setattr(work_file, "MAX_CHUNK", 2)
+    cut: list[tuple[str, int]] = []
+    finish = export._finish_dataset
+
+    def cut_short(plan, *args):  # noqa: ANN001, ANN002, ANN202
+        done = [m.path for m in export.storage.files_below(plan.job.progress_dir) if m.path.endswith("-2")]
+        data = Path(done[0]).read_bytes()
+        keep = data[: data.index(b"\n") + 10]  # the first record and the start of the second
+        Path(done[0]).write_bytes(keep)
+        cut.append((done[0], 2))
+        return finish(plan, *args)
+
+    monkeypatch.setattr(export, "_finish_dataset", cut_short)
+    out = tmp_path / "out"
+    with pytest.raises(StepmarkError) as info:
+        export.export_episodes(_request(data_dir, study_id, str(out)))
+    path, line = cut[0]
+    assert f"{path}: line {line} is not a whole outcome record" in str(info.value)
+    assert not out.exists()
