@@ -377,3 +377,20 @@ def test_a_failed_completion_raises_its_own_error_and_a_closed_writer_takes_no_m
             writer.write(b"after")
         writer.close()
     assert s3.keys() == ["after-close"] and s3.get("after-close") == b"before"
+
+
+def test_objects_are_written_with_beams_content_type(s3: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One PUT or a multipart upload, an object gets the Content-Type Beam's own S3 writer gives it
+    (application/octet-stream), not S3's default (binary/octet-stream)."""
+    monkeypatch.setattr(storage, "SMALL_OBJECT", 5 * 2**20)
+    part = bytes(range(256)) * (2**12)  # 1 MiB
+    with storage._filesystems().create(s3.url("by-beam"), compression_type="uncompressed") as out:
+        out.write(part)
+    for name, size in (("small", 1), ("large", 12)):
+        with storage.create(s3.url(name)) as out:
+            for _ in range(size):
+                out.write(part)
+    client = s3.server.client()
+    types = {key: client.head_object(Bucket=s3.name, Key=key)["ContentType"] for key in s3.keys()}
+    assert types == {"by-beam": "application/octet-stream", "large": "application/octet-stream",
+                     "small": "application/octet-stream"}  # fmt: skip
