@@ -120,7 +120,7 @@ class _Selected:
     step_tag_labels: tuple[str, ...]
     field_defs: tuple
     work_files: dict[str, str]  # dataset -> its work file
-    work_key: bytes  # the work files' seal (work_file.py): only this export reads them
+    work_key: bytes = dataclasses.field(repr=False)  # the work files' seal (work_file.py): never in a log
     chunks: list[Chunk]
     episodes: int
 

@@ -306,8 +306,12 @@ def file_kind(mode: int) -> str:
 # (three requests however small). Each request costs the client ~3.5 ms of CPU (signing, parsing) and the round
 # trip: measured, 2,018 requests and 7.2 CPU s for a conversion that took 2.3 s from local disk. Whole small
 # objects are read with one ranged GET and written with one PUT through the same boto3 client Beam uses (same
-# flags, environment and retry policy); listing, renaming, deleting, large files and other schemes stay Beam's.
+# flags, environment and retry policy); larger objects are written by that client too, as a multipart upload
+# of SMALL_OBJECT-byte parts, so that a failed write can be aborted (`_SmallObjectWriter`), with Beam's
+# Content-Type. Reading large files, listing, renaming, deleting and other schemes stay Beam's.
 SMALL_OBJECT = 16 * 2**20
+#: The Content-Type of every object written: Beam's S3 writer's (S3 itself would say binary/octet-stream).
+CONTENT_TYPE = "application/octet-stream"
 
 
 _data_clients: dict[tuple, Any] = {}
@@ -368,6 +372,8 @@ class _SmallObjectWriter(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:
+        if self.closed:  # after abort() or close(): a later close must not publish what comes now
+            raise ValueError(f"write to a closed or aborted writer of {self.path}")
         self.buffer += data
         while len(self.buffer) > SMALL_OBJECT:  # S3 parts: 5 MiB at least, but the last
             self._upload_part(bytes(self.buffer[:SMALL_OBJECT]))
@@ -376,7 +382,9 @@ class _SmallObjectWriter(io.RawIOBase):
 
     def _upload_part(self, data: bytes) -> None:
         if self.upload_id is None:
-            self.upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=self.key)["UploadId"]
+            self.upload_id = self.client.create_multipart_upload(
+                Bucket=self.bucket, Key=self.key, ContentType=CONTENT_TYPE
+            )["UploadId"]
         number = len(self.parts) + 1
         answer = self.client.upload_part(
             Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number, Body=data
@@ -388,15 +396,22 @@ class _SmallObjectWriter(io.RawIOBase):
             return
         try:
             if self.upload_id is None:
-                self.client.put_object(Bucket=self.bucket, Key=self.key, Body=bytes(self.buffer))
+                self.client.put_object(
+                    Bucket=self.bucket, Key=self.key, Body=bytes(self.buffer), ContentType=CONTENT_TYPE
+                )
             else:
                 if self.buffer:
                     self._upload_part(bytes(self.buffer))
                 self.client.complete_multipart_upload(
                     Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, MultipartUpload={"Parts": self.parts}
                 )
-        except BaseException:
-            self.abort()
+        except BaseException as exc:
+            try:
+                self.abort()
+            except Exception as abort_error:
+                # The original error is the one raised. The upload then stays pending (its parts stored) until
+                # a bucket lifecycle rule (AbortIncompleteMultipartUpload) removes it.
+                exc.add_note(f"aborting the upload of {self.path} failed too ({abort_error!r}): it stays pending")
             raise
         finally:
             self.buffer = bytearray()
@@ -419,9 +434,12 @@ def create(path: str) -> Iterator[BinaryIO]:
     disk, as a writer reports it) is re-raised naming `path`, so the command line prints one line.
 
     A block that fails publishes nothing, and has published nothing when the exception leaves it (so a caller
-    that then removes the folder leaves it empty): in an S3 bucket the object is never uploaded (an upload in
-    parts is aborted); on other filesystems, whose writers upload or keep what they hold when closed, the
-    file is closed and then deleted."""
+    that then removes the folder leaves it empty), and an object it was to replace stays as it was: in an S3
+    bucket the object is never uploaded (an upload in parts is aborted); Beam's GCS writer cancels its upload
+    when its block fails (google-cloud-storage's BlobWriter), and other remote filesystems are left to their
+    writer's exit; on a local disk the partial file is deleted (opening it already emptied any file it
+    replaced). A remote object is never deleted here: this write did not publish it, so whatever is at `path`
+    is an older object, which a failed overwrite must keep."""
     fs = _filesystems()
     if not is_remote(path):
         os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
@@ -445,12 +463,9 @@ def create(path: str) -> Iterator[BinaryIO]:
                 failed = True
                 raise
     except BaseException as exc:
-        if failed:  # the writer is closed now (it may have uploaded what it held): delete it
+        if failed and not is_remote(path):  # the partial file stays on disk when closed: delete it
             with contextlib.suppress(Exception):
-                if is_remote(path):
-                    delete([path])
-                else:
-                    os.unlink(path.removeprefix("file://"))
+                os.unlink(path.removeprefix("file://"))
         if not isinstance(exc, OSError) or exc.errno is None or exc.filename:
             raise
         raise OSError(exc.errno, exc.strerror or str(exc), path) from exc

@@ -307,7 +307,27 @@ def read_chunk_outcomes(progress_dir: str, chunk: Chunk) -> list[dict[str, Any]]
         if storage.exists(path):
             raise
         return None
-    return sorted((json.loads(line) for line in data.splitlines() if line), key=lambda o: int(o["index"]))
+    return _parsed_outcomes(path, data)
+
+
+def _parsed_outcomes(path: str, data: str) -> list[dict[str, Any]]:
+    """An outcome file's records in index order. A line that is not a whole record (a worker killed mid-write
+    on a disk that shows partial files) fails the export naming the file and the line, not as a bare
+    JSONDecodeError."""
+    outcomes = []
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line:
+            continue
+        try:
+            outcome = json.loads(line)
+            int(outcome["index"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StepmarkError(
+                f"{path}: line {number} is not a whole outcome record ({exc}): the file was cut short or changed"
+                " after its chunk was done; run the export again"
+            ) from exc
+        outcomes.append(outcome)
+    return sorted(outcomes, key=lambda o: int(o["index"]))
 
 
 def iter_chunk_outcomes(

@@ -126,10 +126,12 @@ def iter_selected(
     time: a study of a million episodes is read page by page (keyset), never whole. What was left out and why
     goes into `skipped`. Raises StepmarkError, once the selection is read, when it holds no episode.
 
-    The keys (episode ids) are paged on their own (`Repository.iter_episode_ids`, keyset from the last key)
-    and each page's rows loaded after: a page whose rows were all deleted between the two reads (PostgreSQL
-    reads each statement at its own snapshot) loads as nothing, and the selection goes on from its last key.
-    The selection ends when the key query past the last key returns nothing, never on an empty load."""
+    The keys (episode ids) are paged on their own (`Repository.iter_episode_ids`: one short read per page,
+    keyset from the last key, no transaction open between pages) and each page's rows loaded after: a page
+    whose rows were all deleted between the two reads loads as nothing, and the selection goes on from its
+    last key. The selection ends when the key query past the last key returns nothing, never on an empty load.
+    Each page sees what was committed before it was read, and its loaded rows are checked against the filters
+    again (state, tag, INVALID session): what changed since its key was read is honoured."""
     check_query(repo, query)
     state_filter = _state_filter(query)
     selected = 0
@@ -148,7 +150,7 @@ def iter_selected(
             include_invalid_sessions=query.include_invalid_sessions,
         )
         for ids in repo.iter_episode_ids(q, BATCH):
-            batch = _loaded(repo, ids, state_filter, skipped)
+            batch = _loaded(repo, query, ids, state_filter, skipped)
             selected += len(batch)
             if batch:
                 yield batch
@@ -157,11 +159,16 @@ def iter_selected(
 
 
 def _loaded(
-    repo: Repository, ids: Sequence[str], state_filter: list[int] | None, skipped: list[Skipped]
+    repo: Repository,
+    query: SelectionQuery,
+    ids: Sequence[str],
+    state_filter: list[int] | None,
+    skipped: list[Skipped],
 ) -> list[study_pb2.Episode]:
     """The episodes of a page of keys, in its order; those deleted since their keys were read are left out (they
-    are gone). A state changed since is seen here: such an episode is skipped with its state, as a reference
-    to it would be."""
+    are gone). The filters are checked again on the loaded rows, as for references: an episode whose state
+    changed since is skipped with its state, one whose session was marked INVALID is skipped as such, and one
+    that lost the selected tag is no longer selected."""
     wanted = list(ids)
     while wanted:
         try:
@@ -172,11 +179,21 @@ def _loaded(
             wanted = [i for i in wanted if i in present]
     else:
         return []
+    invalid: set[str] = set()
+    if not query.include_invalid_sessions:  # read after the rows: a session marked since is seen
+        invalid = repo.invalid_sessions_among(e.session_id for e in episodes)
     out = []
     for episode in episodes:
+        if (query.study_id and episode.study_id != query.study_id) or (
+            query.tag and not _has_tag(episode, query.tag)
+        ):
+            continue
         if state_filter is not None and episode.state not in state_filter:
             state = study_pb2.Episode.State.Name(episode.state)
             skipped.append(Skipped(episode_name(episode), f"state {state} (not selected)"))
+            continue
+        if episode.session_id in invalid:
+            skipped.append(Skipped(episode_name(episode), "session marked invalid"))
             continue
         out.append(episode)
     return out

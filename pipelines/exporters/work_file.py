@@ -15,11 +15,14 @@ Trust: each record is a pickle (the grounding annotations are dataclasses holdin
 runs code, so a work file is only ever read by the export that wrote it, from its own staging folder, in the
 same run: the driver (`iter_items`) and its pipeline's workers (`read_chunk`), with the paths and the key the
 writer handed them. A work file from anywhere else is never read: each record is sealed with an HMAC-SHA256
-under a random key the writer makes and keeps in memory (it travels in the chunk references, inside the
-pipeline, never in storage), and a record whose seal does not match is refused before it is unpickled
-(`ForeignWorkFile`), so a path pointed elsewhere, a file left by another export or one replaced in a shared
-bucket in the meantime is not loaded. The format is private: nothing else reads or writes it, and a work
-file does not outlive its export (the staging folder's `_work` is removed before publishing, and on failure).
+under a random key the writer makes and keeps in memory, and a record whose seal does not match is refused
+before it is unpickled (`ForeignWorkFile`), so a path pointed elsewhere, a file left by another export or one
+replaced in a shared bucket in the meantime is not loaded. The key travels in the chunk references, inside the
+pipeline: the export never writes it to storage itself, but a runner that uploads the pipeline (Dataflow's
+`--staging_location`, and any runner that stages it) stores it there with the pipeline, so that location must
+be as private as the export's output (whoever can read it could seal a work file of their own). The format is
+private: nothing else reads or writes it, and a work file does not outlive its export (the staging folder's
+`_work` is removed before publishing, and on failure).
 """
 
 from __future__ import annotations
@@ -112,12 +115,14 @@ class WorkWriter:
 
     A failure while writing (in the block, or in `add`) aborts every work file before the error leaves the
     block: nothing is uploaded into a bucket (an S3 writer's close uploads what it holds, and garbage
-    collection closes it, possibly after the export removed its staging folder), and what another filesystem
-    had written is deleted (`storage.create`). The export removes its staging folder after that."""
+    collection closes it, possibly after the export removed its staging folder; a GCS writer cancels its
+    upload), and a partial file on a local disk is deleted (`storage.create`). The export removes its staging
+    folder after that."""
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
-        self.key = secrets.token_bytes(32)  # seals every record (module docstring); never written anywhere
+        # Seals every record. The export never writes it; a runner's staged pipeline holds it (module docstring).
+        self.key = secrets.token_bytes(32)
         self.chunks: list[Chunk] = []
         self._files: dict[str, _Open] = {}
         self._stack = contextlib.ExitStack()

@@ -732,9 +732,37 @@ class Repository(StudyRoles):
             return listing.cursor_at(s, q, sort, offset)
 
     def iter_episode_ids(self, q: EpisodeQuery, batch: int = listing.BATCH) -> Iterator[list[str]]:
-        """Every matching episode id, `batch` at a time (select all across pages; bounded memory)."""
+        """Every matching episode id in registration order, `batch` at a time (select all across pages; bounded
+        memory). Each page is its own short read, keyset from the last key (`episode_ids_after`): no transaction
+        stays open while the caller works between pages (on PostgreSQL it would sit idle in transaction, block
+        ALTER TABLE, hold back VACUUM and end at idle_in_transaction_session_timeout; on SQLite it keeps the WAL
+        from being checkpointed), and each page sees what was committed before it is read. Ends when the page
+        past the last key is empty."""
+        after: Cursor | None = None
+        while page := self.episode_ids_after(q, after, batch):
+            yield [episode_id for episode_id, _ in page]
+            after = page[-1][1]
+
+    def episode_ids_after(
+        self, q: EpisodeQuery, after: Cursor | None, limit: int = listing.BATCH
+    ) -> list[tuple[str, Cursor]]:
+        """One page of `iter_episode_ids`: up to `limit` matching ids in registration order after `after`, each
+        with its cursor, in one short read."""
         with self._read() as s:
-            yield from listing.iter_ids(s, q, batch)
+            return listing.page_ids(s, q, Sort(), after, min(limit, listing.MAX_PAGE))
+
+    def invalid_sessions_among(self, session_ids: Iterable[str]) -> set[str]:
+        """Which of these sessions are INVALID now (one page's sessions: 500 ids per query), so that a page of
+        episodes read earlier can be checked again against the INVALID-session rule."""
+        ids = [i for i in dict.fromkeys(session_ids) if i]
+        out: set[str] = set()
+        with self._read() as s:
+            for start in range(0, len(ids), 500):
+                query = sa.select(SessionRow.id).where(
+                    SessionRow.id.in_(ids[start : start + 500]), SessionRow.state == _INVALID
+                )
+                out.update(s.scalars(query))
+        return out
 
     def episode_states(self, q: EpisodeQuery) -> dict[int, int]:
         """Matching episodes per state (one GROUP BY)."""

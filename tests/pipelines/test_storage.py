@@ -294,3 +294,103 @@ def test_a_failed_write_publishes_nothing_in_a_bucket_or_on_disk(
             out.write(part)
             raise RuntimeError("mid-file")
     assert not local.exists()
+
+
+def test_a_failed_overwrite_keeps_the_object_it_was_to_replace(
+    gcs: str, s3: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`stepmark copy --overwrite` whose source fails midway: the object already in the bucket stays as it was,
+    on GCS (the emulator: Beam's writer cancels its upload when the block fails, so deleting `path` afterwards
+    deleted the old object) and on S3 (nothing is uploaded), small or past one upload chunk. A failed write to
+    a new local file leaves no file."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage as gcs_client
+
+    monkeypatch.setattr(storage, "SMALL_OBJECT", 5 * 2**20)  # S3: the large write is a multipart upload
+    bucket = gcs_client.Client(project="test", credentials=AnonymousCredentials()).bucket(gcs)
+    part = bytes(range(256)) * (2**12)  # 1 MiB
+    for size in (1, 20):  # 20 MiB: past Beam's 16 MiB GCS chunk, so an upload was started
+        bucket.blob(f"kept-{size}").upload_from_string(b"ORIGINAL")
+        s3.put(f"kept-{size}", b"ORIGINAL")
+        for url in (f"gs://{gcs}/kept-{size}", s3.url(f"kept-{size}")):
+            with pytest.raises(OSError, match="source read failed"):
+                with storage.create(url) as out:
+                    for _ in range(size):
+                        out.write(part)
+                    raise OSError("source read failed")
+        assert bucket.blob(f"kept-{size}").download_as_bytes() == b"ORIGINAL"
+        assert s3.get(f"kept-{size}") == b"ORIGINAL"
+    assert s3.server.client().list_multipart_uploads(Bucket=s3.name).get("Uploads", []) == []
+    storage.write_bytes(f"gs://{gcs}/kept-1", b"NEW")  # a write that ends well replaces it
+    assert bucket.blob("kept-1").download_as_bytes() == b"NEW"
+
+    local = tmp_path / "new" / "file.bin"
+    with pytest.raises(OSError, match="source read failed"):
+        with storage.create(str(local)) as out:
+            out.write(part)
+            raise OSError("source read failed")
+    assert not local.exists()
+
+
+class _FailingCalls:
+    """The real boto3 client of the S3 loopback, with some of its calls failing as a lost connection would."""
+
+    def __init__(self, client: object, failing: set[str]) -> None:
+        self.client, self.failing = client, failing
+
+    def __getattr__(self, name: str) -> object:
+        if name in self.failing:
+
+            def fail(**_: object) -> None:
+                raise ConnectionError(f"injected: {name} failed")
+
+            return fail
+        return getattr(self.client, name)
+
+
+def test_a_failed_completion_raises_its_own_error_and_a_closed_writer_takes_no_more(
+    s3: Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Completing a multipart upload fails, and aborting it fails too: the error raised is the completion's (the
+    abort's is a note on it: the upload stays pending for the bucket's lifecycle rule), not the abort's. A
+    writer aborted or closed refuses further writes (ValueError), so nothing written after reaches the bucket."""
+    monkeypatch.setattr(storage, "SMALL_OBJECT", 5 * 2**20)
+    part = bytes(range(256)) * (2**12)  # 1 MiB
+    real = storage._s3_for_data()
+    failing = _FailingCalls(real, {"complete_multipart_upload", "abort_multipart_upload"})
+    monkeypatch.setattr(storage, "_s3_for_data", lambda: failing)
+    with pytest.raises(ConnectionError, match="complete_multipart_upload failed") as info:
+        with storage.create(s3.url("big")) as out:
+            for _ in range(12):
+                out.write(part)
+    assert any("abort_multipart_upload failed" in note and "stays pending" in note for note in info.value.__notes__)
+    pending = real.list_multipart_uploads(Bucket=s3.name).get("Uploads", [])
+    assert [u["Key"] for u in pending] == ["big"] and s3.keys() == []
+    real.abort_multipart_upload(Bucket=s3.name, Key="big", UploadId=pending[0]["UploadId"])
+
+    monkeypatch.setattr(storage, "_s3_for_data", lambda: real)
+    for finish in ("abort", "close"):
+        writer = storage._SmallObjectWriter(s3.url(f"after-{finish}"), real)
+        writer.write(b"before")
+        getattr(writer, finish)()
+        with pytest.raises(ValueError, match="closed or aborted"):
+            writer.write(b"after")
+        writer.close()
+    assert s3.keys() == ["after-close"] and s3.get("after-close") == b"before"
+
+
+def test_objects_are_written_with_beams_content_type(s3: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One PUT or a multipart upload, an object gets the Content-Type Beam's own S3 writer gives it
+    (application/octet-stream), not S3's default (binary/octet-stream)."""
+    monkeypatch.setattr(storage, "SMALL_OBJECT", 5 * 2**20)
+    part = bytes(range(256)) * (2**12)  # 1 MiB
+    with storage._filesystems().create(s3.url("by-beam"), compression_type="uncompressed") as out:
+        out.write(part)
+    for name, size in (("small", 1), ("large", 12)):
+        with storage.create(s3.url(name)) as out:
+            for _ in range(size):
+                out.write(part)
+    client = s3.server.client()
+    types = {key: client.head_object(Bucket=s3.name, Key=key)["ContentType"] for key in s3.keys()}
+    assert types == {"by-beam": "application/octet-stream", "large": "application/octet-stream",
+                     "small": "application/octet-stream"}  # fmt: skip

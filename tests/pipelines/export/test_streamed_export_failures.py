@@ -5,6 +5,7 @@ selection. Real recorded NetHack episodes, moto's S3 server (tests/object_store.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipelines import export
+from pipelines.errors import StepmarkError
 from pipelines.exporters import episode_fn, selection, work_file
 from pipelines.store import Repository, listing, open_store
 from tests.object_store import Bucket
@@ -198,3 +200,127 @@ def test_a_work_file_is_read_only_by_the_export_that_wrote_it(
     assert _UNPICKLED == []
     pickle.loads(pickle.dumps(_Payload()))  # noqa: S301 - the payload does run when unpickled
     assert _UNPICKLED == ["ran"]
+
+
+def _reads_held_open(store: Repository, writer: Repository, episode: object, note: str) -> object:
+    """What another connection sees of the selection's reads between two of its pages. PostgreSQL: the
+    connections idle in a transaction (they block ALTER TABLE, hold back VACUUM and end at a server's
+    idle_in_transaction_session_timeout). SQLite: after a write, the WAL frames a checkpoint could not copy back
+    (a read open since before the write pins them)."""
+    import sqlite3
+
+    import sqlalchemy as sa
+
+    if store.engine.dialect.name == "postgresql":
+        with store.engine.connect() as c:
+            return c.execute(sa.text(
+                "SELECT pid, state, query FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'"
+            )).all()  # fmt: skip
+    assert writer.set_notes(Repository.ref(episode), note, ALICE)
+    with contextlib.closing(sqlite3.connect(store.engine.url.database)) as c:
+        busy, frames, copied = c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return [] if (busy, frames) == (0, copied) else [(busy, frames, copied)]
+
+
+def test_no_read_of_the_selection_stays_open_between_its_pages(
+    store: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """10 episodes read 3 at a time, with the export's work between pages: each page is its own short read, so
+    between pages no transaction of the selection is open (it held one read across every page)."""
+    study = store.create_study(study_spec(), ALICE)
+    session = store.create_session(study.id, ALICE)
+    added = store.add_episodes(env_episode(study.id, session) for _ in range(10))
+    monkeypatch.setattr(selection, "BATCH", 3)
+    writer = Repository(store.engine)
+    held, pages = [], []
+    for batch in selection.iter_selected(store, selection.SelectionQuery(study_id=study.id), []):
+        pages.append([e.id for e in batch])
+        held.append(_reads_held_open(store, writer, added[0], f"written after page {len(pages)}"))
+    assert [i for page in pages for i in page] == [e.id for e in added] and len(pages) == 4
+    assert held == [[]] * 4
+
+
+def test_a_session_marked_invalid_or_a_tag_removed_during_the_selection_is_honoured(
+    store: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """12 episodes of two sessions, all tagged `keep`, selected by --tag 4 at a time. Right after the first
+    page's keys are read, another connection marks one session INVALID and removes the tag from one episode of
+    the first page and one of the last. The first page's rows are checked again when loaded (its episodes of
+    the INVALID session are skipped as such, the untagged one left out); later pages are read after the change.
+    Before, every key came from the first read's snapshot (SQLite) or the loaded rows were checked for their
+    state only, and all of them were exported."""
+    from pipelines.exporters.transform import episode_name
+    from protos.rlds_creator import study_pb2
+
+    study = store.create_study(study_spec(), ALICE)
+    invalid, valid = store.create_session(study.id, ALICE), store.create_session(study.id, ALICE)
+    added = store.add_episodes([env_episode(study.id, invalid if i % 2 else valid) for i in range(12)])
+    for episode in added:
+        assert store.add_episode_tag(Repository.ref(episode), "keep", ALICE)
+    monkeypatch.setattr(selection, "BATCH", 4)
+    pages: list[list[str]] = []
+    page_ids = listing.page_ids
+
+    def changed_after_the_first(s, q, sort, after, limit):  # noqa: ANN001, ANN202
+        found = page_ids(s, q, sort, after, limit)
+        pages.append([i for i, _ in found])
+        if len(pages) == 1:
+            other = Repository(store.engine)  # its own connection and transaction, committed here
+            other.set_session_state(invalid.id, study_pb2.Session.STATE_INVALID)
+            for episode in (added[2], added[10]):
+                assert other.remove_episode_tag(Repository.ref(episode), "keep", ALICE)
+        return found
+
+    monkeypatch.setattr(listing, "page_ids", changed_after_the_first)
+    chosen = selection.select_episodes(store, selection.SelectionQuery(tag="keep"))
+    assert pages[0] == [e.id for e in added[:4]]
+    assert [e.id for e in chosen.episodes] == [
+        e.id for i, e in enumerate(added) if i % 2 == 0 and i not in (2, 10)
+    ]
+    assert [(s.episode, s.reason) for s in chosen.skipped] == [
+        (episode_name(added[1]), "session marked invalid"),
+        (episode_name(added[3]), "session marked invalid"),
+    ]
+
+
+def test_the_work_key_stays_out_of_the_drivers_reprs() -> None:
+    """The seal key is the work files' only protection: a logged or printed selection, plan or chunk (an error
+    report, a debugger) must not show it."""
+    key = b"\x07sealing-key-not-for-logs\x07" + bytes(6)
+    chunk = work_file.Chunk("ds", "s3://b/_work/ds.tfrecord", 0, 1, 10, key)
+    selected = export._Selected(
+        groups=[], skipped=[], step_tag_labels=(), field_defs=(), work_files={"ds": chunk.path}, work_key=key,
+        chunks=[chunk], episodes=1,
+    )  # fmt: skip
+    for shown in (repr(selected), repr(chunk)):
+        assert "sealing-key" not in shown and repr(key) not in shown
+
+
+def test_an_outcome_file_cut_short_fails_the_export_naming_it(
+    many: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk's outcome file cut mid-record (a worker killed while writing it on a disk that shows partial
+    files): the export fails with the file and the line named, not with a bare JSONDecodeError, and publishes
+    nothing."""
+    data_dir, study_id = many
+    monkeypatch.setattr(work_file, "SPREAD", 1)  # chunks of 1, then 2 episodes
+    monkeypatch.setattr(work_file, "MAX_CHUNK", 2)
+    cut: list[tuple[str, int]] = []
+    finish = export._finish_dataset
+
+    def cut_short(plan, *args):  # noqa: ANN001, ANN002, ANN202
+        done = [m.path for m in export.storage.files_below(plan.job.progress_dir) if m.path.endswith("-2")]
+        data = Path(done[0]).read_bytes()
+        keep = data[: data.index(b"\n") + 10]  # the first record and the start of the second
+        Path(done[0]).write_bytes(keep)
+        cut.append((done[0], 2))
+        return finish(plan, *args)
+
+    monkeypatch.setattr(export, "_finish_dataset", cut_short)
+    out = tmp_path / "out"
+    with pytest.raises(StepmarkError) as info:
+        export.export_episodes(_request(data_dir, study_id, str(out)))
+    path, line = cut[0]
+    assert f"{path}: line {line} is not a whole outcome record" in str(info.value)
+    assert not out.exists()
