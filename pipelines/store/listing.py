@@ -336,18 +336,6 @@ def cursor_at(s: Session, q: EpisodeQuery, sort: Sort, offset: int) -> Cursor | 
     return None if row is None else Cursor(None, row[0])
 
 
-def iter_ids(s: Session, q: EpisodeQuery, batch: int = BATCH) -> Iterator[list[str]]:
-    """Every matching episode id in registration order, `batch` at a time (keyset over the same index)."""
-    sort = Sort()
-    after: Cursor | None = None
-    while True:
-        rows = page_ids(s, q, sort, after, min(batch, MAX_PAGE))
-        if not rows:
-            return
-        yield [episode_id for episode_id, _ in rows]
-        after = rows[-1][1]
-
-
 def grouped(s: Session, q: EpisodeQuery, column: Any) -> dict[Any, int]:
     """Matching episodes per value of `column` (GROUP BY), INVALID sessions' episodes subtracted as in `count`."""
     query = where(sa.select(column, sa.func.count()).select_from(EpisodeRow), q, sessions=False)
