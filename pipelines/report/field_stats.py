@@ -46,11 +46,13 @@ def field_stats(repo, study_id: str) -> list[FieldStat]:
     return field_summary(repo, study_id)[0]
 
 
-def field_summary(repo, study_id: str) -> tuple[list[FieldStat], list[FieldAgreement]]:
+def field_summary(
+    repo, study_id: str, size: tuple[int, int] | None = None
+) -> tuple[list[FieldStat], list[FieldAgreement]]:
     """The study's field statistics and its field agreement. The statistics are the counts the database keeps
     as values are written (`pipelines/store/field_counts.py`: a row per field and annotator, whatever the
     study's size; a backlog of changes is compacted first); agreement reads the places two or more annotators
-    gave a value."""
+    gave a value. `size`: the study's episodes and steps (INVALID sessions' included), when the caller has them."""
     defs = fv.definitions(repo, study_id, include_removed=True)
     if not defs:
         return [], []
@@ -59,12 +61,14 @@ def field_summary(repo, study_id: str) -> tuple[list[FieldStat], list[FieldAgree
     if backlog >= field_counts.COMPACT_AT:
         field_counts.compact(repo.engine, study_id)
     with Session(repo.engine) as s, s.begin():
-        episodes, steps = s.execute(
-            sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(EpisodeRow.num_steps), 0)).where(
-                EpisodeRow.study_id == study_id
-            )
-        ).one()
+        if size is None:
+            size = s.execute(
+                sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(EpisodeRow.num_steps), 0)).where(
+                    EpisodeRow.study_id == study_id
+                )
+            ).one()
         counts = field_counts.study_field_counts(s, study_id)
+    episodes, steps = size
     agreements = study_field_agreement(repo, study_id)
     agreement = {a.field: a for a in agreements}
     out = []

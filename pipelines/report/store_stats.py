@@ -101,12 +101,13 @@ def store_stats(repo: Repository, study_id: str) -> StoreStats:
     q = EpisodeQuery(study_id=study_id)
     count = sa.func.count()
     with Session(repo.engine) as s, s.begin():
-        stats.episodes = listing.count(s, q)
-        for state, n in listing.grouped(s, q, EpisodeRow.state).items():
+        # the kind is a column (migration 8): no JSON read
+        (states, users, kinds), whole = listing.margins(s, q, EpisodeRow.state, EpisodeRow.user, EpisodeRow.kind)
+        stats.episodes = sum(states.values())
+        for state, n in states.items():
             stats.by_state[state_name(state)] += n
-        for user, n in listing.grouped(s, q, EpisodeRow.user).items():
+        for user, n in users.items():
             stats.by_annotator[user or "(unknown)"] += n
-        kinds = listing.grouped(s, q, EpisodeRow.kind)  # over the (study_id, kind) index: no JSON read
         stats.ui_episodes = kinds.get(UI, 0)
         success: dict[str, list[int]] = {}
         for kind in kinds.keys() - {UI}:  # environment episodes (any other kind): one index range per kind
@@ -138,5 +139,5 @@ def store_stats(repo: Repository, study_id: str) -> StoreStats:
     stats.agreement = study_agreement(repo, study_id)
     from pipelines.report.field_stats import field_summary
 
-    stats.fields, stats.field_agreement = field_summary(repo, study_id)
+    stats.fields, stats.field_agreement = field_summary(repo, study_id, whole)
     return stats

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -338,17 +338,58 @@ def cursor_at(s: Session, q: EpisodeQuery, sort: Sort, offset: int) -> Cursor | 
 
 def grouped(s: Session, q: EpisodeQuery, column: Any) -> dict[Any, int]:
     """Matching episodes per value of `column` (GROUP BY), INVALID sessions' episodes subtracted as in `count`."""
-    query = where(sa.select(column, sa.func.count()).select_from(EpisodeRow), q, sessions=False)
-    out: dict[Any, int] = {key: int(n) for key, n in s.execute(query.group_by(column))}
+    every, invalid = _grouped(s, q, (column,), ())
+    return {key[0]: n for key, (n,) in _less(every, invalid).items()}
+
+
+def margins(s: Session, q: EpisodeQuery, *columns: Any) -> tuple[list[dict[Any, int]], tuple[int, int]]:
+    """(matching episodes per value of each of `columns`, INVALID sessions' episodes subtracted as in `count`;
+    episodes and steps of every matching episode, those included), for the report. PostgreSQL: one GROUP BY
+    over all the columns, one pass over the study (a count per column read an index each: 1.2-1.9 s warm for a
+    1M-episode study, against 0.25-0.5 s). SQLite: a GROUP BY per column over its index and one count, as its
+    index scans are quick (0.4 s) and one pass reading every row is not (2.7 s)."""
+    steps = sa.func.coalesce(sa.func.sum(EpisodeRow.num_steps), 0)
+    if s.get_bind().dialect.name != "postgresql":
+        whole = s.execute(where(sa.select(sa.func.count(), steps).select_from(EpisodeRow), q, sessions=False)).one()
+        return [grouped(s, q, column) for column in columns], (int(whole[0]), int(whole[1]))
+    every, invalid = _grouped(s, replace(q, include_invalid_sessions=False), columns, (steps,))
+    out: list[dict[Any, int]] = [{} for _ in columns]
+    for key, (n, _) in (every if q.include_invalid_sessions else _less(every, invalid)).items():
+        for counted, value in zip(out, key, strict=True):
+            counted[value] = counted.get(value, 0) + n
+    return out, (sum(n for n, _ in every.values()), sum(k for _, k in every.values()))
+
+
+def _grouped(
+    s: Session, q: EpisodeQuery, columns: tuple[Any, ...], sums: tuple[Any, ...]
+) -> tuple[dict[tuple, tuple[int, ...]], dict[tuple, tuple[int, ...]]]:
+    """(count and `sums` per combination of `columns` over every matching episode, the same over those of the
+    study's INVALID sessions, found through the session index 500 sessions at a time; empty when the query
+    includes them)."""
+
+    def run(query: sa.Select) -> Iterator[tuple[tuple, tuple[int, ...]]]:
+        n = len(columns)
+        for row in s.execute(query.group_by(*columns)):
+            yield tuple(row[:n]), tuple(int(x or 0) for x in row[n:])
+
+    select = sa.select(*columns, sa.func.count(), *sums).select_from(EpisodeRow)
+    every = dict(run(where(select, q, sessions=False)))
+    invalid: dict[tuple, tuple[int, ...]] = {}
     if q.include_invalid_sessions:
-        return out
-    invalid = invalid_sessions(s, q.study_id)
-    for start in range(0, len(invalid), 500):
-        query = sa.select(column, sa.func.count()).select_from(EpisodeRow)
-        query = where(query.where(EpisodeRow.session_id.in_(invalid[start : start + 500])), q, sessions=False)
-        for key, n in s.execute(query.group_by(column)):
-            out[key] -= int(n)
-    return {key: n for key, n in out.items() if n}
+        return every, invalid
+    ids = invalid_sessions(s, q.study_id)
+    for start in range(0, len(ids), 500):
+        part = where(select.where(EpisodeRow.session_id.in_(ids[start : start + 500])), q, sessions=False)
+        for key, values in run(part):
+            invalid[key] = tuple(a + b for a, b in zip(invalid.get(key, (0,) * len(values)), values, strict=True))
+    return every, invalid
+
+
+def _less(every: dict[tuple, tuple[int, ...]], invalid: dict[tuple, tuple[int, ...]]) -> dict[tuple, tuple[int, ...]]:
+    """`every` with `invalid` taken away, groups left with no episode dropped."""
+    out = {key: tuple(a - b for a, b in zip(values, invalid.get(key, (0,) * len(values)), strict=True))
+           for key, values in every.items()}  # fmt: skip
+    return {key: values for key, values in out.items() if values[0]}
 
 
 def states(s: Session, q: EpisodeQuery) -> dict[int, int]:

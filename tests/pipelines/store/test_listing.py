@@ -392,3 +392,29 @@ def test_more_invalid_sessions_than_the_driver_takes_parameters(repo: Repository
         cursor = repo.episode_cursor(q, Sort(), 2)
         assert [e.id for e, _ in repo.page_episodes(q, Sort(), cursor, 5)] == expected[2:]
         assert repo.count_episodes(q) == 4
+
+
+def test_the_reports_margins_agree_with_the_full_listing(listed) -> None:
+    """`margins` (one GROUP BY over every column on PostgreSQL, one per column on SQLite): episodes per state,
+    user and environment as the listing has them, INVALID sessions left out unless asked; the episodes and
+    steps of every matching episode, INVALID ones included."""
+    from sqlalchemy.orm import Session
+
+    from pipelines.store import listing
+    from pipelines.store.models import EpisodeRow
+
+    repo, study_id, episodes = listed
+    every = repo.list_episodes(study_id=study_id, include_invalid_sessions=True)
+    columns = (EpisodeRow.state, EpisodeRow.user, EpisodeRow.environment_id)
+    for include in (False, True):
+        shown = every if include else episodes
+        with Session(repo.engine) as s:
+            margins, whole = listing.margins(s, EpisodeQuery(study_id=study_id, include_invalid_sessions=include),
+                                             *columns)  # fmt: skip
+        expected = [{}, {}, {}]
+        for e in shown:
+            for counted, value in zip(expected, (e.state, e.user.email, e.environment_id), strict=True):
+                counted[value] = counted.get(value, 0) + 1
+        assert margins == expected, include
+        assert whole == (45, sum(e.num_steps for e in every))
+    assert len(episodes) == 40 and sum(margins[0].values()) == 45
