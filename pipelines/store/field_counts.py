@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from pipelines.store.database import WRITE
 from pipelines.store.models import FieldCountChangeRow, FieldCountRow
 
 COMPACT_AT = 5000  # changes of a study past which a reader moves them into the sums first
@@ -82,7 +83,7 @@ def compact(engine: sa.Engine, study_id: str) -> int:
         'ON CONFLICT (study_id, field, "user") DO UPDATE SET '
         + ", ".join(f"{x} = field_counts.{x} + excluded.{x}" for x in _SUMS)
     )
-    with engine.begin() as conn:
+    with engine.execution_options(**{WRITE: True}).begin() as conn:  # BEGIN IMMEDIATE on SQLite
         if engine.dialect.name == "postgresql":
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK | zlib.crc32(study_id.encode())})
             moved = conn.execute(sa.text(

@@ -287,3 +287,39 @@ def test_migration_counts_the_values_of_an_older_store(store_url: str | None, da
             conn.exec_driver_sql("DELETE FROM field_values WHERE \"user\" = 'bea@example.com'")
         assert_counted(repo)
         assert list(shared_places(repo, "s1")) == []
+
+
+@pytest.mark.postgres
+def test_a_reader_that_may_not_write_gets_the_figures_uncompacted(
+    pg_url: str, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`stepmark report` under a read-only PostgreSQL role: the compaction is refused, said in a warning, and
+    the figures (the sums plus the changes) are the same."""
+    import uuid
+
+    from pipelines.report.field_stats import field_stats
+    from pipelines.store import field_counts
+
+    role = f"reader_{uuid.uuid4().hex[:8]}"
+    with open_store(pg_url, data_dir) as repo:
+        study = repo.create_study(study_spec(), LEAD)
+        ref = repo.ref(repo.add_episode(env_episode(study.id, repo.create_session(study.id, LEAD), num_steps=6)))
+        fv.define(repo, study.id, parse_text(FIELDS, "f.yaml"), LEAD)
+        for step in range(4):
+            fv.set_value(repo, ref, "ok", ANN, "yes", step=step, seconds=2.0)
+        expected = field_stats(repo, study.id)
+        with repo.engine.begin() as conn:
+            conn.exec_driver_sql(f"CREATE ROLE {role} LOGIN")
+            conn.exec_driver_sql(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    try:
+        monkeypatch.setattr(field_counts, "COMPACT_AT", 1)
+        url = sa.engine.make_url(pg_url).set(username=role)
+        with open_store(url.render_as_string(hide_password=False), tmp_path / "ro") as reader:
+            assert field_stats(reader, study.id) == expected
+        assert "not compacted" in caplog.text
+        with open_store(pg_url, data_dir) as repo, Session(repo.engine) as s:
+            assert field_counts.pending(s, study.id) == 4
+    finally:
+        with open_store(pg_url, data_dir) as repo, repo.engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP OWNED BY {role}")
+            conn.exec_driver_sql(f"DROP ROLE {role}")
