@@ -221,10 +221,15 @@ def next_episode(repo: Repository, study_id: str, user: str) -> Assignment | Non
         ).first()
         if mine is not None:
             return _assignment(mine)
-        for episode_id in _candidates(s, config, user):
-            assignment = _take(s, config, episode_id, user)
-            if assignment is not None:
-                return assignment
+        # The candidates are read in two statements (started, then untouched episodes), each seeing what was
+        # committed when it began: an episode another annotator takes between the two is in neither, so a pass
+        # that finds nothing is read once more before saying nothing is left (on PostgreSQL four annotators
+        # pressing Next at once left episodes short of their overlap).
+        for _ in range(2):
+            for episode_id in _candidates(s, config, user):
+                assignment = _take(s, config, episode_id, user)
+                if assignment is not None:
+                    return assignment
         return None
 
 
