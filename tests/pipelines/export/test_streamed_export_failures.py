@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,26 @@ def _request(data_dir: Path, study_id: str, out: str, fmt: str = "parquet") -> e
     return export.ExportRequest(
         data_dir=str(data_dir), out=out, format=fmt, study_id=study_id, beam_args=["--runner=FnApiRunner"]
     )
+
+
+def _after_page(
+    monkeypatch: pytest.MonkeyPatch, store: Repository, batch: int, page: int, change: Callable[[Repository], None]
+) -> list[list[str]]:
+    """Select `batch` episodes a page; right after page `page`'s keys are read, `change` the store through its
+    own connection and transaction (committed there). Returns the pages' ids, as read."""
+    monkeypatch.setattr(selection, "BATCH", batch)
+    pages: list[list[str]] = []
+    page_ids = listing.page_ids
+
+    def hooked(s, q, sort, after, limit):  # noqa: ANN001, ANN202
+        found = page_ids(s, q, sort, after, limit)
+        pages.append([i for i, _ in found])
+        if len(pages) == page:
+            change(Repository(store.engine))
+        return found
+
+    monkeypatch.setattr(listing, "page_ids", hooked)
+    return pages
 
 
 @pytest.fixture
@@ -134,20 +154,11 @@ def test_a_page_whose_rows_vanish_after_its_keys_were_read_does_not_end_the_sele
     study = store.create_study(study_spec(), ALICE)
     session = store.create_session(study.id, ALICE)
     added = store.add_episodes(env_episode(study.id, session) for _ in range(10))
-    monkeypatch.setattr(selection, "BATCH", 3)
-    pages: list[list[str]] = []
-    page_ids = listing.page_ids
+    def delete_them(other: Repository) -> None:
+        for episode in added[3:6]:
+            assert other.delete_episode(Repository.ref(episode), ALICE)
 
-    def vanishing(s, q, sort, after, limit):  # noqa: ANN001, ANN202
-        found = page_ids(s, q, sort, after, limit)
-        pages.append([i for i, _ in found])
-        if len(pages) == 2:
-            other = Repository(store.engine)  # its own connection and transaction, committed here
-            for episode in added[3:6]:
-                assert other.delete_episode(Repository.ref(episode), ALICE)
-        return found
-
-    monkeypatch.setattr(listing, "page_ids", vanishing)
+    pages = _after_page(monkeypatch, store, 3, 2, delete_them)
     chosen = selection.select_episodes(store, selection.SelectionQuery(study_id=study.id))
     assert pages[1] == [e.id for e in added[3:6]]
     assert [e.id for e in chosen.episodes] == [e.id for e in added[:3] + added[6:]]
@@ -258,21 +269,12 @@ def test_a_session_marked_invalid_or_a_tag_removed_during_the_selection_is_honou
     added = store.add_episodes([env_episode(study.id, invalid if i % 2 else valid) for i in range(12)])
     for episode in added:
         assert store.add_episode_tag(Repository.ref(episode), "keep", ALICE)
-    monkeypatch.setattr(selection, "BATCH", 4)
-    pages: list[list[str]] = []
-    page_ids = listing.page_ids
+    def change_them(other: Repository) -> None:
+        other.set_session_state(invalid.id, study_pb2.Session.STATE_INVALID)
+        for episode in (added[2], added[10]):
+            assert other.remove_episode_tag(Repository.ref(episode), "keep", ALICE)
 
-    def changed_after_the_first(s, q, sort, after, limit):  # noqa: ANN001, ANN202
-        found = page_ids(s, q, sort, after, limit)
-        pages.append([i for i, _ in found])
-        if len(pages) == 1:
-            other = Repository(store.engine)  # its own connection and transaction, committed here
-            other.set_session_state(invalid.id, study_pb2.Session.STATE_INVALID)
-            for episode in (added[2], added[10]):
-                assert other.remove_episode_tag(Repository.ref(episode), "keep", ALICE)
-        return found
-
-    monkeypatch.setattr(listing, "page_ids", changed_after_the_first)
+    pages = _after_page(monkeypatch, store, 4, 1, change_them)
     chosen = selection.select_episodes(store, selection.SelectionQuery(tag="keep"))
     assert pages[0] == [e.id for e in added[:4]]
     assert [e.id for e in chosen.episodes] == [
