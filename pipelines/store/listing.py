@@ -80,8 +80,12 @@ class Sort:
 
 def valid_sessions_only(query: sa.Select) -> sa.Select:
     """Leave out episodes of INVALID sessions (a correlated NOT EXISTS: evaluated only on the rows read)."""
+    return query.where(_not_in_invalid_session())
+
+
+def _not_in_invalid_session() -> sa.ColumnElement[bool]:
     invalid = sa.exists().where(SessionRow.id == EpisodeRow.session_id, SessionRow.state == _INVALID)
-    return query.where(sa.or_(EpisodeRow.session_id.is_(None), ~invalid))
+    return sa.or_(EpisodeRow.session_id.is_(None), ~invalid)
 
 
 def in_study(episode_id: Any, study_id: str) -> sa.ColumnElement[bool]:
@@ -135,12 +139,12 @@ def where(query: sa.Select, q: EpisodeQuery, *, sessions: bool = True) -> sa.Sel
     return query
 
 
-def invalid_sessions(s: Session, study_id: str | None) -> list[str]:
-    """Ids of the INVALID sessions (of one study); few, whatever the number of episodes."""
+def invalid_sessions(s: Session, study_id: str | None, limit: int | None = None) -> list[str]:
+    """Ids of the INVALID sessions (of one study); few, whatever the number of episodes (at most `limit`)."""
     query = sa.select(SessionRow.id).where(SessionRow.state == _INVALID)
     if study_id is not None:
         query = query.where(SessionRow.study_id == study_id)
-    return list(s.scalars(query))
+    return list(s.scalars(query.limit(limit)))
 
 
 #: INVALID sessions a `NOT IN (...)` lists at most: one bound parameter each, and drivers cap them (SQLite's
@@ -159,15 +163,11 @@ def valid_only(s: Session, q: EpisodeQuery) -> sa.ColumnElement[bool] | None:
     correlated NOT EXISTS then, slower for an OFFSET but one parameter whatever the number of sessions."""
     if q.include_invalid_sessions:
         return None
-    query = sa.select(SessionRow.id).where(SessionRow.state == _INVALID)
-    if q.study_id is not None:
-        query = query.where(SessionRow.study_id == q.study_id)
-    invalid = list(s.scalars(query.limit(NOT_IN_BOUND + 1)))
+    invalid = invalid_sessions(s, q.study_id, limit=NOT_IN_BOUND + 1)
     if not invalid:
         return None
     if len(invalid) > NOT_IN_BOUND:
-        listed = sa.exists().where(SessionRow.id == EpisodeRow.session_id, SessionRow.state == _INVALID)
-        return sa.or_(EpisodeRow.session_id.is_(None), ~listed)
+        return _not_in_invalid_session()
     return sa.or_(EpisodeRow.session_id.is_(None), EpisodeRow.session_id.not_in(invalid))
 
 
