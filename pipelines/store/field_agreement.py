@@ -11,10 +11,11 @@ Krippendorff's alpha is computed with the distance of the field's kind:
 For the other kinds a unit is disputed when its values are not all equal. Adjudicated values are shown beside.
 
 Memory does not grow with the study (issue 21): the store hands over only the places two or more annotators
-gave a value (`field_places`, counted by the database as values are written), one place at a time from a stream read in batches, and alpha is kept as
-running sums (`Alpha`): the observed disagreement per unit, and for the expected one the count of each
-distinct value (nominal; exact), the mean and sum of squared deviations (interval; exact), or the counts of at
-most MAX_DISTINCT distinct values and else a seeded reservoir sample (Jaccard, text). The `krippendorff`
+gave a value (`field_places`, counted by the database as values are written), one place at a time from a
+stream read in batches, and alpha is kept as running sums (`Alpha`): the observed disagreement per unit, and
+for the expected one the count of each distinct value (nominal; exact), the mean and sum of squared deviations
+(interval; exact), or the counts of at most MAX_DISTINCT distinct values and else a seeded reservoir sample
+(Jaccard, text). The `krippendorff`
 package is the reference the tests hold this to. At most MAX_DISPUTED disputed places are listed per field
 (those without a consensus first); `disputed_count` says how many there are.
 """

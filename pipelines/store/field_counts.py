@@ -73,12 +73,22 @@ def pending(s: Session, study_id: str, limit: int = COMPACT_AT) -> int:
     return int(s.scalar(sa.select(sa.func.count()).select_from(first.subquery())) or 0)
 
 
+def _sums(source: str) -> tuple[str, str]:
+    """The SELECTs that sum the changes `source` ("FROM ... [WHERE ...]") names into rows of `field_counts` of
+    study :s: per field and annotator, and per field (user "") for places and episodes."""
+    return (
+        f'SELECT :s, field, "user", SUM(entries), SUM(timed), SUM(seconds), 0, 0 {source} GROUP BY field, "user"',
+        f"SELECT :s, field, '', 0, 0, 0, SUM(places), SUM(episodes) {source} GROUP BY field",
+    )
+
+
 def compact(engine: sa.Engine, study_id: str) -> int:
     """Move the study's changes into its sums, in one transaction; returns how many were moved. On PostgreSQL
     the changes are deleted and summed in one statement (exactly those deleted are added, whatever commits
     meanwhile), under a lock per study so two compactions add their sums one after the other; SQLite has one
     writer at a time."""
     c = ", ".join(_SUMS)
+    insert = f'INSERT INTO field_counts (study_id, field, "user", {c})'
     upsert = (
         'ON CONFLICT (study_id, field, "user") DO UPDATE SET '
         + ", ".join(f"{x} = field_counts.{x} + excluded.{x}" for x in _SUMS)
@@ -86,30 +96,20 @@ def compact(engine: sa.Engine, study_id: str) -> int:
     with engine.execution_options(**{WRITE: True}).begin() as conn:  # BEGIN IMMEDIATE on SQLite
         if engine.dialect.name == "postgresql":
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK | zlib.crc32(study_id.encode())})
+            per_user, per_field = _sums("FROM moved")
             moved = conn.execute(sa.text(
                 f'WITH moved AS (DELETE FROM field_count_changes WHERE study_id = :s RETURNING field, "user", {c}), '
-                f'counted AS (INSERT INTO field_counts (study_id, field, "user", {c}) '
-                f'SELECT :s, field, "user", SUM(entries), SUM(timed), SUM(seconds), 0, 0 FROM moved '
-                f'GROUP BY field, "user" UNION ALL '
-                f"SELECT :s, field, '', 0, 0, 0, SUM(places), SUM(episodes) FROM moved GROUP BY field {upsert}) "
-                "SELECT COUNT(*) FROM moved"
+                f'counted AS ({insert} {per_user} UNION ALL {per_field} {upsert}) SELECT COUNT(*) FROM moved'
             ), {"s": study_id}).scalar()  # fmt: skip
         else:
             last = conn.execute(sa.text("SELECT MAX(id) FROM field_count_changes WHERE study_id = :s"),
                                 {"s": study_id}).scalar()  # fmt: skip
             if last is None:
                 return 0
-            where = "WHERE study_id = :s AND id <= :last"
-            for select in (
-                f'SELECT study_id, field, "user", SUM(entries), SUM(timed), SUM(seconds), 0, 0 '
-                f'FROM field_count_changes {where} GROUP BY study_id, field, "user"',
-                f"SELECT study_id, field, '', 0, 0, 0, SUM(places), SUM(episodes) "
-                f"FROM field_count_changes {where} GROUP BY study_id, field",
-            ):
-                conn.execute(sa.text(f'INSERT INTO field_counts (study_id, field, "user", {c}) {select} {upsert}'),
-                             {"s": study_id, "last": last})  # fmt: skip
-            moved = conn.execute(sa.text(f"DELETE FROM field_count_changes {where}"),
-                                 {"s": study_id, "last": last}).rowcount  # fmt: skip
+            where = "FROM field_count_changes WHERE study_id = :s AND id <= :last"
+            for select in _sums(where):
+                conn.execute(sa.text(f"{insert} {select} {upsert}"), {"s": study_id, "last": last})
+            moved = conn.execute(sa.text(f"DELETE {where}"), {"s": study_id, "last": last}).rowcount
         conn.execute(sa.text("DELETE FROM field_counts WHERE study_id = :s AND entries = 0 AND places = 0 "
                              "AND episodes = 0"), {"s": study_id})  # fmt: skip
     return int(moved or 0)
