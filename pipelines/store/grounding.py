@@ -333,13 +333,18 @@ def for_step(repo: EpisodeAccess, ref: EpisodeRef, step: int) -> list[Annotation
 def for_episodes(repo: EpisodeAccess, episode_ids: Iterable[str]) -> dict[str, list[Annotation]]:
     """Every annotation of these store episodes (by store episode id), oldest first; episodes without any are
     left out. Read in chunks so a long list never makes one huge IN clause."""
+    with repo._read() as s:
+        return in_session(s, episode_ids)
+
+
+def in_session(s: Session, episode_ids: Iterable[str]) -> dict[str, list[Annotation]]:
+    """`for_episodes` inside the caller's transaction (`stepmark evaluate` reads them in its write one)."""
     ids = list(dict.fromkeys(episode_ids))
     out: dict[str, list[Annotation]] = {}
-    with repo._read() as s:
-        for i in range(0, len(ids), 500):
-            query = sa.select(GroundingAnnotationRow).where(GroundingAnnotationRow.episode_id.in_(ids[i : i + 500]))
-            for r in s.scalars(query.order_by(GroundingAnnotationRow.id)):
-                out.setdefault(r.episode_id, []).append(_annotation(r))
+    for i in range(0, len(ids), 500):
+        query = sa.select(GroundingAnnotationRow).where(GroundingAnnotationRow.episode_id.in_(ids[i : i + 500]))
+        for r in s.scalars(query.order_by(GroundingAnnotationRow.id)):
+            out.setdefault(r.episode_id, []).append(_annotation(r))
     return out
 
 

@@ -28,6 +28,7 @@ _TABLES = (
     "study_queues", "queue_assignments", "annotator_step_labels", "adjudications", "grounding_annotations",
     "study_fields", "field_values", "field_suggestions", "field_adjudications",
     "field_places", "field_episodes", "field_counts", "field_count_changes",
+    "evaluation_runs", "evaluation_results",
 )  # fmt: skip
 # Arbitrary constant for pg_advisory_xact_lock ("stepmark" in ASCII, truncated to fit a bigint).
 _PG_LOCK_KEY = 0x737465706D61726B
@@ -706,6 +707,46 @@ def _v11_audit_study_index(conn: Connection) -> None:
     conn.execute(sa.text("CREATE INDEX ix_audit_log_study ON audit_log (study_id, id)"))
 
 
+def _v12_evaluation_runs(conn: Connection) -> None:
+    """Version 12 (issue 33): `stepmark evaluate` runs (a study's predictions scored by name) and their per-step
+    results; the index (run_id, matched, episode_id) lists a run's failed episodes for the Episodes page.
+    Tables only; independent of versions 13 and 14 (other branches)."""
+    md = sa.MetaData()
+    id_ = sa.String(64)
+    for t in ("studies", "episodes"):  # FK targets only
+        sa.Table(t, md, sa.Column("id", id_, primary_key=True))
+    sa.Table(
+        "evaluation_runs",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("study_id", id_, sa.ForeignKey("studies.id", ondelete="CASCADE"), nullable=False),
+        sa.Column("name", sa.String(128), nullable=False),
+        sa.Column("predictions", sa.Text, nullable=False),
+        sa.Column("created_by", sa.String(320), nullable=False),
+        sa.Column("created_time", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("summary", sa.JSON, nullable=False),
+        sa.UniqueConstraint("study_id", "name", name="uq_evaluation_runs_study_name"),
+    )
+    results = sa.Table(
+        "evaluation_results",
+        md,
+        sa.Column(
+            "run_id", sa.Integer, sa.ForeignKey("evaluation_runs.id", ondelete="CASCADE"), primary_key=True
+        ),
+        sa.Column("episode_id", id_, sa.ForeignKey("episodes.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column("step_index", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("line", sa.Integer),
+        sa.Column("recorded_type", sa.String(32)),
+        sa.Column("predicted_type", sa.String(32)),
+        sa.Column("matched", sa.Boolean),
+        sa.Column("reason", sa.String(32)),
+        sa.Column("recorded", sa.JSON),
+        sa.Column("predicted", sa.JSON),
+    )
+    sa.Index("ix_evaluation_results_failed", results.c.run_id, results.c.matched, results.c.episode_id)
+    md.create_all(conn, tables=[md.tables["evaluation_runs"], results])
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _v1_initial),
     Migration(
@@ -728,6 +769,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "study field values counted by a trigger (places, episodes, changes to the counts)", _v10_field_counts),
     # Independent of version 10 (another branch): an index only.
     Migration(11, "audit log index (study_id, id): a study's change mark in one probe", _v11_audit_study_index),
+    # Issue 33 (evaluate); numbered 12, independent of 13 and 14 (other branches).
+    Migration(12, "evaluation runs and their per-step results", _v12_evaluation_runs),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

@@ -488,3 +488,45 @@ class FieldCountChangeRow(_FieldSums, Base):
     study_id: Mapped[str] = mapped_column(ID)
     field: Mapped[str] = mapped_column(FIELD)
     user: Mapped[str] = mapped_column(EMAIL)
+
+
+# -- evaluation runs (issue 33; migration 12; rules in pipelines/evaluation/runs.py) -----------------------------
+
+
+class EvaluationRunRow(Base):
+    """One `stepmark evaluate` run: a predictions file scored against a study's steps, stored under its name
+    (unique per study). `summary`: the figures the command printed (schemas/evaluation.md)."""
+
+    __tablename__ = "evaluation_runs"
+    __table_args__ = (UniqueConstraint("study_id", "name", name="uq_evaluation_runs_study_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study_id: Mapped[str] = mapped_column(ID, ForeignKey("studies.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(128))
+    predictions: Mapped[str] = mapped_column(Text)  # the file it read
+    created_by: Mapped[str] = mapped_column(EMAIL)
+    created_time: Mapped[datetime] = mapped_column(TIME)
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class EvaluationResultRow(Base):
+    """One scored step of a run: the recorded and predicted actions (AndroidControl JSON), whether they
+    matched and why not. `line` is the predictions file's line (NULL: no prediction, reason `missing`)."""
+
+    __tablename__ = "evaluation_results"
+    __table_args__ = (Index("ix_evaluation_results_failed", "run_id", "matched", "episode_id"),)
+
+    run_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("evaluation_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    episode_id: Mapped[str] = mapped_column(
+        ID, ForeignKey("episodes.id", ondelete="CASCADE"), primary_key=True
+    )
+    step_index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    line: Mapped[int | None] = mapped_column(Integer)
+    recorded_type: Mapped[str | None] = mapped_column(String(32))
+    predicted_type: Mapped[str | None] = mapped_column(String(32))
+    matched: Mapped[bool | None] = mapped_column(Boolean)
+    reason: Mapped[str | None] = mapped_column(String(32))
+    recorded: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    predicted: Mapped[dict[str, Any] | None] = mapped_column(JSON)
