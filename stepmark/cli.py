@@ -58,6 +58,7 @@ COMMAND_MODULES = {
     "report": "stepmark.cmd_report",
     "copy": "stepmark.cmd_storage",
     "fields": "stepmark.cmd_fields",
+    "evaluate": "stepmark.cmd_evaluate",
 }
 
 

@@ -151,10 +151,7 @@ class _Episodes:
         sessions: dict[str, str] = {}
         for ref in todo:
             parts = ref.split("/")
-            if len(parts) == 3 and all(parts):
-                if parts[0] != self.study_id:
-                    self.known[ref] = None
-                    continue
+            if len(parts) == 3 and all(parts) and parts[0] == self.study_id:
                 wanted[parts[2]], sessions[ref] = ref, parts[1]
             else:
                 wanted[ref] = ref
@@ -169,7 +166,8 @@ class _Episodes:
             if ref in sessions and sessions[ref] != session:
                 continue
             self.known[ref] = (eid, steps or 0, kind)
-        others = {f"ui:{r}": r for r in todo if self.known.get(r) is None and "/" not in r}
+        # not found so far: a converted episode's id (which may hold "/", even two)
+        others = {f"ui:{r}": r for r in todo if self.known.get(r) is None}
         if others:
             rows = self.s.execute(
                 sa.select(EpisodeRow.source_key, EpisodeRow.id, EpisodeRow.num_steps, EpisodeRow.kind).where(
