@@ -147,14 +147,15 @@ class _Episodes:
         todo = [r for r in refs if r not in self.known]
         if len(self.known) + len(todo) > self.limit:
             self.known.clear()
-        wanted: dict[str, str] = {}  # store id -> reference
+        wanted: dict[str, list[str]] = {}  # store id -> the references naming it
         sessions: dict[str, str] = {}
         for ref in todo:
             parts = ref.split("/")
             if len(parts) == 3 and all(parts) and parts[0] == self.study_id:
-                wanted[parts[2]], sessions[ref] = ref, parts[1]
+                wanted.setdefault(parts[2], []).append(ref)
+                sessions[ref] = parts[1]
             else:
-                wanted[ref] = ref
+                wanted.setdefault(ref, []).append(ref)
             self.known[ref] = None
         rows = self.s.execute(
             sa.select(EpisodeRow.id, EpisodeRow.num_steps, EpisodeRow.kind, EpisodeRow.session_id).where(
@@ -162,10 +163,9 @@ class _Episodes:
             )
         )
         for eid, steps, kind, session in rows:
-            ref = wanted[eid]
-            if ref in sessions and sessions[ref] != session:
-                continue
-            self.known[ref] = (eid, steps or 0, kind)
+            for ref in wanted[eid]:
+                if sessions.get(ref, session) == session:
+                    self.known[ref] = (eid, steps or 0, kind)
         # not found so far: a converted episode's id (which may hold "/", even two)
         others = {f"ui:{r}": r for r in todo if self.known.get(r) is None}
         if others:
