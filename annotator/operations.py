@@ -151,13 +151,14 @@ class EpisodeFilter:
     tag: str | None = None
     user: str | None = None
     notes_query: str | None = None
+    failed_in_run: str | None = None  # a run of the study (`stepmark evaluate`): its failed episodes
 
     def query(self) -> EpisodeQuery:
         """The store's query for these filters."""
         return EpisodeQuery(
             study_id=self.study_id or None, env_id=self.env_id or None,
             states=tuple(self.states) if self.states else None, tag=self.tag or None, user=self.user or None,
-            notes_query=self.notes_query or None,
+            notes_query=self.notes_query or None, failed_in_run=self.failed_in_run or None,
         )  # fmt: skip
 
 

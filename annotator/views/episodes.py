@@ -27,6 +27,7 @@ from annotator.operations import (
 from annotator.plain import md_escape
 from annotator.views import queue_panel, session
 from pipelines.errors import StepmarkError
+from pipelines.evaluation import runs as evaluation_runs
 from pipelines.store.listing import Sort
 from protos.rlds_creator import client_pb2
 
@@ -42,7 +43,7 @@ SORT_LABELS = {
     "steps": "steps",
     "total reward": "total reward",
 }
-FILTER_KEYS = ("f_study", "f_env", "f_status", "f_tag", "f_notes", "f_mine", "f_sort", "f_desc")
+FILTER_KEYS = ("f_study", "f_env", "f_status", "f_tag", "f_notes", "f_mine", "f_sort", "f_desc", "f_run")
 
 
 def rows(episodes: client_pb2.EpisodesResponse) -> pd.DataFrame:
@@ -100,8 +101,12 @@ def filters(ops) -> EpisodeFilter:
                               on_change=_first_page)  # fmt: skip
     tags = tag_options(ops, [s.id for s in studies])
     tag = c4.selectbox("Tag", [ANY, *tags], key="f_tag", on_change=_first_page)
-    c5, c6, c7, c8 = st.columns([3, 1, 1, 1])
+    c5, c9, c6, c7, c8 = st.columns([3, 2, 1, 1, 1])
     notes = c5.text_input("Search in notes", key="f_notes", placeholder="words in the notes", on_change=_first_page)
+    # a study's `stepmark evaluate` runs: the episodes with a step the run failed
+    run_names = [r["run"] for r in evaluation_runs.runs(ops.repo, study_id)] if study_id != ANY else []
+    run = c9.selectbox("Failed in run", [ANY, *run_names], key="f_run", on_change=_first_page,
+                       disabled=not run_names, help="the study's evaluation runs (stepmark evaluate)")  # fmt: skip
     mine = c6.checkbox("Only mine", key="f_mine", on_change=_first_page)
     c7.selectbox("Sort by", list(SORT_LABELS), format_func=SORT_LABELS.get, key="f_sort", on_change=_first_page)
     c8.toggle("Descending", key="f_desc", on_change=_first_page)
@@ -112,6 +117,7 @@ def filters(ops) -> EpisodeFilter:
         tag=None if tag == ANY else tag,
         user=ops.user if mine else None,
         notes_query=notes.strip() or None,
+        failed_in_run=run if run in run_names else None,
     )
 
 

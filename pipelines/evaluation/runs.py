@@ -35,6 +35,7 @@ MAX_NAME = 128
 #: Which grounding annotations decide a step's target: the export's default (what most annotators agree on).
 ANNOTATIONS = "consensus"
 _KEYS = {"episode", "step", "action"}
+AUDIT_ACTION = "evaluation.run"
 
 
 @dataclass
@@ -370,6 +371,10 @@ def evaluate(
         figures = _score(s, run.id, study_id, repo.data_dir, path)
         figures.predictions = count
         run.summary = figures.to_json()
+        # audited: the study's change mark moves, so remembered counts of its lists (the run filter) follow
+        repo._audit(s, user, AUDIT_ACTION, study_id=study_id, before={"run": name} if old is not None else None,
+                    after={"run": name, "file": path, "steps": figures.overall.steps,
+                           "matched": figures.overall.matched})  # fmt: skip
         return _run_json(run)
 
 
@@ -441,17 +446,6 @@ def step_results(repo: Any, study_id: str, name: str, episode_id: str) -> list[d
         ).all()
     return [{"step": i, "recorded": rec, "predicted": pred, "matched": bool(m), "reason": reason}
             for i, rec, pred, m, reason in rows]  # fmt: skip
-
-
-def failed_episodes_query(study_id: str, name: str) -> sa.Select:
-    """Ids of the episodes with at least one failed step in the run (the Episodes page's filter)."""
-    r = EvaluationResultRow
-    run_id = (
-        sa.select(EvaluationRunRow.id)
-        .where(EvaluationRunRow.study_id == study_id, EvaluationRunRow.name == name)
-        .scalar_subquery()
-    )
-    return sa.select(r.episode_id).where(r.run_id == run_id, r.matched.is_(False))
 
 
 def compare(repo: Any, study_id: str, a: str, b: str) -> Iterator[dict[str, Any]]:

@@ -26,7 +26,15 @@ import sqlalchemy.orm
 from sqlalchemy.orm import Session
 
 from pipelines.store.errors import StoreError
-from pipelines.store.models import AuditRow, EpisodeRow, EpisodeTagRow, SessionRow, StepTagRow
+from pipelines.store.models import (
+    AuditRow,
+    EpisodeRow,
+    EpisodeTagRow,
+    EvaluationResultRow,
+    EvaluationRunRow,
+    SessionRow,
+    StepTagRow,
+)
 from protos.rlds_creator import study_pb2
 
 _INVALID = study_pb2.Session.STATE_INVALID
@@ -58,6 +66,8 @@ class EpisodeQuery:
     user: str | None = None
     notes_query: str | None = None
     include_invalid_sessions: bool = False
+    #: The name of one of the study's `stepmark evaluate` runs: only episodes with a step it failed.
+    failed_in_run: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,20 @@ def _annotated(study_id: str | None, text: str) -> sa.Select:
     return query
 
 
+def failed_in_run(study_id: str | None, name: str) -> sa.ColumnElement[bool]:
+    """Episodes with at least one failed step in the study's run `name`, read from the run's index
+    (`run_id`, `matched`, `episode_id`); no study: no episode."""
+    run_id = (
+        sa.select(EvaluationRunRow.id)
+        .where(EvaluationRunRow.study_id == (study_id or ""), EvaluationRunRow.name == name)
+        .scalar_subquery()
+    )
+    failed = sa.select(EvaluationResultRow.episode_id).where(
+        EvaluationResultRow.run_id == run_id, EvaluationResultRow.matched.is_(False)
+    )
+    return EpisodeRow.id.in_(failed)
+
+
 def where(query: sa.Select, q: EpisodeQuery, *, sessions: bool = True) -> sa.Select:
     """`query` (over episodes) filtered by `q`; `sessions=False` leaves the INVALID-session rule to the caller."""
     if q.study_id is not None and not q.notes_query:
@@ -133,6 +157,8 @@ def where(query: sa.Select, q: EpisodeQuery, *, sessions: bool = True) -> sa.Sel
         query = query.where(_tagged(q.tag))
     if q.notes_query:
         query = query.where(EpisodeRow.id.in_(_annotated(q.study_id, q.notes_query)))
+    if q.failed_in_run is not None:
+        query = query.where(failed_in_run(q.study_id, q.failed_in_run))
 
     if sessions and not q.include_invalid_sessions:
         query = valid_sessions_only(query)

@@ -206,3 +206,32 @@ def test_the_table_pages_sorts_jumps_and_selects_across_pages(tmp_path, monkeypa
     at.button(key="ep_export").click().run()
     assert at.title[0].value == "Export"
     assert sorted(at.session_state["export_refs"]) == sorted(listed)
+
+
+def test_filter_by_the_failed_episodes_of_an_evaluation_run(tmp_path, monkeypatch):
+    """The sample UI study with two runs: "perfect" repeats every recorded action, "one-off" misses one tap of
+    the step-folder episode: filtered by "one-off" the table lists that episode alone, by "perfect" none."""
+    from pipelines.evaluation import runs
+    from tests.pipelines.evaluation.helpers import import_samples, recorded_actions, write_predictions
+
+    data_dir = tmp_path / "data"
+    repo = open_store(None, data_dir)
+    study = import_samples(repo, data_dir, ALICE)
+    steps = recorded_actions(repo, data_dir, study.id)
+    folder = next(row for row, _, _ in steps if row.source_key == "ui:step_folders/yelp_bookmarks")
+    perfect = write_predictions(tmp_path / "perfect.jsonl", steps)
+    runs.evaluate(repo, study.id, str(perfect), "perfect", ALICE)
+    off = write_predictions(tmp_path / "off.jsonl", steps, {(folder.id, 1): {"action_type": "navigate_back"}})
+    assert runs.evaluate(repo, study.id, str(off), "one-off", ALICE)["matched"] == len(steps) - 1
+
+    at = episodes_page(data_dir, ALICE, monkeypatch)
+    assert len(table(at)) == 7  # every episode of the study, the single screens too
+    assert at.selectbox(key="f_run").disabled  # no study chosen: no run to choose
+    at.selectbox(key="f_study").set_value(study.id).run()
+    assert at.selectbox(key="f_run").options == ["(any)", "one-off", "perfect"]
+    at.selectbox(key="f_run").set_value("one-off").run()
+    assert table(at)["episode"].tolist() == [f"{study.id}/{folder.session_id}/{folder.id}"]
+    at.selectbox(key="f_run").set_value("perfect").run()
+    assert "No episode matches" in at.info[0].value
+    at.selectbox(key="f_run").set_value("(any)").run()
+    assert len(table(at)) == 7
