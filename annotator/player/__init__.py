@@ -42,16 +42,18 @@ def _ignore() -> None:
 
 
 def show(
-    ref_key: str, token: str, start: int, palette: list[str], key: str, *, explicit: bool, mode: str = "tags"
+    ref_key: str, token: str, start: int, palette: list[str], key: str, *, explicit: bool, mode: str = "tags",
+    run: str | None = None,
 ) -> PlayerState:
     """Mount the player. `explicit`: `start` came from the URL the page was opened with (a link or a reload);
     otherwise the browser's own memory of the step it showed last wins (back from another page).
     `mode`: "tags" (the shared step and episode tags, Replay) or "labels" (the annotator's own per-step labels,
-    kept apart for agreement: the Label page)."""
+    kept apart for agreement: the Label page). `run`: a `stepmark evaluate` run of the study whose predicted
+    action the player draws beside the recorded one on every step (UI episodes)."""
     result = _component()(
         key=key,
         data={"ref": ref_key, "token": token, "start": int(start), "start_is_explicit": bool(explicit),
-              "palette": list(palette), "mode": mode},  # fmt: skip
+              "palette": list(palette), "mode": mode, "run": run or ""},  # fmt: skip
         default={"step": int(start)},
         on_step_change=_ignore,
         on_changed_change=_ignore,

@@ -101,6 +101,12 @@ class Player {
       this.grounding = new Grounding(this);
       this.grounding.start();
     }
+    this.evaluation = new Map(); // step -> the chosen run's row (stepmark evaluate), drawn beside the recorded action
+    if (this.kind === "ui" && this.data.run) {
+      const run = await this.getJSON(`${this.base}/evaluation?run=${encodeURIComponent(this.data.run)}`);
+      if (this.disposed) return;
+      for (const [step, row] of Object.entries(run.steps || {})) this.evaluation.set(Number(step), row);
+    }
     // The study's own fields (issue 26): this annotator's values, on Replay and Label alike.
     this.fields = new StepFields(this);
     this.fields.start();
@@ -708,7 +714,9 @@ class Player {
     ctx.clearRect(0, 0, overlay.width, overlay.height);
     if (this.kind !== "ui") return;
     const s = this.steps.get(this.cur);
-    if (!s || !s.size || !this.framePainted()) return;
+    const painted = Boolean(s && s.size && this.framePainted());
+    this.drawPrediction(painted ? s : null); // hidden until this step's frame is on screen
+    if (!painted) return;
     const k = overlay.width / s.size[0];
     const line = Math.max(2, Math.round(overlay.width / 300));
     const mode = el(this.root, ".sm-boxes").value;
@@ -762,6 +770,35 @@ class Player {
       ctx.beginPath();
       ctx.arc(x * k, y * k, Math.max(2, radius / 4), 0, 2 * Math.PI);
       ctx.fill();
+    }
+  }
+
+  drawPrediction(s) {
+    // `s`: the step on screen (null while its frame loads). The chosen run's predicted action on this step: a second touch point (a DOM ring placed in percent of the
+    // screenshot, so it stays on its pixel at any zoom) and a line of plain text saying what was predicted.
+    const marker = el(this.root, ".sm-predicted");
+    const note = el(this.root, ".sm-eval");
+    const row = this.data.run ? this.evaluation.get(this.cur) : null;
+    note.hidden = !this.data.run;
+    marker.hidden = true;
+    if (!this.data.run) return;
+    if (!row) {
+      note.textContent = `Run ${this.data.run}: this step is not scored`;
+      return;
+    }
+    const p = row.predicted;
+    const said = p ? `${p.action_type}${"x" in p ? ` (${Math.round(p.x)}, ${Math.round(p.y)})` : ""}` +
+      `${p.direction ? ` ${p.direction}` : ""}${p.text !== undefined ? ` "${p.text}"` : ""}` +
+      `${p.app_name !== undefined ? ` "${p.app_name}"` : ""}${p.goal_status ? ` ${p.goal_status}` : ""}` : "no prediction";
+    note.textContent = `Run ${this.data.run}: predicted ${said}: ${row.matched ? "matched" : `failed (${row.reason})`}`;
+    if (p && "x" in p && s && el(this.root, ".sm-touch").checked) {
+      marker.style.left = `${(100 * p.x) / s.size[0]}%`;
+      marker.style.top = `${(100 * p.y) / s.size[1]}%`;
+      marker.classList.toggle("sm-failed", !row.matched);
+      marker.title = note.textContent;
+      marker.dataset.x = String(p.x);
+      marker.dataset.y = String(p.y);
+      marker.hidden = false;
     }
   }
 
@@ -1145,7 +1182,7 @@ class Player {
 export default function (component) {
   const { data, parentElement, setStateValue, setTriggerValue } = component;
   const root = parentElement;
-  const id = `${data.ref}|${data.token}|${JSON.stringify(data.palette || [])}`;
+  const id = `${data.ref}|${data.token}|${JSON.stringify(data.palette || [])}|${data.run || ""}`;
   const previous = players.get(root);
   let player;
   if (previous && previous.id === id && !previous.player.disposed) {

@@ -26,6 +26,7 @@ from annotator.plain import md_escape
 from annotator.views import episode_picker, session
 from annotator.web import context
 from pipelines.errors import StepmarkError
+from pipelines.evaluation import runs as evaluation_runs
 from protos.rlds_creator import client_pb2
 
 LAST = "_replay_last"  # (episode key, step) shown last in this session: survives visits to other pages
@@ -181,6 +182,21 @@ def header(ops, key: str, opened: client_pb2.ReplayEpisodeResponse, num_steps: i
     )
 
 
+NO_RUN = "(none)"
+
+
+def choose_run(ops, opened: client_pb2.ReplayEpisodeResponse) -> str | None:
+    """A `stepmark evaluate` run of the episode's study whose predictions the player shows (UI episodes)."""
+    if episode_kind(opened.episode.episode) != "ui":
+        return None
+    names = [r["run"] for r in evaluation_runs.runs(ops.repo, ops.replay.ref.study_id)]
+    if not names:
+        return None
+    run = st.selectbox("Evaluation run", [NO_RUN, *names], key="replay_run",
+                       help="draw this run's predicted action beside the recorded one (stepmark evaluate)")  # fmt: skip
+    return None if run == NO_RUN else run
+
+
 def render() -> None:
     ops = session.operations()
     st.title("Replay")
@@ -208,7 +224,8 @@ def render() -> None:
     # state and the notes follow under it.
     palette = ops.repo.get_palette(ops.replay.ref.study_id)
     explicit = st.session_state.get("_explicit_step", (None,))[0] == key
-    shown = player.show(key, token(ops.user), start, palette, key=f"player_{key}", explicit=explicit)
+    run = choose_run(ops, opened)
+    shown = player.show(key, token(ops.user), start, palette, key=f"player_{key}", explicit=explicit, run=run)
     if shown.changed:  # an undo/redo in the player may have changed the state: read it again
         ops._refresh()
     step = shown.step if shown.step is not None else start

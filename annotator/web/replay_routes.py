@@ -9,6 +9,7 @@ step index the browser sends: the step whose frame was on screen when the key wa
     GET  /api/replay/{study}/{session}/{episode}/steps?start=&end= per-step data (objects, action, keys, ...)
     GET  /api/replay/{study}/{session}/{episode}/frames/{step}   the step's frame (cacheable)
     GET  /api/replay/{study}/{session}/{episode}/tags            tags and state now (polled for live updates)
+    GET  /api/replay/{study}/{session}/{episode}/evaluation?run=  a `stepmark evaluate` run's rows of this episode
     POST /api/replay/{study}/{session}/{episode}/tags            add/remove a step, segment or episode tag
     POST /api/replay/{study}/{session}/{episode}/undo | /redo    this annotator's last change on this episode
     GET  /api/labels/{study}/{session}/{episode}                  this annotator's own labels (the Label page)
@@ -83,6 +84,19 @@ def _frame(request: Request, claims: context.Claims, where: Where) -> Response:
 def _tags_now(request: Request, claims: context.Claims, where: Where) -> Response:
     episode = where.repo().get_episode(episode_ref(request))
     return JSONResponse(player_data.tags_payload(episode), headers={"cache-control": "no-store"})
+
+
+def _evaluation(request: Request, claims: context.Claims, where: Where) -> Response:
+    """The episode's rows of one run of its study (by step): what the player draws beside the recorded action."""
+    from pipelines.evaluation import runs
+
+    ref = episode_ref(request)
+    where.repo().get_episode(ref)  # NotFound for an unknown episode
+    name = request.query_params.get("run", "")
+    if not name or len(name) > runs.MAX_NAME:
+        raise RequestError("name the run: ?run=NAME")
+    rows = runs.step_results(where.repo(), ref.study_id, name, ref.episode_id)
+    return JSONResponse({"run": name, "steps": {str(r["step"]): r for r in rows}}, headers={"cache-control": "no-store"})
 
 
 def _label(body: dict[str, Any]) -> str:
@@ -179,6 +193,7 @@ def routes(settings: context.Settings | None = None) -> list[BaseRoute]:
         Route(PREFIX + "/steps", guarded(_steps, where), methods=["GET"]),
         Route(PREFIX + "/frames/{step}", guarded(_frame, where, query_token=True), methods=["GET"]),
         Route(PREFIX + "/tags", guarded(_tags_now, where), methods=["GET"]),
+        Route(PREFIX + "/evaluation", guarded(_evaluation, where), methods=["GET"]),
         Route(PREFIX + "/tags", with_body(_change_tags, where), methods=["POST"]),
         Route(PREFIX + "/undo", with_body(_undo_or_redo(redo=False), where), methods=["POST"]),
         Route(PREFIX + "/redo", with_body(_undo_or_redo(redo=True), where), methods=["POST"]),
