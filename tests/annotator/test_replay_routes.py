@@ -243,3 +243,28 @@ def test_labels_are_the_annotators_own_and_apart_from_the_shared_tags(client, st
     assert beyond.status_code == 400 and "out of range" in beyond.json()["error"]
     gone = client.post(route, json={"op": "remove", "step": 6, "label": "ledge"}, headers=auth(BOB)).json()
     assert gone["ok"] and gone["step_tags"] == {}
+
+
+def test_the_evaluation_route_serves_a_runs_rows_of_the_episode(client, store, tmp_path):
+    """`/evaluation?run=` gives the episode's rows of a run by step (what the player draws); it needs the token,
+    a run name, and names an unknown run as such."""
+    from pipelines.evaluation import runs
+    from pipelines.store import open_store
+
+    data_dir, _, ui_episode = store
+    repo = open_store(None, data_dir)
+    path = tmp_path / "agent.jsonl"
+    path.write_text(json.dumps({"episode": ui_episode.id, "step": 0, "action": {"action_type": "navigate_back"}}) + "\n")
+    name = f"route-{tmp_path.name}"
+    summary = runs.evaluate(repo, ui_episode.study_id, str(path), name, ALICE)
+    assert summary["predictions"] == 1
+    assert client.get(url(ui_episode, f"evaluation?run={name}")).status_code == 401  # no token
+    assert client.get(url(ui_episode, "evaluation"), headers=auth()).status_code == 400
+    assert client.get(url(ui_episode, "evaluation?run=nothing"), headers=auth()).status_code == 404
+    body = client.get(url(ui_episode, f"evaluation?run={name}"), headers=auth()).json()
+    assert body["run"] == name
+    first = body["steps"]["0"]
+    assert first["predicted"] == {"action_type": "navigate_back"} and first["matched"] is False
+    assert first["reason"] == "type" and first["recorded"]["action_type"] == "click"
+    assert all(row["reason"] == "missing" for step, row in body["steps"].items() if step != "0")
+    assert len(body["steps"]) == summary["steps"]
