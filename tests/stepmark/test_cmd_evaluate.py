@@ -242,3 +242,32 @@ def test_an_invalid_line_refuses_the_whole_file(capsys, tmp_path: Path, converte
         assert runs.runs(repo, study) == []
         with repo._read() as s:
             assert s.scalar(sa.select(sa.func.count()).select_from(EvaluationResultRow)) == 0
+
+
+def readme_row() -> str:
+    (row,) = [line for line in (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+              if line.startswith("| `stepmark evaluate ")]  # fmt: skip
+    return row
+
+
+def test_the_readme_row_runs_as_printed(capsys, tmp_path: Path, converted) -> None:
+    """Both commands of the README's row, their placeholders filled in, each option the row names."""
+    import re
+    import shlex
+
+    store = ["--data", str(tmp_path / "data"), "--user", "lead@example.com"]
+    study, _ = import_study(capsys, converted["aitz"], store, "AitZ")
+    write(tmp_path / "agent.jsonl", [{"episode": AITZ, "step": 0, "action": {"action_type": "navigate_home"}}])
+    write(tmp_path / "other.jsonl", [{"episode": AITZ, "step": 0, "action": {"action_type": "navigate_back"}}])
+    commands = re.findall(r"`((?:stepmark )?evaluate [^`]+)`", readme_row().split(" | ")[0])
+    assert len(commands) == 2
+    fill = {"ID": study, "FILE.jsonl": str(tmp_path / "agent.jsonl"), "RUN": "agent", "A": "agent", "B": "other"}
+    run(capsys, "evaluate", "--study", study, "--predictions", str(tmp_path / "other.jsonl"), *store)
+    for command in commands:
+        words = shlex.split(command.removeprefix("stepmark "))
+        argv = [fill.get(w.strip("[]"), w.strip("[]")) for w in words]
+        code, out, err = run(capsys, *argv, *store)
+        assert code == 0, (argv, err)
+        assert json.loads(out)  # --json
+    code, out, _ = run(capsys, "evaluate", "--study", study, "--compare", "agent", "other", "--json", *store)
+    assert [d["step"] for d in json.loads(out)["differ"]] == [0]
