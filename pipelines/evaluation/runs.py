@@ -11,7 +11,6 @@ is stored.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from pipelines.evaluation import matching
 from pipelines.store import grounding as store_grounding
 from pipelines.store.access import now
 from pipelines.store.errors import NotFound, StoreError
+from pipelines.store.jsonl import numbered, object_line
 from pipelines.store.models import EpisodeRow, EvaluationResultRow, EvaluationRunRow, StudyRow
 from protos.llm4mobile import episode_pb2
 from protos.stepmark import ui_episode_pb2
@@ -91,17 +91,7 @@ def _lines(path: str) -> Iterator[tuple[int, str]]:
     except OSError as exc:
         raise StoreError(f"{path}: cannot read: {exc}") from exc
     with f:
-        number = 0
-        while raw := f.readline(MAX_LINE + 1):
-            number += 1
-            if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
-                raise StoreError(f"{path}:{number}: line longer than {MAX_LINE} bytes")
-            try:
-                text = raw.decode("utf-8").strip()
-            except UnicodeDecodeError:
-                raise StoreError(f"{path}:{number}: not UTF-8 text") from None
-            if text:
-                yield number, text
+        yield from numbered(iter(lambda: f.readline(MAX_LINE + 1), b""), path, max_line=MAX_LINE)
 
 
 @dataclass(frozen=True)
@@ -114,15 +104,7 @@ class _Line:
 
 def parse_line(where: str, text: str) -> _Line:
     """One predictions line checked on its own (its episode is resolved later); StoreError `where: reason`."""
-    try:
-        line = json.loads(text)
-    except (ValueError, RecursionError):
-        raise StoreError(f"{where}: not a JSON object") from None
-    if not isinstance(line, dict):
-        raise StoreError(f"{where}: not a JSON object")
-    unknown = sorted(set(line) - _KEYS)
-    if unknown:
-        raise StoreError(f"{where}: unknown key(s) {unknown} (known: {sorted(_KEYS)})")
+    line = object_line(where, text, _KEYS)
     episode, step = line.get("episode"), line.get("step")
     if not isinstance(episode, str) or not episode or len(episode) > 200:
         raise StoreError(f"{where}: 'episode' must be an episode reference (STUDY/SESSION/EPISODE, an id)")

@@ -35,6 +35,7 @@ from pipelines.store import field_actions, mapping
 from pipelines.store.access import EpisodeAccess, EpisodeRef, now
 from pipelines.store.errors import Conflict, InvalidSpec, NotFound, PermissionDenied, StoreError
 from pipelines.store.field_defs import FieldDef, FieldValueError, check_value
+from pipelines.store.jsonl import numbered, object_line
 from pipelines.store.models import (
     EpisodeRow,
     FieldAdjudicationRow,
@@ -506,15 +507,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         raise StoreError(f"{path}: no such file") from exc
     except OSError as exc:
         raise StoreError(f"{path}: cannot read: {exc}") from exc
-    for number, raw in enumerate(data.split(b"\n"), 1):
-        if number > MAX_IMPORT_LINES:
-            raise StoreError(f"{path}: more than {MAX_IMPORT_LINES} lines")
-        try:
-            text = raw.decode("utf-8").strip()
-        except UnicodeDecodeError:
-            raise StoreError(f"{path}:{number}: not UTF-8 text") from None
-        if text:
-            yield number, text
+    yield from numbered(data.split(b"\n"), str(path), max_lines=MAX_IMPORT_LINES)
 
 
 _IMPORT_KEYS = {"episode", "step", "end", "field", "value", "user", "source"}
@@ -537,15 +530,7 @@ def import_values(repo: Any, study_id: str, path: str | Path, actor: str) -> Imp
     episode_ids: set[str] = set()
     for number, text in _lines(path):
         where = f"{path}:{number}"
-        try:
-            line = json.loads(text)
-        except (ValueError, RecursionError):
-            raise StoreError(f"{where}: not a JSON object") from None
-        if not isinstance(line, dict):
-            raise StoreError(f"{where}: not a JSON object")
-        unknown = sorted(set(line) - _IMPORT_KEYS)
-        if unknown:
-            raise StoreError(f"{where}: unknown key(s) {unknown} (known: {sorted(_IMPORT_KEYS)})")
+        line = object_line(where, text, _IMPORT_KEYS)
         name = line.get("field")
         if name not in fields:
             raise StoreError(f"{where}: unknown field {name!r} (study fields: {', '.join(fields) or 'none'})")
