@@ -271,3 +271,23 @@ def test_the_readme_row_runs_as_printed(capsys, tmp_path: Path, converted) -> No
         assert json.loads(out)  # --json
     code, out, _ = run(capsys, "evaluate", "--study", study, "--compare", "agent", "other", "--json", *store)
     assert [d["step"] for d in json.loads(out)["differ"]] == [0]
+
+
+def test_unreadable_files_and_lines_are_named(capsys, tmp_path: Path, converted) -> None:
+    store = ["--data", str(tmp_path / "data"), "--user", "lead@example.com"]
+    study, _ = import_study(capsys, converted["aitz"], store, "AitZ")
+    good = json.dumps({"episode": AITZ, "step": 0, "action": {"action_type": "navigate_home"}}).encode()
+    cases = {
+        "absent.jsonl": (None, "absent.jsonl: no such file"),
+        "latin1.jsonl": (good + b"\n\xe9t\xe9\n", "latin1.jsonl:2: not UTF-8 text"),
+        "long.jsonl": (good + b"\n" + b" " * (runs.MAX_LINE + 10) + b"\n", f"long.jsonl:2: line longer than {runs.MAX_LINE} bytes"),
+    }
+    for name, (data, message) in cases.items():
+        if data is not None:
+            (tmp_path / name).write_bytes(data)
+        code, _, err = run(capsys, "evaluate", "--study", study, "--predictions", str(tmp_path / name), *store)
+        assert code == 2 and message in err, err
+    code, _, err = run(capsys, "evaluate", "--study", "no-such-study", "--predictions", str(tmp_path / "long.jsonl"), *store)
+    assert code == 2 and "study 'no-such-study' not found" in err
+    with open_store(None, tmp_path / "data") as repo:
+        assert runs.runs(repo, study) == []
