@@ -72,7 +72,8 @@ def _compare(args: argparse.Namespace, repo: Any) -> int:
     print(f"episode success: {sa_['episodes_succeeded']}/{sa_['episodes']}  |  {sb['episodes_succeeded']}/{sb['episodes']}")
     print(f"steps where they differ (episode, step, recorded, {a}, {b}):")
     for d in differ:
-        side = [f"{'ok' if d[r]['matched'] else d[r]['reason']} {_action(d[r]['predicted'])}" for r in (a, b)]
+        side = [f"{'ok' if d['runs'][r]['matched'] else d['runs'][r]['reason']} {_action(d['runs'][r]['predicted'])}"
+                for r in (a, b)]
         print(f"  {d['episode']}  {d['step']}  {_action(d['recorded'])}  {side[0]}  |  {side[1]}")
     return 0
 

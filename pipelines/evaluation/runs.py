@@ -451,6 +451,6 @@ def compare(repo: Any, study_id: str, a: str, b: str) -> Iterator[dict[str, Any]
             return
         for eid, step, rec, pa, ma, wa, pb, mb, wb in rows:
             yield {"episode": eid, "step": step, "recorded": rec,
-                   a: {"predicted": pa, "matched": bool(ma), "reason": wa},
-                   b: {"predicted": pb, "matched": bool(mb), "reason": wb}}  # fmt: skip
+                   "runs": {a: {"predicted": pa, "matched": bool(ma), "reason": wa},
+                            b: {"predicted": pb, "matched": bool(mb), "reason": wb}}}  # fmt: skip
         after = (rows[-1][0], rows[-1][1])

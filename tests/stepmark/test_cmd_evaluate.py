@@ -178,7 +178,8 @@ def test_sample_ui_episodes_against_the_hand_table(capsys, tmp_path: Path, conve
     code, out, _ = run(capsys, "evaluate", "--study", study, "--compare", "before", "agent", "--json", *store)
     compared = json.loads(out)
     assert compared["per_type"]["click"]["before"]["matched"] == 6 and compared["per_type"]["click"]["agent"]["matched"] == 7
-    assert [(d["episode"], d["step"], d["before"]["matched"], d["agent"]["matched"]) for d in compared["differ"]] == [
+    assert [(d["episode"], d["step"], d["runs"]["before"]["matched"], d["runs"]["agent"]["matched"])
+            for d in compared["differ"]] == [
         (rows[DROIDBOT].id, 1, False, True)
     ]
 
