@@ -1,0 +1,117 @@
+"""The display size of a run, for the steps whose own dump cannot tell it (issue 32, item 5).
+
+A dump that states no size and comes without a screenshot has only its windows' extent as the screen: a
+dialog on top (`[0,583][1080,1718]`) or a car display whose windows stop short of the screen then gets the
+window's extent. Another step of the same episode (a DroidBot run, a step folder) often shows the display: its
+screenshot, the size its dump states, or a larger window starting at the origin (a full-screen root). A step
+whose size is such a guess takes the display size its siblings show, when one holds its windows and has its
+rotation; otherwise it keeps its guess and the warning saying so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pipelines.hierarchy.objects import Box, estimated_warning, grid_location
+
+if TYPE_CHECKING:  # ui_episode imports this module
+    from pipelines.ui_episode import Observed
+
+#: How a step shows the display (strongest first), as the note on a resized step names it.
+SCREENSHOT, STATED, WINDOW = "step {}'s screenshot", "the size step {}'s dump states", "step {}'s full-screen window"
+
+
+def no_screenshot_warning(width: int, height: int) -> str:
+    """The warning of a step without a screenshot whose size comes from its hierarchy."""
+    return f"no screenshot: screen size {width}x{height} from the hierarchy"
+
+
+def guessed(obs: Observed) -> bool:
+    """The step's screen size is its windows' extent, with no screenshot to check it against."""
+    return obs.image is None and obs.screen.size_from_windows and obs.width > 0 and obs.height > 0
+
+
+@dataclass
+class DisplaySizes:
+    """What the steps of one episode show of the display: (width, height, rotation) -> the first step showing
+    it, by kind of evidence. Steps are fed in order with `see`."""
+
+    shown: dict[str, dict[tuple[int, int, int], int]] = field(
+        default_factory=lambda: {SCREENSHOT: {}, STATED: {}, WINDOW: {}}
+    )
+    counts: Counter = field(default_factory=Counter)
+
+    def see(self, obs: Observed, step: int) -> None:
+        """Learn from one observed step (`pipelines.ui_episode.Observed`) of source index `step`."""
+        w, h, rotation = obs.hierarchy_width, obs.hierarchy_height, obs.screen.rotation
+        if w <= 0 or h <= 0 or obs.mismatch:
+            return
+        if obs.image is not None:
+            kind = SCREENSHOT
+        elif not obs.screen.size_from_windows:
+            kind = STATED
+        elif not obs.screen.size_estimated:
+            kind = WINDOW
+        else:
+            return  # a dialog's extent shows nothing of the display
+        self.shown[kind].setdefault((w, h, rotation), step)
+        if kind != WINDOW:
+            self.counts[(w, h, rotation)] += 1
+
+    def display_for(self, obs: Observed) -> tuple[int, int, str] | None:
+        """(width, height, where it was seen) of the display for a guessed step: the most often shown
+        screenshot/stated size holding its windows, else the largest full-screen window that does; None when
+        no step shows a larger display."""
+        w, h, rotation = obs.width, obs.height, obs.screen.rotation
+
+        def holds(size: tuple[int, int, int]) -> bool:
+            return size[2] == rotation and size[0] >= w and size[1] >= h
+
+        # A screenshot or a stated size may confirm the guess (the same size); another dump's windows only
+        # show a display when they are larger (windows of the same extent may all stop short).
+        strong = [s for kind in (SCREENSHOT, STATED) for s in self.shown[kind] if holds(s)]
+        if strong:
+            best = max(strong, key=lambda s: self.counts[s])
+            kind = SCREENSHOT if best in self.shown[SCREENSHOT] else STATED
+        else:
+            windows = [s for s in self.shown[WINDOW] if holds(s) and (s[0], s[1]) != (w, h)]
+            if not windows:
+                return None
+            best, kind = max(windows, key=lambda s: s[0] * s[1]), WINDOW
+        return best[0], best[1], kind.format(self.shown[kind][best])
+
+
+def on_display(obs: Observed, width: int, height: int, where: str) -> Observed:
+    """A copy of a guessed step on the width x height display: boxes unchanged, grid locations recomputed,
+    the guess's warnings replaced by one naming where the size was seen."""
+    screen = obs.screen
+    objects = []
+    for o in screen.objects:
+        copy = type(o)()
+        copy.CopyFrom(o)
+        b = copy.bbox
+        copy.grid_location = grid_location(Box(b.left, b.top, b.right, b.bottom), width, height)
+        objects.append(copy)
+    dropped = {estimated_warning(obs.width, obs.height), no_screenshot_warning(obs.width, obs.height)}
+    note = (
+        f"no screenshot: screen size {width}x{height} from {where} (this dump's windows span only "
+        f"{obs.width}x{obs.height}); boxes unchanged, grid locations recomputed"
+        if (width, height) != (obs.width, obs.height)
+        else f"no screenshot: screen size {width}x{height} from the hierarchy, as {where} shows"
+    )
+    new_screen = dataclasses.replace(
+        screen,
+        objects=objects,
+        width=width,
+        height=height,
+        warnings=[w for w in screen.warnings if w not in dropped],
+        size_estimated=False,
+        size_from_windows=False,
+    )
+    warnings = [w for w in obs.warnings if w not in dropped] + [note]
+    return dataclasses.replace(
+        obs, screen=new_screen, hierarchy_width=width, hierarchy_height=height, warnings=warnings
+    )
