@@ -5,23 +5,75 @@ dialog on top (`[0,583][1080,1718]`) or a car display whose windows stop short o
 window's extent. Another step of the same episode (a DroidBot run, a step folder) often shows the display: its
 screenshot, the size its dump states, or a larger window starting at the origin (a full-screen root). A step
 whose size is such a guess takes the display size its siblings show, when one holds its windows and has its
-rotation; otherwise it keeps its guess and the warning saying so.
+rotation; otherwise it keeps its guess and the warning saying so. When no step of the episode shows it, the
+files discovery found beside the dumps (`EpisodeSource.context`: a single screen's sibling screenshots, saved
+`dumpsys` / `wm size` output) are read, for such a step only.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pipelines.hierarchy.errors import HierarchyError
 from pipelines.hierarchy.objects import Box, estimated_warning, grid_location
+from pipelines.hierarchy.screenshot import image_info
+from pipelines.traces.files import display
 
 if TYPE_CHECKING:  # ui_episode imports this module
     from pipelines.ui_episode import Observed
 
 #: How a step shows the display (strongest first), as the note on a resized step names it.
 SCREENSHOT, STATED, WINDOW = "step {}'s screenshot", "the size step {}'s dump states", "step {}'s full-screen window"
+#: A file beside the dumps (no rotation known: it must have the step's orientation).
+BESIDE = "{} beside it"
+#: The display size in saved `dumpsys` / `wm size` output, most trusted first: `wm size`'s override and physical
+#: size, `dumpsys window displays`' current size, `dumpsys display`'s real size.
+DISPLAY_PATTERNS = tuple(
+    re.compile(p)
+    for p in (
+        r"Override size:\s*(\d+)\s*x\s*(\d+)",
+        r"Physical size:\s*(\d+)\s*x\s*(\d+)",
+        r"\bcur=(\d+)x(\d+)",
+        r"\breal (\d+) x (\d+)",
+    )
+)
+#: Bytes of a saved dumpsys read at most (`dumpsys window` runs to a few hundred KB).
+MAX_TEXT = 1 << 20
+
+
+def size_in_text(data: bytes) -> tuple[int, int] | None:
+    """The display size a saved `dumpsys` / `wm size` output states, None when it states none."""
+    text = data[:MAX_TEXT].decode("utf-8", "replace")
+    for pattern in DISPLAY_PATTERNS:
+        m = pattern.search(text)
+        if m and 0 < int(m.group(1)) < 1 << 16 and 0 < int(m.group(2)) < 1 << 16:
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def sizes_beside(paths: Sequence[str], read_file: Callable[[str], bytes]) -> list[tuple[int, int, str]]:
+    """(width, height, file) of the display each context file shows; a file that cannot be read or shows
+    nothing is passed over (it is not part of the episode)."""
+    out = []
+    for path in paths:
+        try:
+            data = read_file(path)
+            if path.lower().endswith(".txt"):
+                size = size_in_text(data)
+            else:
+                info = image_info(data)
+                size = (info.width, info.height)
+        except (OSError, HierarchyError, ValueError):
+            continue
+        if size is not None:
+            out.append((*size, display(path)))
+    return out
+
 
 
 def no_screenshot_warning(width: int, height: int) -> str:
@@ -43,6 +95,8 @@ class DisplaySizes:
         default_factory=lambda: {SCREENSHOT: {}, STATED: {}, WINDOW: {}}
     )
     counts: Counter = field(default_factory=Counter)
+    #: (width, height, file) the context files show, once read (`beside`).
+    files: list[tuple[int, int, str]] | None = None
 
     def see(self, obs: Observed, step: int) -> None:
         """Learn from one observed step (`pipelines.ui_episode.Observed`) of source index `step`."""
@@ -82,6 +136,15 @@ class DisplaySizes:
                 return None
             best, kind = max(windows, key=lambda s: s[0] * s[1]), WINDOW
         return best[0], best[1], kind.format(self.shown[kind][best])
+
+    def display_beside(self, obs: Observed) -> tuple[int, int, str] | None:
+        """The display a context file shows for a guessed step (`files` read): the first holding its windows
+        with its orientation (portrait or landscape)."""
+        w, h = obs.width, obs.height
+        for fw, fh, path in self.files or ():
+            if fw >= w and fh >= h and (fw >= fh) == (w >= h):
+                return fw, fh, BESIDE.format(path)
+        return None
 
 
 def on_display(obs: Observed, width: int, height: int, where: str) -> Observed:

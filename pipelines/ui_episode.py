@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from pipelines.display_size import DisplaySizes, guessed, no_screenshot_warning, on_display
+from pipelines.display_size import DisplaySizes, guessed, no_screenshot_warning, on_display, sizes_beside
 from pipelines.hierarchy import (
     Box,
     HierarchyError,
@@ -596,7 +596,7 @@ def convert_episode(
             reason, message = _error(exc)
             where = raw_step.hierarchy_path or raw_step.screenshot_path or raw.source.source_path
             dead.append(DeadLetter(where, raw_step.index, reason, message, eid))
-    _resize_guesses(steps, guesses, display, eid)
+    _resize_guesses(steps, guesses, display, eid, lambda: sizes_beside(raw.source.context, read_file))
     if not steps:
         why = f"{raw.source.source_path}: no step of this {raw.source.layout} episode could be converted"
         if raw.num_source_steps == 0:
@@ -610,15 +610,23 @@ def convert_episode(
 
 
 def _resize_guesses(
-    steps: list[ConvertedStep], guesses: list[tuple[int, RawStep, Observed]], display: DisplaySizes, eid: str
+    steps: list[ConvertedStep],
+    guesses: list[tuple[int, RawStep, Observed]],
+    display: DisplaySizes,
+    eid: str,
+    beside: Callable[[], list[tuple[int, int, str]]],
 ) -> None:
-    """Rebuild the steps sized by their windows alone on the display another step shows
-    (`pipelines/display_size.py`); a step no sibling helps keeps its size and its warning."""
+    """Rebuild the steps sized by their windows alone on the display another step (else a file beside them,
+    read only then: `beside`) shows (`pipelines/display_size.py`); a step nothing helps keeps its guess."""
     fitted: dict[int, Observed] = {}  # steps sharing one dump (DroidBot states) share its fitted copy
     for position, raw_step, observed in guesses:
         if position >= len(steps) or steps[position].info.index != raw_step.index:
             continue  # its first build failed (a dead letter): nothing to rebuild
         found = display.display_for(observed)
+        if found is None:
+            if display.files is None:
+                display.files = beside()
+            found = display.display_beside(observed)
         if found is None:
             continue
         if id(observed) not in fitted:

@@ -167,3 +167,64 @@ def test_shared_dump_objects_are_not_changed_in_place(fixtures_dir: Path) -> Non
     moved = on_display(obs, 1080, 2400, "step 0's screenshot")
     assert [o.grid_location for o in obs.screen.objects] == before
     assert moved.width == 1080 and moved.height == 2400 and obs.height == 1718
+
+
+def test_a_lone_dialog_takes_a_sibling_screenshot_of_its_folder(tmp_path: Path, fixtures_dir: Path) -> None:
+    """Single screens: each dump is its own episode; a dump without a screenshot consults its folder's."""
+    folder = tmp_path / "in" / "screens"
+    folder.mkdir(parents=True)
+    (folder / "dialog.xml").write_bytes(dialog_dump(fixtures_dir))
+    (folder / "home.xml").write_bytes((fixtures_dir / "uiautomator" / "fractal-forge_ui_controls.xml").read_bytes())
+    (folder / "home.png").write_bytes(screenshot((1080, 2400), 4))
+    episodes = _convert(tmp_path / "in", tmp_path / "out")
+    dialog = next(e for k, e in episodes.items() if k.endswith("dialog"))
+    obs = dialog.episode.time_steps[0].observation
+    assert (obs.screen_width, obs.screen_height) == (1080, 2400)
+    assert f"from {folder / 'home.png'} beside it" in " ".join(dialog.step_info[0].warnings)
+    assert _title(dialog.episode.time_steps[0]).grid_location == L.TOP_CENTER
+
+
+DUMPSYS_DISPLAY = (
+    "DISPLAY MANAGER (dumpsys display)\n"
+    "  mDisplayInfo=DisplayInfo{\"Built-in Screen\", displayId 0, FLAG_SECURE, FLAG_SUPPORTS_PROTECTED_BUFFERS, "
+    "real 1080 x 2400, largest app 2400 x 2337, smallest app 1080 x 1017, mode 1, defaultMode 1}\n"
+)
+DUMPSYS_WINDOW = (
+    "WINDOW MANAGER DISPLAY CONTENTS (dumpsys window displays)\n"
+    "  Display: mDisplayId=0\n"
+    "    init=2000x1128 213dpi cur=2000x1128 app=1898x965 rng=965x905-1898x1838\n"
+)
+
+
+def test_saved_dumpsys_output_gives_the_display(tmp_path: Path, fixtures_dir: Path) -> None:
+    dialog, car, plain = (tmp_path / "in" / n for n in ("dialog", "car", "plain"))
+    for folder in (dialog, car, plain):
+        folder.mkdir(parents=True)
+    (dialog / "dialog.xml").write_bytes(dialog_dump(fixtures_dir))
+    (dialog / "dumpsys_display.txt").write_text(DUMPSYS_DISPLAY)
+    (car / "0.xml").write_bytes(short_windows(fixtures_dir, 1898, 965))
+    (car / "1.xml").write_bytes(short_windows(fixtures_dir, 1898, 965))
+    (car / "dumpsys.txt").write_text(DUMPSYS_WINDOW)
+    (plain / "wm_size.txt").write_text("Physical size: 1080x2400\n")  # no dump in the folder: not taken
+    out = tmp_path / "out"
+    episodes = _convert(tmp_path / "in", out)
+    d = next(e for k, e in episodes.items() if k.endswith("dialog"))
+    assert (d.episode.time_steps[0].observation.screen_width, d.episode.time_steps[0].observation.screen_height) == (
+        1080, 2400)  # fmt: skip
+    assert f"from {dialog / 'dumpsys_display.txt'} beside it" in " ".join(d.step_info[0].warnings)
+    c = next(e for k, e in episodes.items() if k.endswith("car"))
+    assert [(t.observation.screen_width, t.observation.screen_height) for t in c.episode.time_steps] == [
+        (2000, 1128), (2000, 1128)]  # fmt: skip
+    assert "this dump's windows span only 1898x965" in " ".join(c.step_info[1].warnings)
+    summary = ui_records.read_summary(str(out))
+    assert summary["ignored_files"] == 1  # plain/wm_size.txt; the two dumpsys files were read
+
+
+def test_size_in_text_reads_each_tool_s_output() -> None:
+    from pipelines.display_size import size_in_text
+
+    assert size_in_text(DUMPSYS_DISPLAY.encode()) == (1080, 2400)
+    assert size_in_text(DUMPSYS_WINDOW.encode()) == (2000, 1128)
+    assert size_in_text(b"Physical size: 1440x3120\nOverride size: 1080x2340\n") == (1080, 2340)
+    assert size_in_text(b"Physical size: 1440x3120\n") == (1440, 3120)
+    assert size_in_text(b"no display here") is None
