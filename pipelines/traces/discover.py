@@ -323,8 +323,10 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
             continue
         hierarchies, images = pair_screens(names)
         step_folder = ACTIONS in names or MANIFEST in names or _is_numbered(list(hierarchies))
-        display_texts = tuple(by_rel[rel_of[n]] for n in names if is_display_text(n)) if hierarchies else ()
-        used.update(rel_of[n] for n in names if hierarchies and is_display_text(n))
+        texts = [n for n in names if is_display_text(n)] if hierarchies else []
+        display_texts = tuple(by_rel[rel_of[n]] for n in texts)
+        if texts and (step_folder or any(stem not in images for stem in hierarchies)):  # a source reads them
+            used.update(rel_of[n] for n in texts)
         if step_folder and hierarchies:
             keep = [n for n in names if n in (ACTIONS, MANIFEST) or _is_screen_file(n, hierarchies)]
             used.update(rel_of[n] for n in keep)

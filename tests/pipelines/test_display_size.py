@@ -206,6 +206,11 @@ def test_saved_dumpsys_output_gives_the_display(tmp_path: Path, fixtures_dir: Pa
     (car / "1.xml").write_bytes(short_windows(fixtures_dir, 1898, 965))
     (car / "dumpsys.txt").write_text(DUMPSYS_WINDOW)
     (plain / "wm_size.txt").write_text("Physical size: 1080x2400\n")  # no dump in the folder: not taken
+    whole = tmp_path / "in" / "whole"  # every dump has its screenshot: nothing reads its dumpsys
+    whole.mkdir()
+    (whole / "home.xml").write_bytes((fixtures_dir / "uiautomator" / "fractal-forge_ui_controls.xml").read_bytes())
+    (whole / "home.png").write_bytes(screenshot((1080, 2400), 5))
+    (whole / "dumpsys.txt").write_text(DUMPSYS_DISPLAY)
     out = tmp_path / "out"
     episodes = _convert(tmp_path / "in", out)
     d = next(e for k, e in episodes.items() if k.endswith("dialog"))
@@ -217,7 +222,7 @@ def test_saved_dumpsys_output_gives_the_display(tmp_path: Path, fixtures_dir: Pa
         (2000, 1128), (2000, 1128)]  # fmt: skip
     assert "this dump's windows span only 1898x965" in " ".join(c.step_info[1].warnings)
     summary = ui_records.read_summary(str(out))
-    assert summary["ignored_files"] == 1  # plain/wm_size.txt; the two dumpsys files were read
+    assert summary["ignored_files"] == 2  # plain/wm_size.txt, whole/dumpsys.txt; the other two were read
 
 
 def test_size_in_text_reads_each_tool_s_output() -> None:
