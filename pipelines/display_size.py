@@ -57,8 +57,8 @@ def size_in_text(data: bytes) -> tuple[int, int] | None:
 
 
 def sizes_beside(paths: Sequence[str], read_file: Callable[[str], bytes]) -> list[tuple[int, int, str]]:
-    """(width, height, file) of the display each context file shows; a file that cannot be read or shows
-    nothing is passed over (it is not part of the episode)."""
+    """(width, height, file) of the display each context file shows (screenshots, then saved display output,
+    in `paths` order); a file that cannot be read or shows nothing is passed over (not part of the episode)."""
     out = []
     for path in paths:
         try:
@@ -138,13 +138,19 @@ class DisplaySizes:
         return best[0], best[1], kind.format(self.shown[kind][best])
 
     def display_beside(self, obs: Observed) -> tuple[int, int, str] | None:
-        """The display a context file shows for a guessed step (`files` read): the first holding its windows
-        with its orientation (portrait or landscape)."""
+        """The display a context file shows for a guessed step (`files` read): saved display output holding
+        its windows with its orientation (portrait or landscape), else a screenshot that does and also shares
+        one side with them (a folder of single screens may mix devices: a dialog spans the display's width, a
+        window beside a bar its height)."""
         w, h = obs.width, obs.height
-        for fw, fh, path in self.files or ():
-            if fw >= w and fh >= h and (fw >= fh) == (w >= h):
-                return fw, fh, BESIDE.format(path)
-        return None
+
+        def holds(fw: int, fh: int) -> bool:
+            return fw >= w and fh >= h and (fw >= fh) == (w >= h)
+
+        texts = [f for f in self.files or () if f[2].lower().endswith(".txt") and holds(f[0], f[1])]
+        shots = [f for f in self.files or () if not f[2].lower().endswith(".txt") and holds(f[0], f[1])]
+        found = texts + [s for s in shots if s[0] == w or s[1] == h]
+        return (found[0][0], found[0][1], BESIDE.format(found[0][2])) if found else None
 
 
 def on_display(obs: Observed, width: int, height: int, where: str) -> Observed:

@@ -176,7 +176,13 @@ def test_a_lone_dialog_takes_a_sibling_screenshot_of_its_folder(tmp_path: Path, 
     (folder / "dialog.xml").write_bytes(dialog_dump(fixtures_dir))
     (folder / "home.xml").write_bytes((fixtures_dir / "uiautomator" / "fractal-forge_ui_controls.xml").read_bytes())
     (folder / "home.png").write_bytes(screenshot((1080, 2400), 4))
+    # A feature phone's dump in the same folder: 1080x2400 holds its 240x320 but is another device's screen.
+    (folder / "menu.xml").write_bytes((fixtures_dir / "uiautomator" / "keydroidx_ui_menu.xml").read_bytes())
     episodes = _convert(tmp_path / "in", tmp_path / "out")
+    menu = next(e for k, e in episodes.items() if k.endswith("menu"))
+    obs = menu.episode.time_steps[0].observation
+    assert (obs.screen_width, obs.screen_height) == (240, 320)
+    assert "no screenshot: screen size 240x320 from the hierarchy" in menu.step_info[0].warnings
     dialog = next(e for k, e in episodes.items() if k.endswith("dialog"))
     obs = dialog.episode.time_steps[0].observation
     assert (obs.screen_width, obs.screen_height) == (1080, 2400)
