@@ -1,7 +1,8 @@
 """Step-level text of a converted UI episode: the one list of its names and the one reader of its values.
 
-A step's texts are the action's `instruction` (AndroidControl `step_instructions`, GUI-Odyssey `ps`) and the
-named fields of `StepInfo.text` (Android-in-the-Zoo's chain-of-action-thought texts). The annotator shows
+A step's texts are the action's `instruction` (AndroidControl `step_instructions`, GUI-Odyssey
+`low_level_instruction`) and the named fields of `StepInfo.text` (Android-in-the-Zoo's chain-of-action-thought
+texts, GUI-Odyssey's `description` and `intention`). The annotator shows
 them beside the step, exporters write each as a named column/feature, and study fields take them as
 suggestions: all through `step_texts`, so a new text is added here and in the proto, nowhere else.
 """

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from pipelines.display_size import DisplaySizes, guessed, no_screenshot_warning, on_display, sizes_beside
 from pipelines.hierarchy import (
     Box,
     HierarchyError,
@@ -261,7 +262,7 @@ def observe(
                 f"stay in hierarchy coordinates"
             )
     elif image is None:
-        extra.append(f"no screenshot: screen size {hw}x{hh} from the hierarchy")
+        extra.append(no_screenshot_warning(hw, hh))
     return Observed(screen, hierarchy, hw, hh, screenshot, image, mismatch, list(screen.warnings) + extra)
 
 
@@ -568,6 +569,8 @@ def convert_episode(
 
     cache: dict[tuple[str, str | None], Observed | DeadLetter] = {}
     steps: list[ConvertedStep] = []
+    display = DisplaySizes()
+    guesses: list[tuple[int, RawStep, Observed]] = []  # steps sized by their windows alone (no screenshot)
     for raw_step in raw.steps:
         key = (raw_step.hierarchy_path, raw_step.screenshot_path)
         if key not in cache:
@@ -584,12 +587,16 @@ def convert_episode(
                 DeadLetter(observed.source_path, raw_step.index, observed.reason, observed.exception, eid)
             )
             continue
+        display.see(observed, raw_step.index)
+        if guessed(observed):
+            guesses.append((len(steps), raw_step, observed))
         try:
             steps.append(build_step(raw_step, observed, len(steps), eid))
         except Exception as exc:  # never lose the step silently
             reason, message = _error(exc)
             where = raw_step.hierarchy_path or raw_step.screenshot_path or raw.source.source_path
             dead.append(DeadLetter(where, raw_step.index, reason, message, eid))
+    _resize_guesses(steps, guesses, display, eid, lambda: sizes_beside(raw.source.context, read_file))
     if not steps:
         why = f"{raw.source.source_path}: no step of this {raw.source.layout} episode could be converted"
         if raw.num_source_steps == 0:
@@ -600,6 +607,34 @@ def convert_episode(
     objects = sum(len(s.time_step.observation.objects) for s in steps)
     mismatches = sum(1 for s in steps if any(w.startswith(MISMATCH) for w in s.info.warnings))
     return EpisodeResult(episode, dead, objects, mismatches)
+
+
+def _resize_guesses(
+    steps: list[ConvertedStep],
+    guesses: list[tuple[int, RawStep, Observed]],
+    display: DisplaySizes,
+    eid: str,
+    beside: Callable[[], list[tuple[int, int, str]]],
+) -> None:
+    """Rebuild the steps sized by their windows alone on the display another step (else a file beside them,
+    read only then: `beside`) shows (`pipelines/display_size.py`); a step nothing helps keeps its guess."""
+    fitted: dict[int, Observed] = {}  # steps sharing one dump (DroidBot states) share its fitted copy
+    for position, raw_step, observed in guesses:
+        if position >= len(steps) or steps[position].info.index != raw_step.index:
+            continue  # its first build failed (a dead letter): nothing to rebuild
+        found = display.display_for(observed)
+        if found is None:
+            if display.files is None:
+                display.files = beside()
+            found = display.display_beside(observed)
+        if found is None:
+            continue
+        if id(observed) not in fitted:
+            fitted[id(observed)] = on_display(observed, *found)
+        try:
+            steps[position] = build_step(raw_step, fitted[id(observed)], position, eid)
+        except Exception:  # the step as first built stays: nothing is lost
+            continue
 
 
 def convert_record_episode(item: RecordEpisode, *, drop_invisible: bool = False) -> EpisodeResult:

@@ -285,7 +285,8 @@ def from_forest(
         warnings.append(f"{bad_links} child link(s) to missing or already placed nodes ignored")
     if dropped:
         warnings.append(f"dropped {dropped} node(s): invisible ones and their subtrees")
-    width, height, estimated = resolve_screen_size(screen_size, None, window_boxes, warnings)
-    screen = build_screen(out, width, height, fmt=FORMAT, warnings=warnings, size_estimated=estimated)
+    width, height, estimated, from_windows = resolve_screen_size(screen_size, None, window_boxes, warnings)
+    screen = build_screen(out, width, height, fmt=FORMAT, warnings=warnings, size_estimated=estimated,
+                          size_from_windows=from_windows)  # fmt: skip
     screen.windows = windows
     return screen

@@ -202,8 +202,9 @@ def from_document(
         warnings.append(f"dropped {dropped} view(s): invisible ones and their subtrees")
 
     stated = stated_size(doc.get("width"), doc.get("height"))
-    width, height, estimated = resolve_screen_size(screen_size, stated, root_boxes, warnings)
-    screen = build_screen(nodes, width, height, fmt=FORMAT, warnings=warnings, size_estimated=estimated)
+    width, height, estimated, from_windows = resolve_screen_size(screen_size, stated, root_boxes, warnings)
+    screen = build_screen(nodes, width, height, fmt=FORMAT, warnings=warnings, size_estimated=estimated,
+                          size_from_windows=from_windows)  # fmt: skip
     activity = doc.get("foreground_activity")  # "com.yelp.android/.ui.ActivityHome"
     if type(activity) is str and "/" in activity:
         screen.foreground_package = activity.split("/", 1)[0].strip()

@@ -162,7 +162,8 @@ def from_document(
         warnings.append(f"{bad} node(s) or bounds that are not what the portal writes ignored")
     if dropped:
         warnings.append(f"dropped {dropped} node(s): invisible ones and their subtrees")
-    width, height, estimated = resolve_screen_size(screen_size, _size(doc), root_boxes, warnings)
-    screen = build_screen(nodes, width, height, fmt=FORMAT, warnings=warnings, size_estimated=estimated)
+    width, height, estimated, from_windows = resolve_screen_size(screen_size, _size(doc), root_boxes, warnings)
+    screen = build_screen(nodes, width, height, fmt=FORMAT, warnings=warnings, size_estimated=estimated,
+                          size_from_windows=from_windows)  # fmt: skip
     screen.foreground_package = foreground
     return screen

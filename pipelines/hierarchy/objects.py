@@ -107,6 +107,9 @@ class Screen:
     #: True when width/height are a guess from window bounds that do not start at the origin (e.g. a state
     #: holding only a dialog): a caller that knows the real size (the screenshot's) should prefer it.
     size_estimated: bool = False
+    #: True when width/height are the window roots' extent (the dump states no size and no caller gave one):
+    #: a dialog's or a short window's extent may be less than the display (`pipelines/display_size.py`).
+    size_from_windows: bool = False
     #: Accessibility-forest windows (`ui_episode_pb2.WindowInfo`), in forest order; empty for other formats.
     windows: list = field(default_factory=list)
     #: The app in the foreground when the screen was captured, when the dump says so (DroidBot's
@@ -252,11 +255,19 @@ def build_screen(
     fmt: str = "",
     warnings: list[str] | None = None,
     size_estimated: bool = False,
+    size_from_windows: bool = False,
 ) -> Screen:
     """Objects with every computed field from pre-ordered nodes (parents before children)."""
     columns = new_columns(zip(*nodes, strict=True) if nodes else [()] * len(RawColumns._fields))
     return build_columns(
-        columns, width, height, rotation=rotation, fmt=fmt, warnings=warnings, size_estimated=size_estimated
+        columns,
+        width,
+        height,
+        rotation=rotation,
+        fmt=fmt,
+        warnings=warnings,
+        size_estimated=size_estimated,
+        size_from_windows=size_from_windows,
     )
 
 
@@ -269,6 +280,7 @@ def build_columns(
     fmt: str = "",
     warnings: list[str] | None = None,
     size_estimated: bool = False,
+    size_from_windows: bool = False,
     box_texts: Sequence[str] | None = None,
     templates: Sequence[Template] | None = None,
     small_boxes: bool = False,
@@ -380,7 +392,9 @@ def build_columns(
     if outside:
         warnings.append(f"{outside} object(s) partly outside the {width}x{height} screen (boxes kept as is)")
     naf = list(compress(range(n), columns.naf)) if True in columns.naf else []
-    return Screen(protos, width, height, rotation, fmt, warnings, naf, (1.0, 1.0), size_estimated)
+    return Screen(
+        protos, width, height, rotation, fmt, warnings, naf, (1.0, 1.0), size_estimated, size_from_windows
+    )
 
 
 def window_size(boxes: Sequence[Sequence[int] | None]) -> tuple[int, int]:
@@ -412,10 +426,13 @@ def screen_size_from_windows(
             tops_positive = tops_positive and b[1] > 0
     estimated = present and (lefts_positive or tops_positive)
     if estimated:
-        warnings.append(
-            f"screen size {width}x{height} estimated from windows that do not start at the origin"
-        )
+        warnings.append(estimated_warning(width, height))
     return width, height, estimated
+
+
+def estimated_warning(width: int, height: int) -> str:
+    """The warning of a screen size guessed from windows that do not start at the origin."""
+    return f"screen size {width}x{height} estimated from windows that do not start at the origin"
 
 
 def stated_size(width: object, height: object) -> tuple[int, int] | None:
@@ -431,20 +448,21 @@ def resolve_screen_size(
     stated: tuple[int, int] | None,
     window_boxes: Sequence[Sequence[int] | None],
     warnings: list[str],
-) -> tuple[int, int, bool]:
-    """(width, height, estimated) of a screen, in every format's order of trust: the size the caller passed,
-    else the size the dump states (`stated`, None when it states none), else the windows' extent
-    (`screen_size_from_windows`). An unknown size is named in `warnings`."""
-    estimated = False
+) -> tuple[int, int, bool, bool]:
+    """(width, height, estimated, from_windows) of a screen, in every format's order of trust: the size the
+    caller passed, else the size the dump states (`stated`, None when it states none), else the windows'
+    extent (`screen_size_from_windows`; `from_windows` True). An unknown size is named in `warnings`."""
+    estimated = from_windows = False
     if screen_size is not None:
         width, height = screen_size
     elif stated is not None:
         width, height = stated
     else:
         width, height, estimated = screen_size_from_windows(window_boxes, warnings)
+        from_windows = True
     if width <= 0 or height <= 0:
         warnings.append("screen size unknown (no window bounds): every grid location is UNKNOWN_LOCATION")
-    return width, height, estimated
+    return width, height, estimated, from_windows
 
 
 def _scale(value: int, new: int, old: int) -> int:
@@ -508,6 +526,7 @@ def rescale(screen: Screen, width: int, height: int) -> Screen:
         list(screen.naf),
         (sx * width / old_w, sy * height / old_h),
         screen.size_estimated,
+        screen.size_from_windows,
         list(screen.windows),
         screen.foreground_package,
     )

@@ -604,7 +604,7 @@ def parse(
         stated_w, stated_h = _int_attr(top.get("width")), _int_attr(top.get("height"))
         if 0 < stated_w < 2**31 and 0 < stated_h < 2**31:
             stated = (stated_w, stated_h)
-    width, height, estimated = resolve_screen_size(screen_size, stated, root_boxes, warnings)
+    width, height, estimated, from_windows = resolve_screen_size(screen_size, stated, root_boxes, warnings)
     return build_columns(
         columns,
         width,
@@ -613,6 +613,7 @@ def parse(
         fmt=FORMAT,
         warnings=warnings,
         size_estimated=estimated,
+        size_from_windows=from_windows,
         box_texts=box_texts,
         templates=templates,
         small_boxes=small_boxes,

@@ -280,5 +280,7 @@ def read(item: RecordEpisode) -> tuple[RawEpisode, dict[str, bytes]]:
         shown = ", ".join(map(str, first[:20])) + (" ..." if missing > 20 else "")
         dead.append(DeadLetter(source_path, None, "missing_step", f"episode {display(eid)}: no record for "
                                f"step(s) {shown} of {length}", eid))  # fmt: skip
+        episode.warnings.append(f"episode_length says {length} steps but the records hold {length - missing}: "
+                                f"no record for step(s) {shown}")  # fmt: skip
     episode.dead_letters.extend(dead)
     return episode, blobs

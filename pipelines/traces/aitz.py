@@ -127,6 +127,13 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
         episode.dead_letters.append(DeadLetter(path, None, exc.reason or "bad_episode_file", str(exc), eid))
         return episode
     episode.num_source_steps = len(entries)
+    # Each step repeats AITW's `episode_length`: a claim of more steps than the file holds means steps are lost.
+    claimed = sorted(
+        {e["episode_length"] for e in entries if isinstance(e, dict) and type(e.get("episode_length")) is int}
+    )
+    if any(n > len(entries) for n in claimed):
+        says = " or ".join(map(str, claimed[:3]))
+        episode.warnings.append(f"episode_length says {says} steps but {path} holds {len(entries)}")
     ids = [e.get("step_id") if isinstance(e, dict) and type(e.get("step_id")) is int else None for e in entries]
     # Steps are keyed by position in that order (blobs, names): a step_id given twice, or a missing one whose
     # file index is another step's step_id, must not make two steps share one key (and so one set of boxes).

@@ -43,6 +43,15 @@ ACTIONS = "actions.jsonl"
 RECORD_EXTS = (".tfrecord", ".tfrecords", ".tfrecord.gz", ".tfrecords.gz", ".tfr", ".tfr.gz")
 RECORD_FILE = "tfrecord_file"  # EpisodeSource.layout of a TFRecord input file (not an output layout)
 RESERVED = frozenset({GESTURES, MANIFEST})
+#: Sibling screenshots a single screen without its own may consult for the display size (the first ones).
+CONTEXT_SCREENSHOTS = 3
+
+
+def is_display_text(name: str) -> bool:
+    """A text file of `adb shell dumpsys ...` or `wm size` output saved beside the dumps (`dumpsys.txt`,
+    `dumpsys_display.txt`, `wm_size.txt`): read for the display size when a dump cannot tell it."""
+    stem, ext = files.stem_and_ext(name)
+    return ext == ".txt" and (stem.lower().startswith("dumpsys") or stem.lower() in ("wm_size", "wm-size"))
 LLAMATOUCH_EVENTS = "eventStructs.txt"
 LLAMATOUCH_INSTRUCTION = "instruction.txt"
 DROIDRUN_MACRO = "macro.json"
@@ -314,6 +323,10 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
             continue
         hierarchies, images = pair_screens(names)
         step_folder = ACTIONS in names or MANIFEST in names or _is_numbered(list(hierarchies))
+        texts = [n for n in names if is_display_text(n)] if hierarchies else []
+        display_texts = tuple(by_rel[rel_of[n]] for n in texts)
+        if texts and (step_folder or any(stem not in images for stem in hierarchies)):  # a source reads them
+            used.update(rel_of[n] for n in texts)
         if step_folder and hierarchies:
             keep = [n for n in names if n in (ACTIONS, MANIFEST) or _is_screen_file(n, hierarchies)]
             used.update(rel_of[n] for n in keep)
@@ -322,16 +335,21 @@ def _plan(root: str, paths: Iterable[str]) -> Iterator[EpisodeSource | DeadLette
                 episode_id=folder or base_name,
                 source_path=folder_path,
                 files=tuple(by_rel[rel_of[n]] for n in keep),
+                context=display_texts,
             )
         else:
+            shown = [by_rel[rel_of[images[s][0]]] for s in sorted(images, key=natural_key) if s in hierarchies]
             for stem in sorted(hierarchies, key=natural_key):
                 group = hierarchies[stem] + images.get(stem, [])
                 used.update(rel_of[n] for n in group)
+                own = by_rel[rel_of[images[stem][0]]] if stem in images else None
+                siblings = tuple(shown[:CONTEXT_SCREENSHOTS])  # this stem has none: all are siblings
                 yield EpisodeSource(
                     layout="single_screen",
                     episode_id=_under(folder, stem),
                     source_path=by_rel[rel_of[hierarchies[stem][0]]],
                     files=tuple(by_rel[rel_of[n]] for n in group),
+                    context=(display_texts + siblings) if not own else (),
                 )
         for stem, image_names in images.items():
             if stem not in hierarchies:

@@ -3,8 +3,11 @@
 
 Screenshot-only: no hierarchy and no detector boxes, so every step is a `NO_HIERARCHY` step whose screen is
 its screenshot. Coordinates in `info` are 0..1000 on both axes (fractions of the screen: `device_info` `w`/`h`
-times x/1000 gives device pixels), read as normalised points. `ps` is the step's instruction
-(`Action.instruction`), `task_info.instruction` the goal.
+times x/1000 gives device pixels), read as normalised points. The release writes a tap or long press as two
+equal points (`[[x, y], [x, y]]`; its own converter reads `info[0]`). `low_level_instruction` is the step's
+instruction, `description` and `intention` its screen description and action thought (pipelines/step_text.py);
+`ps` is debug text on action steps ("[(882, 837)]", a scroll's trajectory) and the annotator's reason on
+COMPLETE/INCOMPLETE (`Action.text`); it stays in `raw_json` either way. `task_info.instruction` is the goal.
 """
 
 from __future__ import annotations
@@ -39,12 +42,14 @@ KINDS = {
 KEYS = {"KEY_HOME": "home", "KEY_BACK": "back", "KEY_APPSELECT": "other"}
 #: Episode fields kept in `UiEpisode.metadata` (JSON text).
 METADATA_FIELDS = ("device_info", "task_info", "step_length")
+#: Step field -> `StepText` field (pipelines/step_text.py); `low_level_instruction` is `Action.instruction`.
+TEXT_FIELDS = {"description": "screen_description", "intention": "action_thought"}
+#: Step fields kept in `raw_json`: the action as recorded and what the release says about it.
+RAW_FIELDS = ("action", "info", "ps", "sam2_bbox")
 
 
 def _point(value: Any) -> tuple[float, float] | None:
     """(x, y) as fractions of the screen from [x, y] in 0..1000; None when not such a pair."""
-    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], list):
-        value = value[0]  # CLICK info is a list holding one point
     if not (isinstance(value, list) and len(value) == 2 and all(type(v) in (int, float) for v in value)):
         return None
     x, y = value
@@ -53,12 +58,31 @@ def _point(value: Any) -> tuple[float, float] | None:
     return x / SCALE, y / SCALE
 
 
+def _press_point(info: Any, warnings: list[str]) -> tuple[float, float] | None:
+    """The point of a tap or long press: `info` is `[[x, y], [x, y]]` as released (two equal points), `[[x, y]]`
+    as documented, or a bare `[x, y]`. Two different points: the first (as the release's converter reads it),
+    with a warning naming both."""
+    if isinstance(info, list) and len(info) in (1, 2) and all(isinstance(p, list) for p in info):
+        first = _point(info[0])
+        if len(info) == 2:
+            second = _point(info[1])
+            if second is None:
+                return None
+            if first is not None and second != first:
+                warnings.append(
+                    f"press info has two points {info[0]} and {info[1]}: the first is the press point"
+                )
+        return first
+    return _point(info)
+
+
 def action_of(step: dict, warnings: list[str]) -> RawAction:
     """The step's RawAction; raises ValueError when `action` or its `info` is unusable."""
     name = step.get("action")
     info = step.get("info")
-    instruction = step.get("ps") if isinstance(step.get("ps"), str) else ""
-    raw = json.dumps({k: step.get(k) for k in ("action", "info", "ps")}, ensure_ascii=False)
+    low = step.get("low_level_instruction")
+    instruction = low if isinstance(low, str) else ""
+    raw = json.dumps({k: step[k] for k in RAW_FIELDS if k in step}, ensure_ascii=False)
     if not isinstance(name, str) or name.upper() not in KINDS:
         raise ValueError(f"action {str(name)[:30]!r} is not one of {', '.join(KINDS)}")
     kind = KINDS[name.upper()]
@@ -66,9 +90,9 @@ def action_of(step: dict, warnings: list[str]) -> RawAction:
         key = KEYS[info]
         return RawAction(key, text=info if key == "other" else "", raw_json=raw, instruction=instruction)
     if kind in ("tap", "long_press"):
-        point = _point(info)
+        point = _press_point(info, warnings)
         if point is None:
-            raise ValueError(f"{name} info {str(info)[:40]!r} is not [[x, y]] in 0..1000")
+            raise ValueError(f"{name} info {str(info)[:40]!r} is not [[x, y], [x, y]] or [[x, y]] in 0..1000")
         return RawAction(
             kind, x=point[0], y=point[1], space="normalized", raw_json=raw, instruction=instruction
         )
@@ -85,7 +109,8 @@ def action_of(step: dict, warnings: list[str]) -> RawAction:
         return RawAction(
             "type", text=info if isinstance(info, str) else "", raw_json=raw, instruction=instruction
         )
-    return RawAction(kind, raw_json=raw, instruction=instruction)
+    note = step.get("ps") if kind in ("task_complete", "task_impossible") else None
+    return RawAction(kind, text=note if isinstance(note, str) else "", raw_json=raw, instruction=instruction)
 
 
 def episode_sources(rels: list[str], by_rel: dict[str, str]) -> list[EpisodeSource]:
@@ -160,6 +185,9 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             continue
         warnings: list[str] = []
         action = usable_action(action_of, entry, warnings, episode, path, position, f"{path}: steps[{i}]")
+        text = tuple(
+            (name, entry[key]) for key, name in TEXT_FIELDS.items() if isinstance(entry.get(key), str)
+        )
         episode.steps.append(
             RawStep(
                 position,
@@ -170,6 +198,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
                 tuple(warnings),
                 NO_HIERARCHY,
                 expected_size=size_check(device),
+                text=text,
             )
         )
     return episode

@@ -37,6 +37,9 @@ class EpisodeSource:
     episode_id: str
     source_path: str
     files: tuple[str, ...]
+    #: Files of the same folder that may show the display size for a step whose dump cannot tell it (sibling
+    #: screenshots of a single screen, `dumpsys`/`wm size` text); read only then (`pipelines/display_size.py`).
+    context: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -70,9 +70,12 @@ def test_steps_carry_their_texts_as_plain_data(world):
 
     episode, record = episodes["gui_odyssey"]
     steps = client.get(url(episode, "steps"), params={"start": 0, "end": 6}, headers=auth()).json()["steps"]
-    assert [s["texts"] for s in steps[:1]] == [[{"name": "instruction", "label": "Instruction",
-                                                  "text": "open the DuckDuckGo app"}]]  # fmt: skip
-    assert steps[4]["texts"] == []  # the HOME key press has no ps
+    assert [s["texts"] for s in steps[:1]] == [[
+        {"name": "instruction", "label": "Instruction", "text": "Open the DuckDuckGo app."},
+        {"name": "screen_description", "label": "Screen description", "text": "The home screen with app icons."},
+        {"name": "action_thought", "label": "Action thought", "text": "I open DuckDuckGo to search for the event."},
+    ]]  # fmt: skip
+    assert steps[5]["texts"] == []  # the COMPLETE step has no low_level_instruction (its ps is the action's text)
     first = steps[0]
     assert first["has_frame"] and first["objects"] == [] and first["size"] == [270, 600]
     assert first["touch"][:2] == [135, 72] and first["target"] is None

@@ -93,13 +93,17 @@ def test_step_texts_beside_the_step_change_with_it_and_the_step_takes_a_tag(serv
 
 def test_a_screenshot_only_episode_replays_with_its_instructions(server, browser):
     """GUI-Odyssey: no hierarchy, so no objects; the screenshot is painted, the touch point drawn, and the step's
-    instruction (`ps`) is beside it, changing with the step."""
+    texts (`low_level_instruction`, `description`, `intention`) are beside it, changing with the step."""
     url, _, by_steps, _ = server
     episode = next(e for n, e in by_steps.items() if n >= 5)
     page = open_replay(browser, url, episode, 0)
-    assert texts_on_screen(page, 0) == {"instruction": ["Instruction: ", "open the DuckDuckGo app", 0]}
+    assert texts_on_screen(page, 0) == {
+        "instruction": ["Instruction: ", "Open the DuckDuckGo app.", 0],
+        "screen_description": ["Screen description: ", "The home screen with app icons.", 0],
+        "action_thought": ["Action thought: ", "I open DuckDuckGo to search for the event.", 0],
+    }
     page.wait_for_function(f"() => ({FRAME_STEP_JS})() === 0 && window.__smFrame.dataset.shown === '0'")
     page.locator(".sm-frame").click()
     page.keyboard.press("ArrowRight")
-    assert texts_on_screen(page, 1) == {"instruction": ["Instruction: ", "type the event to search for", 0]}
+    assert texts_on_screen(page, 1) == {"instruction": ["Instruction: ", "Type the event to search for.", 0]}
     page.close()

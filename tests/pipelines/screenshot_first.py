@@ -119,14 +119,22 @@ def build_aitz(parent: Path, steps: list[dict] | None = None, name: str = AITZ_I
 
 ODYSSEY_ID = "1062813046541960"
 ODYSSEY_SIZE = (1080, 2400)
-ODYSSEY_STEPS = [
-    {"action": "CLICK", "info": [[500, 120]], "ps": "open the DuckDuckGo app"},
-    {"action": "TYPE", "info": "New York Fashion Week", "ps": "type the event to search for"},
-    {"action": "SCROLL", "info": [[500, 800], [500, 200]], "ps": "scroll to the dates"},
-    {"action": "LONG_PRESS", "info": [[250, 400]], "ps": "select the date text"},
-    {"action": "CLICK", "info": "KEY_HOME", "ps": ""},
-    {"action": "COMPLETE", "info": "", "ps": "the reminder is set"},
-]
+ODYSSEY_STEPS = [  # as the release writes them: a press is two equal points, `ps` its debug text
+    {"action": "CLICK", "info": [[500, 120], [500, 120]], "ps": "[(500, 120)]",
+     "low_level_instruction": "Open the DuckDuckGo app.", "description": "The home screen with app icons.",
+     "intention": "I open DuckDuckGo to search for the event.", "context": "Task just started.",
+     "sam2_bbox": [450, 90, 550, 150]},
+    {"action": "TEXT", "info": "New York Fashion Week", "ps": "",
+     "low_level_instruction": "Type the event to search for.", "sam2_bbox": []},
+    {"action": "SCROLL", "info": [[500, 800], [500, 200]], "ps": "[(500, 800), (500, 500), (500, 200)]",  # assumed form
+     "low_level_instruction": "Scroll to the dates.", "sam2_bbox": []},
+    {"action": "LONG_PRESS", "info": [[250, 400], [250, 400]], "ps": "[(250, 400)]",
+     "low_level_instruction": "Select the date text.", "sam2_bbox": [200, 380, 300, 420]},
+    {"action": "CLICK", "info": "KEY_HOME", "ps": "", "low_level_instruction": "Go to the home screen.",
+     "sam2_bbox": []},
+    {"action": "COMPLETE", "info": "", "ps": "the reminder is set", "low_level_instruction": "",
+     "sam2_bbox": []},
+]  # fmt: skip
 
 
 def odyssey_annotation(episode_id: str = ODYSSEY_ID, steps: list[dict] | None = None) -> dict:

@@ -155,7 +155,11 @@ def test_gui_odyssey_is_screenshot_only_with_instructions(converted) -> None:
     assert not a[0].HasField("target_index")  # an action point with no object
     assert a[1].text == "New York Fashion Week"
     assert [step_texts(episode, i)["instruction"] for i in range(3)] == [
-        "open the DuckDuckGo app", "type the event to search for", "scroll to the dates"]  # fmt: skip
+        "Open the DuckDuckGo app.", "Type the event to search for.", "Scroll to the dates."]  # fmt: skip
+    assert step_texts(episode, 0)["screen_description"] == "The home screen with app icons."
+    assert step_texts(episode, 0)["action_thought"] == "I open DuckDuckGo to search for the event."
+    assert a[5].text == "the reminder is set" and a[5].instruction == ""  # COMPLETE's ps: the annotator's note
+    assert json.loads(a[2].raw_json)["ps"] == "[(500, 800), (500, 500), (500, 200)]"  # kept, not an instruction
     assert all(i.screenshot_path.endswith(f"{ODYSSEY_ID}_{n}.png") for n, i in enumerate(episode.step_info))
     # The screenshots are a quarter of the device's size: said on every step, points placed on the screenshot.
     assert all("screenshot is 270x600 but device_info says 1080x2400" in " ".join(i.warnings) for i in episode.step_info)
@@ -349,7 +353,7 @@ def test_odd_values_in_every_field_are_dead_letters_or_warnings_never_a_crash(tm
     if layout == "aitz":
         keys = list(aitz_steps()[0])
     elif layout == "gui_odyssey":
-        keys = ["step", "screenshot", "action", "info", "ps"]
+        keys = ["step", "screenshot", "action", "info", "ps", "low_level_instruction", "description", "intention"]
     else:
         keys = ["screenshots", "actions", "step_instructions", "accessibility_trees", "goal", "screenshot_widths"]
     for key in keys:
@@ -409,4 +413,4 @@ def test_inspect_shows_a_steps_texts(converted, capsys) -> None:
     assert "      action_description: click on the Clock app located at the upper middle right side" in text
     assert "      screen_description: A grid of applications under All apps." in text
     assert main(["inspect", str(out), "--episode", f"odyssey/{ODYSSEY_ID}", "--step", "0"]) == 0
-    assert "      instruction: open the DuckDuckGo app" in capsys.readouterr().out
+    assert "      instruction: Open the DuckDuckGo app." in capsys.readouterr().out

@@ -68,7 +68,7 @@ def _str(v: Any) -> str:
 def test_the_converted_episodes_have_what_the_exports_must_carry(converted: Converted) -> None:
     odyssey, aitz = converted.records["gui_odyssey"], converted.records["aitz"]
     assert all(not ts.observation.objects for ts in odyssey.episode.time_steps)
-    assert odyssey.actions[0].instruction == "open the DuckDuckGo app"
+    assert odyssey.actions[0].instruction == "Open the DuckDuckGo app."
     assert all(len(ts.observation.objects) > 0 for ts in aitz.episode.time_steps)
     assert aitz.step_info[2].text.action_description.startswith("click on the Clock app")
 
