@@ -17,15 +17,12 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from pipelines.hierarchy import ImageInfo, Screen
 from pipelines.hierarchy.errors import HierarchyError
 from pipelines.hierarchy.objects import Box, estimated_warning, grid_location
 from pipelines.hierarchy.screenshot import image_info
 from pipelines.traces.files import display
-
-if TYPE_CHECKING:  # ui_episode imports this module
-    from pipelines.ui_episode import Observed
 
 #: How a step shows the display (strongest first), as the note on a resized step names it.
 SCREENSHOT, STATED, WINDOW = "step {}'s screenshot", "the size step {}'s dump states", "step {}'s full-screen window"
@@ -79,6 +76,30 @@ def sizes_beside(paths: Sequence[str], read_file: Callable[[str], bytes]) -> lis
 def no_screenshot_warning(width: int, height: int) -> str:
     """The warning of a step without a screenshot whose size comes from its hierarchy."""
     return f"no screenshot: screen size {width}x{height} from the hierarchy"
+
+
+@dataclass
+class Observed:
+    """One parsed screen in its output space; shared by every step that shows the same state file. It lives here
+    because the display-size rules reason over it and `pipelines.ui_episode` builds it (no import circle)."""
+
+    screen: Screen
+    hierarchy: bytes
+    hierarchy_width: int
+    hierarchy_height: int
+    screenshot: bytes | None
+    image: ImageInfo | None
+    mismatch: bool
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def width(self) -> int:
+        return self.screen.width
+
+    @property
+    def height(self) -> int:
+        return self.screen.height
+
 
 
 def guessed(obs: Observed) -> bool:

@@ -17,13 +17,19 @@ import math
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from pipelines.display_size import DisplaySizes, guessed, no_screenshot_warning, on_display, sizes_beside
+from pipelines.display_size import (
+    DisplaySizes,
+    Observed,
+    guessed,
+    no_screenshot_warning,
+    on_display,
+    sizes_beside,
+)
 from pipelines.hierarchy import (
     Box,
     HierarchyError,
-    ImageInfo,
     Screen,
     forest_json,
     grid_location,
@@ -72,28 +78,6 @@ ACTION_TYPES = {
     "task_impossible": Action.TASK_IMPOSSIBLE,
 }
 POINTED = ("tap", "long_press", "swipe", "type")
-
-
-@dataclass
-class Observed:
-    """One parsed screen in its output space; shared by every step that shows the same state file."""
-
-    screen: Screen
-    hierarchy: bytes
-    hierarchy_width: int
-    hierarchy_height: int
-    screenshot: bytes | None
-    image: ImageInfo | None
-    mismatch: bool
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def width(self) -> int:
-        return self.screen.width
-
-    @property
-    def height(self) -> int:
-        return self.screen.height
 
 
 @dataclass
