@@ -291,3 +291,72 @@ def test_nothing_picked_saves_nothing_and_a_segment_is_cleared_from_inside_and_a
     wait_store(lambda: problems() == [])
     assert not [k for k in alices(repo, episode) if k[0] == "problems"]
     page.close()
+
+
+EPISODE_FIELDS = """
+fields:
+  - {name: instruction, scope: step, kind: text}
+  - {name: action_quality, scope: step, kind: choice, options: [good, bad, unsure], keys: [g, b, u]}
+  - {name: task_success, scope: episode, kind: boolean}
+"""
+
+
+@pytest.fixture(scope="module")
+def episode_server(tmp_path_factory, fixtures_dir):
+    data_dir = tmp_path_factory.mktemp("e2e_episode_field")
+    study = import_ui_fixtures(data_dir, fixtures_dir)
+    repo = open_store(None, data_dir)
+    fv.define(repo, study.id, parse_text(EPISODE_FIELDS, "fields.yaml"), ALICE)
+    (episode,) = repo.list_episodes(study_id=study.id)
+    with annotate_server(data_dir, "--user", ALICE) as url:
+        yield url, repo, episode
+    repo.close()
+
+
+def field_shown(page, name: str) -> tuple[str, str]:
+    """(the option pressed, the note) of a choice field in the form on screen."""
+    row = page.locator(f'.sm-fields .sm-f-field[data-name="{name}"]')
+    pressed = row.locator('[aria-pressed="true"]')
+    return (pressed.inner_text() if pressed.count() else "", row.locator(".sm-f-note").inner_text())
+
+
+def test_an_episode_value_shows_on_every_step_and_saving_another_field_keeps_it(episode_server, browser):
+    """Issue 32: `task_success` (episode) set on step 0 shows, saved, on steps 1 and 2; saving `action_quality`
+    on step 1 (Tab, g, Ctrl+Enter) sends no clear of it: the store still holds it, no `field.clear` is audited,
+    and "saved" is shown only for what the store holds. Keys at a person's pace: each save answered first."""
+    url, repo, episode = episode_server
+    page = open_replay(browser, url, episode, 0)
+    form_title(page, 0)
+    kb = page.keyboard
+    page.locator(".sm-frame").click()
+    kb.press("f")
+    kb.press("Tab")
+    kb.press("Tab")
+    assert focused_field(page) == "task_success"
+    kb.press("y")
+    player_message(page, "Saved task_success on the episode")
+    kb.press("Control+Enter")
+    form_title(page, 1)
+    assert field_shown(page, "task_success") == ("y yes", "saved (scratch)")
+    kb.press("Tab")
+    assert focused_field(page) == "action_quality"
+    kb.press("g")
+    player_message(page, "Saved action_quality on step 1")
+    kb.press("Control+Enter")
+    form_title(page, 2)
+    kb.press("Tab")
+    kb.press("b")  # sent after whatever Ctrl+Enter on step 1 sent (one queue): once stored, those are too
+    wait_store(lambda: alices(repo, episode).get(("action_quality", 2)) == ("bad", "scratch"))
+    assert alices(repo, episode) == {("task_success", -1): (True, "scratch"), ("action_quality", 1): ("good", "scratch"),
+                                     ("action_quality", 2): ("bad", "scratch")}  # fmt: skip
+    assert "field.clear" not in [e.action for e in repo.audit_log(ref_of(episode))]
+    player_message(page, "Saved action_quality on step 2")
+    assert field_shown(page, "task_success") == ("y yes", "saved (scratch)")
+    assert field_shown(page, "action_quality") == ("b bad", "saved (scratch)")
+    kb.press("Escape")
+    page.locator(".sm-frame").click()
+    kb.press("ArrowLeft")
+    form_title(page, 1)
+    assert field_shown(page, "task_success") == ("y yes", "saved (scratch)")
+    assert field_shown(page, "action_quality") == ("g good", "saved (scratch)")
+    page.close()
