@@ -6,6 +6,10 @@
 //   Tab / Enter  next field (Enter saves the text or number just typed, or keeps the suggestion shown)
 //   Ctrl+Enter   save the step's fields (suggestions shown are kept) and show the next step
 //   Esc          leave the form
+// What the form shows is what the store holds (issue 32): an episode or segment value shows on every step it
+// covers, each save's answer (the store's) is spread to every form read, a form read while a save was answered is
+// read again, and a save sends only the fields the person changed (or a suggestion kept), with the value the
+// form showed ("replaces": the store refuses the change when it holds another by now).
 // Everything from a trace, a file or an annotator is put in with textContent or an input's value, never as HTML.
 
 class StepFields {
@@ -15,7 +19,9 @@ class StepFields {
     this.byStep = new Map(); // step -> the form payload the server sent
     this.formStep = null; // the step whose values the form shows; null while that step's form loads
     this.shownAt = performance.now();
-    this.sent = new Map(); // field -> JSON of the value last sent for formStep (no double saves)
+    this.sent = new Map(); // field -> {json} of the value sent for formStep, until its save is answered
+    this.touched = new Set(); // the fields the person changed on the form shown (only those are sent)
+    this.answers = 0; // save answers received: a form read while one arrived may predate it
     this.loading = new Map(); // step -> true while its form is being read
     this.wantFocus = false;
     this.replacing = false; // true while the form of another step replaces the one shown
@@ -41,6 +47,12 @@ class StepFields {
     this.p.on(this.form, "change", (e) => {
       const name = e.target.dataset && e.target.dataset.field;
       if (name && !this.replacing) this.commit(name);
+    });
+    this.p.on(this.form, "input", (e) => {
+      const name = e.target.dataset && e.target.dataset.field;
+      if (!name || this.replacing) return;
+      this.touched.add(name);
+      this.note(name);
     });
     this.showStep(this.p.cur);
     this.load(this.p.cur, true);
@@ -89,16 +101,26 @@ class StepFields {
       return;
     }
     if (!force && this.loading.has(step)) return; // one request per step at a time
-    this.loading.set(step, true);
+    const token = {};
+    this.loading.set(step, token);
+    const answers = this.answers;
     try {
       const body = await this.p.getJSON(`${this.base}/${step}`);
+      if (this.loading.get(step) !== token) return; // a newer read of this step is under way
+      if (this.answers !== answers) {
+        // A save was answered while this was read: the form may predate it (an episode or segment value it
+        // changed would show wrong on this step). Read it again.
+        this.loading.delete(step);
+        this.load(step, force);
+        return;
+      }
       this.byStep.set(step, body);
       // A forced read (after undo/redo) redraws the form; otherwise only a form not yet on screen is drawn.
       if (this.p.cur === step && (force || this.formStep !== step)) this.render(step);
     } catch (err) {
       this.p.say(`Could not read the fields of step ${step}: ${err.message}`, true);
     } finally {
-      this.loading.delete(step);
+      if (this.loading.get(step) === token) this.loading.delete(step);
     }
   }
 
@@ -112,6 +134,7 @@ class StepFields {
       this.shownAt = performance.now();
       this.sent = new Map();
     }
+    this.touched = new Set(); // the controls are built anew from the store's values
     const another = this.formStep !== step;
     this.formStep = step;
     this.form.classList.remove("sm-f-loading");
@@ -125,6 +148,7 @@ class StepFields {
       this.replacing = false;
     }
     for (const f of body.fields) this.form.appendChild(this.field(f, body));
+    this.sync();
     const again = (this.wantFocus ? this.controls()[0] : null)
       || (focused ? this.form.querySelector(`[data-control][data-field="${CSS.escape(focused)}"]`) : null);
     this.wantFocus = false;
@@ -147,9 +171,6 @@ class StepFields {
       g.textContent = f.guideline;
       row.appendChild(g);
     }
-    const saved = body.values[f.name];
-    const suggestion = (body.suggestions[f.name] || [])[0];
-    const shown = saved ? saved.value : suggestion ? suggestion.value : undefined;
     let control;
     if (f.kind === "text" || f.kind === "number") {
       control = document.createElement("input");
@@ -160,14 +181,12 @@ class StepFields {
         if (f.max !== undefined) control.max = String(f.max);
         control.step = f.integer ? "1" : "any";
       } else control.maxLength = f.max_length || 5000;
-      control.value = shown === undefined ? "" : String(shown);
     } else {
       control = document.createElement("div");
       control.tabIndex = 0;
       control.className = "sm-f-choices";
       control.setAttribute("role", f.kind === "multi_choice" ? "group" : "radiogroup");
       const options = f.kind === "boolean" ? [true, false] : f.options;
-      const picked = f.kind === "multi_choice" ? (shown || []) : shown === undefined ? [] : [shown];
       options.forEach((option, i) => {
         const b = document.createElement("button");
         b.type = "button";
@@ -176,7 +195,7 @@ class StepFields {
         const key = f.option_keys[i] || "";
         b.textContent = `${key ? key + " " : ""}${f.kind === "boolean" ? (option ? "yes" : "no") : option}`;
         b.dataset.value = JSON.stringify(option);
-        b.setAttribute("aria-pressed", picked.includes(option) ? "true" : "false");
+        b.setAttribute("aria-pressed", "false");
         b.addEventListener("click", (e) => {
           e.stopPropagation();
           this.pick(f, control, option);
@@ -190,13 +209,64 @@ class StepFields {
     row.appendChild(control);
     const note = document.createElement("div");
     note.className = "sm-f-note";
-    if (saved) note.textContent = `saved (${saved.origin})`;
-    else if (suggestion) {
-      note.textContent = `suggested by ${suggestion.source}: Enter or Ctrl+Enter keeps it, or change it`;
-      row.classList.add("sm-suggested");
-    }
     row.appendChild(note);
     return row;
+  }
+
+  // The form shown, from what the store holds for its step (byStep): a control the person has not changed shows
+  // the stored value (else the suggestion); one changed and not yet stored keeps what the person made.
+  sync() {
+    const body = this.byStep.get(this.formStep);
+    if (!body) return;
+    for (const control of this.controls()) {
+      const name = control.dataset.field;
+      const saved = body.values[name];
+      if (this.touched.has(name) && !this.same(this.read(control), saved)) {
+        this.note(name);
+        continue;
+      }
+      this.touched.delete(name); // it holds what the store holds
+      const suggestion = (body.suggestions[name] || [])[0];
+      this.show(control, saved ? saved.value : suggestion ? suggestion.value : undefined);
+      this.note(name);
+    }
+  }
+
+  // True when a control's value (read()) is the stored value `saved` (undefined: none stored).
+  same(value, saved) {
+    return JSON.stringify(value === undefined ? null : value) === JSON.stringify(saved ? saved.value : null);
+  }
+
+  show(control, value) {
+    if (control.tagName === "INPUT") {
+      const text = value === undefined || value === null ? "" : String(value);
+      if (control.value !== text) control.value = text;
+      return;
+    }
+    const picked = Array.isArray(value) ? value : value === undefined || value === null ? [] : [value];
+    for (const b of control.querySelectorAll(".sm-f-option")) {
+      b.setAttribute("aria-pressed", picked.includes(JSON.parse(b.dataset.value)) ? "true" : "false");
+    }
+  }
+
+  // A field's note says what the store holds: "saved" only when the control shows the stored value.
+  note(name) {
+    const body = this.byStep.get(this.formStep);
+    const control = this.form.querySelector(`[data-control][data-field="${CSS.escape(name)}"]`);
+    const row = control ? control.closest(".sm-f-field") : null;
+    if (!body || !row) return;
+    const note = row.querySelector(".sm-f-note");
+    const saved = body.values[name];
+    const value = this.read(control);
+    const suggestion = (body.suggestions[name] || [])[0];
+    const pending = this.sent.get(name);
+    const suggested = !saved && !this.touched.has(name) && suggestion !== undefined;
+    row.classList.toggle("sm-suggested", suggested);
+    if (pending && pending.json === JSON.stringify(value)) note.textContent = "saving…";
+    else if (saved && this.same(value, saved)) note.textContent = `saved (${saved.origin})`;
+    else if (suggested) note.textContent = `suggested by ${suggestion.source}: Enter or Ctrl+Enter keeps it, or change it`;
+    else if (this.touched.has(name)) note.textContent = "not saved yet: Enter or Ctrl+Enter saves it";
+    else note.textContent = "";
   }
 
   definition(name) {
@@ -226,10 +296,13 @@ class StepFields {
         if (value === option) b.setAttribute("aria-pressed", b.getAttribute("aria-pressed") === "true" ? "false" : "true");
       } else b.setAttribute("aria-pressed", value === option ? "true" : "false");
     }
+    this.touched.add(f.name);
     this.commit(f.name);
   }
 
-  // Send a field's value if it differs from what is saved (or was sent) for the step whose form is on screen.
+  // Send a field's value if the person changed it (or keeps the suggestion shown) and it differs from what is
+  // saved (or was sent) for the step whose form is on screen. A field the person did not change is never sent:
+  // saving one field never clears another.
   commit(name) {
     const step = this.formStep;
     const control = this.form.querySelector(`[data-control][data-field="${CSS.escape(name)}"]`);
@@ -239,15 +312,23 @@ class StepFields {
     }
     const f = this.definition(name);
     const value = this.read(control);
-    const saved = (this.byStep.get(step).values || {})[name];
-    if (value === undefined || (value === null && !saved)) return;
+    const form = this.byStep.get(step);
+    const saved = (form.values || {})[name];
+    if (value === undefined) return;
+    if (!this.touched.has(name)) {
+      const suggestion = (form.suggestions[name] || [])[0];
+      if (saved || value === null || !suggestion || JSON.stringify(suggestion.value) !== JSON.stringify(value)) return;
+    }
     const json = JSON.stringify(value);
-    if ((this.sent.has(name) ? this.sent.get(name) : saved ? JSON.stringify(saved.value) : undefined) === json) return;
+    const pending = this.sent.get(name);
+    const before = pending ? pending.json : JSON.stringify(saved ? saved.value : null); // what the form showed
+    if (before === json) return;
     if (f.kind === "number" && value !== null && !Number.isFinite(value)) {
       this.p.say(`${name}: not a number`, true);
       return;
     }
-    this.sent.set(name, json);
+    const token = { json };
+    this.sent.set(name, token);
     const body = { field: name, value, seconds: (performance.now() - this.shownAt) / 1000 };
     if (f.scope === "segment") {
       // The place: a segment being marked (from its start to this step), else the saved segment that holds
@@ -264,8 +345,14 @@ class StepFields {
         body.end = step;
       }
     }
+    // The value replaced, as the form showed it: the store refuses the change if it holds another by now. (A
+    // segment being marked over another span than the saved one goes to a slot the form has not shown.)
+    if (f.scope !== "segment" || !saved || (saved.step === body.start && saved.end === body.end)) {
+      body.replaces = JSON.parse(before);
+    }
     const spans = f.scope !== "segment" ? [] : saved ? [[saved.step, saved.end], [body.start, body.end]] : [[body.start, body.end]];
-    this.send(step, body, spans);
+    this.send(step, body, spans, token);
+    this.note(name);
   }
 
   // Forget the forms read for the steps of these spans (a segment value there changed), but the form on screen.
@@ -275,33 +362,39 @@ class StepFields {
     }
   }
 
-  send(step, body, spans) {
+  send(step, body, spans, token) {
     this.p.enqueue(
       `${this.base}/${step}`,
       body,
       (reply) => {
+        this.answers++;
+        if (this.sent.get(body.field) === token) this.sent.delete(body.field); // stored: no longer pending
         this.byStep.set(reply.step, reply);
+        this.spread(reply);
         this.forget(spans, reply.step);
         this.p.say(reply.message || "");
-        if (this.formStep === reply.step) this.markSaved(reply);
+        this.sync(); // the form shown, from the store's answer
+        const next = this.p.cur + 1;
+        if (next < this.p.n && !this.byStep.has(next)) this.load(next, false);
       },
       (err) => {
-        this.sent.delete(body.field);
+        if (this.sent.get(body.field) === token) this.sent.delete(body.field);
         this.p.say(`Not saved: ${err.message}`, true);
+        if (err.status === 409) this.reload(); // the store holds another value by now: show what it holds
+        else this.note(body.field);
       },
     );
   }
 
-  markSaved(reply) {
-    for (const row of this.form.querySelectorAll(".sm-f-field")) {
-      const saved = reply.values[row.dataset.name];
-      const note = row.querySelector(".sm-f-note");
-      if (!saved) {
-        if (note.textContent.startsWith("saved")) note.textContent = ""; // cleared
-        continue;
+  // A save's answer holds the episode's values as the store now holds them: every form read shows them too.
+  spread(reply) {
+    const episode = reply.fields.filter((f) => f.scope === "episode").map((f) => f.name);
+    for (const [s, form] of this.byStep) {
+      if (s === reply.step) continue;
+      for (const name of episode) {
+        if (reply.values[name]) form.values[name] = reply.values[name];
+        else delete form.values[name];
       }
-      row.classList.remove("sm-suggested");
-      note.textContent = `saved (${saved.origin})`;
     }
   }
 

@@ -1110,7 +1110,11 @@ class Player {
         this.outbox.splice(at, 1);
         const response = await this.postChange(item);
         const reply = await response.json().catch(() => ({}));
-        if (!response.ok) throw new Error(reply.error || `${response.status} ${response.statusText}`);
+        if (!response.ok) {
+          const err = new Error(reply.error || `${response.status} ${response.statusText}`);
+          err.status = response.status; // 409: the store holds something else by now
+          throw err;
+        }
         onReply(reply);
       })
       .catch((err) => onError(err))

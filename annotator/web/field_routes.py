@@ -15,7 +15,9 @@ on screen when the key was pressed.
     POST /api/fields/{study}/{session}/{episode}/steps/{step}
          body {"field": str, "value": any | null (clears; [] of a multi_choice field clears too),
                "start"?: int, "end"?: int (segments: the segment start..end, which must hold {step}; without
-               "start" it starts at {step}), "seconds"?: number}
+               "start" it starts at {step}), "seconds"?: number,
+               "replaces"?: any | null (the value the form showed there, null: none; when the store holds
+               another by now, nothing changes: 409 and the error)}
         -> FORM + {"message": str}   (the form of {step}, the step on screen)
            The player sends a segment field's value to the saved segment that holds the step on screen (so
            clearing or changing it reaches that segment), or to the segment being marked.
@@ -137,7 +139,8 @@ def _set(request: Request, claims: context.Claims, where: Where) -> Response:
     suggested = list(text_suggestions(where, ref, step, [definition]).values())
     try:
         stored = fv.set_value(repo, ref, name, claims.user, body.get("value"), step=place_step, end=end,
-                              seconds=seconds, suggested=suggested)  # fmt: skip
+                              seconds=seconds, suggested=suggested,
+                              replaces=body["replaces"] if "replaces" in body else fv.UNCHECKED)  # fmt: skip
     except FieldValueError as exc:  # a value that does not fit its field: a bad request, said in plain words
         raise RequestError(str(exc)) from None
     where_text = "the episode" if place_step is None else (

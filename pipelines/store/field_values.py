@@ -329,23 +329,52 @@ def origin_of(value: Any, suggestions: Iterable[Any]) -> str:
     return "accepted" if value in given else "edited"
 
 
+UNCHECKED: Any = object()  # `set_value(replaces=...)` not given: whatever the slot holds is replaced
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal as JSON values: True is not 1 (Python says it is), 9 is 9.0 (PostgreSQL's JSON may give back 9.0)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+def _said(value: Any) -> str:
+    return "nothing" if value is None else _example(value)
+
+
 def set_value(
     repo: EpisodeAccess, ref: EpisodeRef, field: str, user: str, value: Any, *, step: int | None = None,
     end: int | None = None, seconds: float | None = None, suggested: Iterable[Any] = (),
+    replaces: Any = UNCHECKED,
 ) -> FieldValue | None:
     """Set (or, with value None, clear) `user`'s value of `field` at a place; returns the value now stored
     (None when cleared). An empty multi_choice value ([]: nothing picked) clears too: it is no value.
-    `suggested`: what the converted episode suggests there (its step text). Audited."""
+    `suggested`: what the converted episode suggests there (its step text). `replaces`: the value the person
+    saw there (None: nothing); a change of a slot that holds another value by now is refused (`Conflict`), so
+    a form showing a stale value never clears or overwrites what the store holds (issue 32). Audited."""
     with repo._write() as s:
         row = repo._episode_row(s, ref, lock=True)
         definition = _field(s, row.study_id, field)
         if definition.kind == "multi_choice" and value == []:
             value = None
+        if definition.kind == "multi_choice" and replaces == []:
+            replaces = None
         place = place_of(definition, step, end)
         for index in {place[0], place[1]} - {EPISODE}:
             repo._check_step(row, index)
         old = _slot(s, row.id, field, user, place)
         before = _value(old).to_json() if old is not None else None
+        checked = None if value is None else check_value(definition, value)
+        held = None if old is None else old.value
+        if replaces is not UNCHECKED and not same_value(held, replaces) and not same_value(held, checked):
+            at = field_actions.where({"step": place[0], "end": place[1]})
+            raise Conflict(f"{user}'s {field} on {at} holds {_said(held)} by now, not {_said(replaces)} as shown: "
+                           f"nothing changed")  # fmt: skip
         if value is None:
             if old is None:
                 return None
@@ -353,7 +382,6 @@ def set_value(
             s.flush()
             repo._audit(s, user, field_actions.CLEAR, **repo._where(row), step_index=place[0], before=before)
             return None
-        checked = check_value(definition, value)
         origin = origin_of(checked, [*suggested, *stored_suggestions(s, row.id, field, place)])
         if seconds is not None:
             seconds = min(max(float(seconds), 0.0), MAX_SECONDS)
