@@ -167,3 +167,40 @@ def test_a_segment_value_is_cleared_or_changed_from_any_step_inside_it(world):
     assert r.status_code == 400 and "does not hold step 11" in r.json()["error"]
     r = client.post(url(episode, 3), json={"field": "instruction", "value": "x", "start": 1}, headers=auth())
     assert r.status_code == 400 and "'start' is for segment fields" in r.json()["error"]
+
+
+def test_a_save_sends_the_value_shown_and_never_clears_what_the_form_did_not_show(world):
+    """Issue 32: the player sends with each value the one its form showed ("replaces"). A save of one field leaves
+    the episode's value alone; a clear from a form that showed it blank is refused (409, nothing cleared, no
+    `field.clear`), and the form it answers with holds the episode value on every step."""
+    client, repo, episode, _ = world
+
+    def task_success() -> list:
+        return [v.value for v in fv.values(repo, [episode.id], user=BOB).get(episode.id, []) if v.field == "task_success"]
+
+    def clears() -> int:
+        return sum(e.action == "field.clear" and e.user == BOB for e in repo.audit_log(ref_of(episode)))
+
+    before = clears()
+    reply = client.post(url(episode, 0), json={"field": "task_success", "value": True, "replaces": None},
+                        headers=auth(BOB)).json()  # fmt: skip
+    assert reply["values"]["task_success"]["value"] is True
+    reply = client.post(url(episode, 1), json={"field": "action_correct", "value": "yes", "replaces": None},
+                        headers=auth(BOB)).json()  # fmt: skip
+    assert reply["message"] == "Saved action_correct on step 1 (scratch)"
+    assert reply["values"]["task_success"]["value"] is True and task_success() == [True]
+    r = client.post(url(episode, 1), json={"field": "task_success", "value": None, "replaces": None}, headers=auth(BOB))
+    assert r.status_code == 409
+    assert r.json()["error"] == f"{BOB}'s task_success on the episode holds true by now, not nothing as shown: nothing changed"
+    assert task_success() == [True] and clears() == before
+    form = client.get(url(episode, 2), headers=auth(BOB)).json()
+    assert form["values"]["task_success"]["value"] is True
+    # the value shown is replaced, then cleared; without "replaces" a value is set as before
+    reply = client.post(url(episode, 2), json={"field": "task_success", "value": False, "replaces": True},
+                        headers=auth(BOB)).json()  # fmt: skip
+    assert reply["message"] == "Saved task_success on the episode (scratch)" and task_success() == [False]
+    reply = client.post(url(episode, 2), json={"field": "task_success", "value": None, "replaces": False},
+                        headers=auth(BOB)).json()  # fmt: skip
+    assert reply["message"] == "Cleared task_success on the episode" and task_success() == [] and clears() == before + 1
+    client.post(url(episode, 2), json={"field": "task_success", "value": True}, headers=auth(BOB))
+    assert task_success() == [True]

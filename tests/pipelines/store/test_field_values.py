@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from pipelines import convert
-from pipelines.store import InvalidSpec, PermissionDenied, Repository, StoreError
+from pipelines.store import Conflict, InvalidSpec, PermissionDenied, Repository, StoreError
 from pipelines.store import field_values as fv
 from pipelines.store.audit import describe
 from pipelines.store.field_defs import FieldValueError, load_fields, parse_text
@@ -104,6 +104,44 @@ def test_values_per_annotator_with_origin_audit_and_undo(repo: Repository, ui) -
     # BOB's value is untouched by ALICE's undo history
     assert [v.value for v in fv.values(repo, [ref.episode_id], user=BOB)[ref.episode_id]
             if v.field == "action_correct"] == ["no"]  # fmt: skip
+
+
+def test_a_change_replaces_only_the_value_the_form_showed(repo: Repository, ui) -> None:
+    """Issue 32: `replaces` is the value the person's form showed at the place. Saving one field leaves another
+    alone, and a clear or change sent from a form that showed a stale value (blank where the store holds one) is
+    refused whole: nothing cleared, no `field.clear` audited."""
+    _, ref = ui
+
+    def mine() -> dict:
+        return {(v.field, v.place): v.value for v in fv.values(repo, [ref.episode_id], user=ALICE)[ref.episode_id]}
+
+    fv.set_value(repo, ref, "task_success", ALICE, True, replaces=None)
+    fv.set_value(repo, ref, "action_correct", ALICE, "yes", step=1, replaces=None)
+    assert mine() == {("task_success", (-1, -1)): True, ("action_correct", (1, 1)): "yes"}
+    message = f"^{ALICE}'s task_success on the episode holds true by now, not nothing as shown: nothing changed$"
+    with pytest.raises(Conflict, match=message):
+        fv.set_value(repo, ref, "task_success", ALICE, None, replaces=None)  # a blank form's clear
+    with pytest.raises(Conflict, match="holds true by now, not false as shown"):
+        fv.set_value(repo, ref, "task_success", ALICE, None, replaces=False)
+    with pytest.raises(Conflict, match="^.*action_correct on step 1 holds 'yes' .* by now, not nothing"):
+        fv.set_value(repo, ref, "action_correct", ALICE, "no", step=1, replaces=None)
+    assert mine() == {("task_success", (-1, -1)): True, ("action_correct", (1, 1)): "yes"}
+    assert "field.clear" not in [e.action for e in repo.audit_log(ref)]
+    # True is not 1, 2 is 2.0; a change to what the slot holds by now changes nothing and is no conflict
+    fv.set_value(repo, ref, "confidence", ALICE, 1, step=2)
+    with pytest.raises(Conflict):
+        fv.set_value(repo, ref, "confidence", ALICE, 3, step=2, replaces=True)
+    assert fv.set_value(repo, ref, "confidence", ALICE, 2, step=2, replaces=1.0).value == 2
+    assert fv.set_value(repo, ref, "confidence", ALICE, 2, step=2, replaces=4).value == 2
+    # a segment: nothing picked ([]) is nothing, on both sides
+    fv.set_value(repo, ref, "problems", ALICE, ["slow"], step=3, end=5, replaces=[])
+    with pytest.raises(Conflict):
+        fv.set_value(repo, ref, "problems", ALICE, [], step=3, end=5, replaces=[])
+    # what the form showed is replaced, or cleared
+    assert fv.set_value(repo, ref, "task_success", ALICE, False, replaces=True).value is False
+    assert fv.set_value(repo, ref, "task_success", ALICE, None, replaces=False) is None
+    assert fv.set_value(repo, ref, "problems", ALICE, [], step=3, end=5, replaces=["slow"]) is None
+    assert mine() == {("action_correct", (1, 1)): "yes", ("confidence", (2, 2)): 2}
 
 
 def test_values_that_do_not_fit_are_refused(repo: Repository, ui) -> None:
