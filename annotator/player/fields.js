@@ -214,20 +214,18 @@ class StepFields {
   }
 
   // The form shown, from what the store holds for its step (byStep): a control the person has not changed shows
-  // the stored value (else the suggestion); one changed and not yet stored keeps what the person made.
+  // the stored value (else the suggestion); one the person changed keeps what they made (sent or not yet).
   sync() {
     const body = this.byStep.get(this.formStep);
     if (!body) return;
     for (const control of this.controls()) {
       const name = control.dataset.field;
-      const saved = body.values[name];
-      if (this.touched.has(name) && !this.same(this.read(control), saved)) {
-        this.note(name);
-        continue;
+      if (!this.touched.has(name)) {
+        const saved = body.values[name];
+        const suggestion = (body.suggestions[name] || [])[0];
+        const target = saved ? saved.value : suggestion ? suggestion.value : null;
+        if (JSON.stringify(this.read(control)) !== JSON.stringify(target)) this.show(control, target);
       }
-      this.touched.delete(name); // it holds what the store holds
-      const suggestion = (body.suggestions[name] || [])[0];
-      this.show(control, saved ? saved.value : suggestion ? suggestion.value : undefined);
       this.note(name);
     }
   }
@@ -265,8 +263,9 @@ class StepFields {
     if (pending && pending.json === JSON.stringify(value)) note.textContent = "saving…";
     else if (saved && this.same(value, saved)) note.textContent = `saved (${saved.origin})`;
     else if (suggested) note.textContent = `suggested by ${suggestion.source}: Enter or Ctrl+Enter keeps it, or change it`;
-    else if (this.touched.has(name)) note.textContent = "not saved yet: Enter or Ctrl+Enter saves it";
-    else note.textContent = "";
+    else if (this.touched.has(name) && !this.same(value, saved)) {
+      note.textContent = "not saved yet: Enter or Ctrl+Enter saves it";
+    } else note.textContent = "";
   }
 
   definition(name) {
