@@ -22,6 +22,8 @@ class StepFields {
     this.sent = new Map(); // field -> {json} of the value sent for formStep, until its save is answered
     this.touched = new Set(); // the fields the person changed on the form shown (only those are sent)
     this.answers = 0; // save answers received: a form read while one arrived may predate it
+    this.answered = []; // the latest answers: {n, step, spans} (which forms each may have changed)
+    this.latest = null; // the latest answer: the episode's values as the store holds them
     this.loading = new Map(); // step -> true while its form is being read
     this.wantFocus = false;
     this.replacing = false; // true while the form of another step replaces the one shown
@@ -108,11 +110,17 @@ class StepFields {
       const body = await this.p.getJSON(`${this.base}/${step}`);
       if (this.loading.get(step) !== token) return; // a newer read of this step is under way
       if (this.answers !== answers) {
-        // A save was answered while this was read: the form may predate it (an episode or segment value it
-        // changed would show wrong on this step). Read it again.
-        this.loading.delete(step);
-        this.load(step, force);
-        return;
+        // A save was answered while this was read: the form may predate it. The episode's values are taken
+        // from the latest answer; a form whose step or segment a save changed meanwhile is read again.
+        const since = this.answered.filter((a) => a.n > answers);
+        const changed = since.length < this.answers - answers
+          || since.some((a) => a.step === step || a.spans.some(([x, y]) => x <= step && step <= y));
+        if (changed) {
+          this.loading.delete(step);
+          this.load(step, force);
+          return;
+        }
+        this.overlay(body, this.latest);
       }
       this.byStep.set(step, body);
       // A forced read (after undo/redo) redraws the form; otherwise only a form not yet on screen is drawn.
@@ -367,6 +375,9 @@ class StepFields {
       body,
       (reply) => {
         this.answers++;
+        this.answered.push({ n: this.answers, step: reply.step, spans });
+        if (this.answered.length > 100) this.answered.shift();
+        this.latest = reply;
         if (this.sent.get(body.field) === token) this.sent.delete(body.field); // stored: no longer pending
         this.byStep.set(reply.step, reply);
         this.spread(reply);
@@ -387,13 +398,15 @@ class StepFields {
 
   // A save's answer holds the episode's values as the store now holds them: every form read shows them too.
   spread(reply) {
-    const episode = reply.fields.filter((f) => f.scope === "episode").map((f) => f.name);
-    for (const [s, form] of this.byStep) {
-      if (s === reply.step) continue;
-      for (const name of episode) {
-        if (reply.values[name]) form.values[name] = reply.values[name];
-        else delete form.values[name];
-      }
+    for (const [s, form] of this.byStep) if (s !== reply.step) this.overlay(form, reply);
+  }
+
+  // A form's episode values, as a save's answer says the store holds them.
+  overlay(form, reply) {
+    for (const f of reply.fields) {
+      if (f.scope !== "episode") continue;
+      if (reply.values[f.name]) form.values[f.name] = reply.values[f.name];
+      else delete form.values[f.name];
     }
   }
 

@@ -360,3 +360,42 @@ def test_an_episode_value_shows_on_every_step_and_saving_another_field_keeps_it(
     assert field_shown(page, "task_success") == ("y yes", "saved (scratch)")
     assert field_shown(page, "action_quality") == ("g good", "saved (scratch)")
     page.close()
+
+
+def test_fast_keys_keep_the_episode_value_and_a_stale_form_changes_nothing(episode_server, browser):
+    """The same keys as above pressed without waiting for any answer (each save still under way as the next step
+    shows): the episode value is kept and shows, saved, once stored. Then the store changes behind the form (the
+    value cleared elsewhere): a pick on the form that showed it is refused, nothing stored, and the form is read
+    again, showing what the store holds."""
+    url, repo, episode = episode_server
+    fv.set_value(repo, ref_of(episode), "task_success", ALICE, None)
+    clears = sum(e.action == "field.clear" for e in repo.audit_log(ref_of(episode)))
+    page = open_replay(browser, url, episode, 5)
+    form_title(page, 5)
+    kb = page.keyboard
+    page.locator(".sm-frame").click()
+    for key in ("f", "Tab", "Tab", "y", "Control+Enter"):
+        kb.press(key)
+    form_title(page, 6)  # the form is on screen (the keys of a form still loading save nothing, by design)
+    for key in ("Tab", "g", "Control+Enter"):
+        kb.press(key)
+    form_title(page, 7)
+    kb.press("Tab")
+    kb.press("b")
+    wait_store(lambda: alices(repo, episode).get(("action_quality", 7)) == ("bad", "scratch"))
+    assert alices(repo, episode).get(("task_success", -1)) == (True, "scratch")
+    assert alices(repo, episode).get(("action_quality", 6)) == ("good", "scratch")
+    assert sum(e.action == "field.clear" for e in repo.audit_log(ref_of(episode))) == clears
+    form_title(page, 7)
+    note = page.locator('.sm-fields .sm-f-field[data-name="task_success"] .sm-f-note')
+    note.filter(has_text=re.compile("^saved \\(scratch\\)$")).wait_for(timeout=30_000)
+    assert field_shown(page, "task_success") == ("y yes", "saved (scratch)")
+
+    fv.set_value(repo, ref_of(episode), "task_success", ALICE, None)  # cleared elsewhere (another tab)
+    page.locator('.sm-fields [data-control][data-field="task_success"]').focus()
+    kb.press("n")
+    player_message(page, "Not saved: .*task_success on the episode holds nothing by now, not true as shown")
+    page.locator('.sm-fields [data-field="task_success"] [aria-pressed="true"]').wait_for(state="detached")
+    assert field_shown(page, "task_success") == ("", "")
+    assert ("task_success", -1) not in alices(repo, episode)
+    page.close()
