@@ -7,9 +7,10 @@
 //   Ctrl+Enter   save the step's fields (suggestions shown are kept) and show the next step
 //   Esc          leave the form
 // What the form shows is what the store holds (issue 32): an episode or segment value shows on every step it
-// covers, each save's answer (the store's) is spread to every form read, a form read while a save was answered is
-// read again, and a save sends only the fields the person changed (or a suggestion kept), with the value the
-// form showed ("replaces": the store refuses the change when it holds another by now).
+// covers (each save's answer, the store's, gives every form read its episode values; a segment's steps are read
+// again, and so is a form read while a save changed its step or segment); "saved" shows only beside a stored
+// value; a save sends only the fields the person changed (or a suggestion kept), with the value the form showed
+// ("replaces": the store refuses the change when it holds another by now, and the form is read again).
 // Everything from a trace, a file or an annotator is put in with textContent or an input's value, never as HTML.
 
 class StepFields {
@@ -24,7 +25,7 @@ class StepFields {
     this.answers = 0; // save answers received: a form read while one arrived may predate it
     this.answered = []; // the latest answers: {n, step, spans} (which forms each may have changed)
     this.latest = null; // the latest answer: the episode's values as the store holds them
-    this.loading = new Map(); // step -> true while its form is being read
+    this.loading = new Map(); // step -> a token while its form is being read (the newest read wins)
     this.wantFocus = false;
     this.replacing = false; // true while the form of another step replaces the one shown
   }
