@@ -591,16 +591,17 @@ def convert_episode(
     *,
     drop_invisible: bool = False,
     spill: Callable[[bytes], None] | None = None,
-    part_bytes: int = PART_BYTES,
+    part_bytes: int | None = None,
 ) -> EpisodeResult:
     """Read, parse and assemble every step; a failing step becomes a dead letter and the episode keeps the
     others. An episode left with no step is itself a dead letter (`no_steps`). Screens shared by several steps
     (DroidBot states) are parsed once while they are in use.
 
     Steps are converted one at a time (`converted_steps`). Without `spill` the record holds them all. With it,
-    each time the steps held reach `part_bytes` they are handed to `spill` as a serialized UiEpisode holding
+    each time the steps held reach `part_bytes` (PART_BYTES) they are handed to `spill` as a serialized UiEpisode holding
     only steps (fields 2-4), and the result's `episode` is the last part: memory stays bounded by one part
     however long the run (schemas/ui_episode.md, "Episodes in parts")."""
+    part_bytes = part_bytes or PART_BYTES
     dead = list(raw.dead_letters)
     facts = EpisodeFacts()
     held: list[ConvertedStep] = []
