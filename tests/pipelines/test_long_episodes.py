@@ -6,6 +6,7 @@ as the run converted whole; an output missing a part is refused, never read as a
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -93,16 +94,13 @@ def test_inspect_import_player_and_export_see_one_episode(outputs: tuple[Path, P
     assert exported[:32] == shots and len(exported) == 33  # + the placeholder after the last action
 
 
-def rewrite(output: Path, keep) -> Path:  # noqa: ANN001
-    """A copy of the output with only the records `keep(index)` accepts."""
-    import shutil
-
-    copy = output.parent / f"{output.name}-cut-{os.getpid()}-{id(keep)}"
-    shutil.copytree(output, copy)
-    (shard,) = sorted(copy.glob("episodes-*.tfrecord"))
-    kept = [data for i, (_, _, data) in enumerate(records(output)) if keep(i)]
+def rewrite(output: Path, dest: Path, gone: int) -> Path:
+    """A copy of the output without its record number `gone`."""
+    shutil.copytree(output, dest)
+    (shard,) = sorted(dest.glob("episodes-*.tfrecord"))
+    kept = [data for i, (_, _, data) in enumerate(records(output)) if i != gone]
     shard.write_bytes(b"".join(tfrecord.encode(d) for d in kept))
-    return copy
+    return dest
 
 
 @pytest.mark.parametrize("missing", ["first", "middle", "last"])
@@ -110,7 +108,7 @@ def test_a_missing_part_is_refused(outputs: tuple[Path, Path], tmp_path: Path, m
     _, parted = outputs
     n = len(records(parted))
     gone = {"first": 0, "middle": n // 2, "last": n - 1}[missing]
-    cut = rewrite(parted, lambda i: i != gone)
+    cut = rewrite(parted, tmp_path / "cut", gone)
     with pytest.raises(StepmarkError, match="missing"):
         list(ui_records.iter_episodes(str(cut)))
     with pytest.raises(StepmarkError, match="missing"):
