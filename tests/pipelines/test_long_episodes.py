@@ -119,3 +119,39 @@ def test_a_missing_part_is_refused(outputs: tuple[Path, Path], tmp_path: Path, m
     if missing != "first":  # the player opens the episode at its first part
         with pytest.raises(StepmarkError, match="missing"):
             ui_records.read_episode(str(shard), 0)
+
+
+def test_guessed_sizes_wait_for_a_later_screenshot_across_parts(tmp_path: Path, fixtures_dir: Path) -> None:
+    """Steps are converted one at a time: dialogs without a screenshot (their size a guess) are held back until
+    a later step shows the display, then sized on it, though parts were spilled in between (item 5's rule)."""
+    from pipelines.traces import discover, files, read_episode
+    from tests.pipelines.screenshot_first import screenshot
+    from tests.pipelines.test_display_size import dialog_dump
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    home = (fixtures_dir / "uiautomator" / "fractal-forge_ui_controls.xml").read_bytes()
+    for i in range(6):  # dialogs 0-2 and 4-5, the home screen with its screenshot at 3
+        (folder / f"{i}.xml").write_bytes(home if i == 3 else dialog_dump(fixtures_dir))
+    (folder / "3.png").write_bytes(screenshot((1080, 2400), 5))
+    (source,) = [s for s in discover(str(folder)) if hasattr(s, "files")]
+    spilled: list[bytes] = []
+    result = ui_episode.convert_episode(read_episode(source, files.read_bytes), files.read_bytes,
+                                        spill=spilled.append, part_bytes=1)  # fmt: skip
+    assert len(spilled) == 5 and result.spilled == [0, 1, 2, 3, 4] and result.num_steps == 6
+    steps = [ui_episode_pb2.UiEpisode.FromString(p) for p in spilled] + [result.episode]
+    assert [s.episode.time_steps[0].index for s in steps] == list(range(6))
+    for part in steps:
+        obs = part.episode.time_steps[0].observation
+        assert (obs.screen_width, obs.screen_height) == (1080, 2400)
+    assert "from step 3's screenshot" in " ".join(steps[0].step_info[0].warnings)
+    whole = ui_episode.convert_episode(read_episode(source, files.read_bytes), files.read_bytes).episode
+    merged = ui_episode_pb2.UiEpisode()
+    merged.CopyFrom(result.episode)
+    for name in ("episode", "actions", "step_info"):
+        merged.ClearField(name)
+    for part in steps:  # the spilled parts hold steps only (convert_guarded adds the header to each)
+        merged.episode.time_steps.extend(part.episode.time_steps)
+        merged.actions.extend(part.actions)
+        merged.step_info.extend(part.step_info)
+    assert merged.SerializeToString(deterministic=True) == whole.SerializeToString(deterministic=True)
