@@ -39,7 +39,7 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipelines import storage, tfrecord
+from pipelines import storage
 from pipelines.beam_options import check_runner, pipeline_options, runner_name, spread_over_dask
 from pipelines.convert_guarded import EPISODE_TIMEOUT, GuardedConverter
 from pipelines.convert_records import ReadRecordInputs, distinct_ids
@@ -174,7 +174,7 @@ class ConvertShard(storage.FileSystemsDoFn, beam.DoFn):
     """(shard, [EpisodeSource]) -> one temporary TFRecord file of serialized UiEpisodes + dead letters.
 
     Each episode's bytes are read inside this DoFn, converted, serialized at once and appended, so only one
-    episode is in memory at a time. A failure anywhere in one episode is a dead letter, never a crash; so is
+    episode is in memory at a time (of a long one, one record part: schemas/ui_episode.md "Episodes in parts"). A failure anywhere in one episode is a dead letter, never a crash; so is
     an episode that takes longer than `timeout` seconds (`convert_guarded`).
     """
 
@@ -201,7 +201,9 @@ class ConvertShard(storage.FileSystemsDoFn, beam.DoFn):
         progress = _Progress(shard, len(ordered)) if self.progress else None
         with (
             storage.create(path) as out,
-            GuardedConverter(self.policy, self.drop_invisible, self.timeout) as convert,
+            # A long episode's record parts wait here until written (`convert_guarded`, ui_episode.PART_BYTES).
+            storage.scratch_folder("stepmark-parts-") as scratch,
+            GuardedConverter(self.policy, self.drop_invisible, self.timeout, scratch=scratch) as convert,
             # Episodes in a bucket: the next ones' files are fetched while this one converts (`files.Prefetch`).
             files.Prefetch([getattr(s, "files", ()) for s in ordered], self._read) as prefetch,
         ):
@@ -212,12 +214,10 @@ class ConvertShard(storage.FileSystemsDoFn, beam.DoFn):
                     yield pvalue.TaggedOutput(DEAD, dead)
                 n = 0
                 if result.record is not None:
-                    record = tfrecord.encode(result.record)
-                    out.write(record)
+                    size += result.write_to(out)  # its parts (a long episode) one after another, in order
                     n = result.steps
                     episodes, steps, objects = episodes + 1, steps + n, objects + result.objects
                     mismatched += result.mismatches
-                    size += len(record)
                     layouts[result.layout or source.layout] += 1
                     self.episodes.inc()
                     self.steps.inc(n)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import traceback
-from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 from pipelines.display_size import (
     DisplaySizes,
@@ -58,6 +58,14 @@ SIZED_FORMATS = ("uiautomator", "droidbot", "a11y_forest", "droidrun")
 #: screenshot's size is the screen's, passed to the parser.
 SCREENSHOT_FORMATS = ("aitw_annotations",)
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+#: Bytes of converted steps after which an episode converted with a `spill` goes on in a new record part
+#: (schemas/ui_episode.md, "Episodes in parts"): memory is bounded by one part, not by the run's length.
+PART_BYTES = 64 * 2**20
+#: Parsed screens kept for reuse (DroidBot steps share state files; a run returns to a few screens).
+CACHED_SCREENS = 32
+#: Most steps held back after a step sized by its windows alone while waiting for a step that shows the
+#: display (`pipelines/display_size.py`); past it, the waiting steps are sized with what has been seen.
+MAX_WAITING = 256
 #: Packages of the system's own views (window decor, status and navigation bars): an app's episode is named
 #: after its own package even when these views outnumber its objects.
 FRAMEWORK_PACKAGES = frozenset({"android", "com.android.systemui"})
@@ -431,27 +439,57 @@ def build_step(raw: RawStep, obs: Observed, position: int, episode_id: str) -> C
     return ConvertedStep(step, action, info, foreground_package(raw, obs.screen), image_size)
 
 
-def assemble(raw: RawEpisode, steps: list[ConvertedStep]) -> ui_episode_pb2.UiEpisode:
-    """The UiEpisode record from converted steps (in order) and the episode's raw facts."""
+@dataclass
+class EpisodeFacts:
+    """What the episode-level fields need of every converted step, gathered one step at a time so the steps
+    themselves need not all be kept (`assemble`)."""
+
+    steps: int = 0
+    objects: int = 0
+    mismatches: int = 0
+    kept: set[int] = field(default_factory=set)
+    foreground: list[str] = field(default_factory=list)
+    by_image: dict[tuple[int, int], Counter] = field(default_factory=dict)
+
+    def add(self, s: ConvertedStep) -> None:
+        o = s.time_step.observation
+        self.steps += 1
+        self.objects += len(o.objects)
+        self.mismatches += any(w.startswith(MISMATCH) for w in s.info.warnings)
+        self.kept.add(s.info.index)
+        self.foreground.append(s.foreground_package)
+        if s.image_size is not None:
+            self.by_image.setdefault(s.image_size, Counter())[(o.screen_width, o.screen_height)] += 1
+
+
+def facts_of(steps: Iterable[ConvertedStep]) -> EpisodeFacts:
+    facts = EpisodeFacts()
+    for s in steps:
+        facts.add(s)
+    return facts
+
+
+def assemble(
+    raw: RawEpisode, steps: list[ConvertedStep], facts: EpisodeFacts | None = None
+) -> ui_episode_pb2.UiEpisode:
+    """The UiEpisode record from converted steps (in order) and the episode's raw facts. With `facts` (of
+    every step of the episode), `steps` may be only the last of them (the episode's last record part)."""
+    facts = facts if facts is not None else facts_of(steps)
     out = ui_episode_pb2.UiEpisode(
         episode_id=raw.source.episode_id,
         source=raw.source.layout,
         source_path=display(raw.source.source_path),
         goal=raw.goal,
     )
-    for s in steps:
-        out.episode.time_steps.append(s.time_step)
-        out.actions.append(s.action)
-        out.step_info.append(s.info)
-    out.app_package = raw.app_package or app_under_test(s.foreground_package for s in steps)
+    add_steps(out, steps)
+    out.app_package = raw.app_package or app_under_test(facts.foreground)
     out.metadata.update(raw.metadata)
     out.metadata["source_steps"] = str(raw.num_source_steps)
-    kept = {s.info.index for s in steps}
-    dropped = [str(i) for i in range(raw.num_source_steps) if i not in kept]
+    dropped = [str(i) for i in range(raw.num_source_steps) if i not in facts.kept]
     if dropped:
         out.metadata["dropped_steps"] = ",".join(dropped)
     notes = list(raw.warnings)
-    mixed = mixed_sizes(steps)
+    mixed = _mixed(facts.by_image)
     if mixed:
         notes.append(mixed)
     if notes:
@@ -459,15 +497,21 @@ def assemble(raw: RawEpisode, steps: list[ConvertedStep]) -> ui_episode_pb2.UiEp
     return out
 
 
+def add_steps(out: ui_episode_pb2.UiEpisode, steps: Iterable[ConvertedStep]) -> None:
+    for s in steps:
+        out.episode.time_steps.append(s.time_step)
+        out.actions.append(s.action)
+        out.step_info.append(s.info)
+
+
 def mixed_sizes(steps: list[ConvertedStep]) -> str:
     """An episode warning when steps whose screenshots share one size still ended in different output spaces
     (the fit rule kept a dump's own space on some: `screenshot_mismatch`), naming the sizes; "" otherwise.
     Different screenshot sizes (a rotation) are not a contradiction."""
-    by_image: dict[tuple[int, int], Counter] = {}
-    for s in steps:
-        o = s.time_step.observation
-        if s.image_size is not None:
-            by_image.setdefault(s.image_size, Counter())[(o.screen_width, o.screen_height)] += 1
+    return _mixed(facts_of(steps).by_image)
+
+
+def _mixed(by_image: dict[tuple[int, int], Counter]) -> str:
     parts = []
     for (iw, ih), sizes in by_image.items():
         if len(sizes) > 1:
@@ -494,6 +538,11 @@ class EpisodeResult:
     dead_letters: list[DeadLetter]
     num_objects: int = 0
     mismatches: int = 0
+    #: Converted with a `spill`: the first step index of each part handed to it, in order; `episode` is then
+    #: the last part (every episode-level field, the steps after the spilled ones). Empty: `episode` is whole.
+    spilled: list[int] = field(default_factory=list)
+    #: Steps of the whole episode (all parts).
+    num_steps: int = 0
 
 
 def _error(exc: BaseException) -> tuple[str, str]:
@@ -537,13 +586,66 @@ def _observe_files(raw: RawStep, read_file: Callable[[str], bytes], drop_invisib
 
 
 def convert_episode(
-    raw: RawEpisode, read_file: Callable[[str], bytes], *, drop_invisible: bool = False
+    raw: RawEpisode,
+    read_file: Callable[[str], bytes],
+    *,
+    drop_invisible: bool = False,
+    spill: Callable[[bytes], None] | None = None,
+    part_bytes: int | None = None,
 ) -> EpisodeResult:
     """Read, parse and assemble every step; a failing step becomes a dead letter and the episode keeps the
     others. An episode left with no step is itself a dead letter (`no_steps`). Screens shared by several steps
-    (DroidBot states) are parsed once."""
-    eid = raw.source.episode_id
+    (DroidBot states) are parsed once while they are in use.
+
+    Steps are converted one at a time (`converted_steps`). Without `spill` the record holds them all. With it,
+    each time the steps held reach `part_bytes` (PART_BYTES) they are handed to `spill` as a serialized UiEpisode holding
+    only steps (fields 2-4), and the result's `episode` is the last part: memory stays bounded by one part
+    however long the run (schemas/ui_episode.md, "Episodes in parts")."""
+    part_bytes = part_bytes or PART_BYTES
     dead = list(raw.dead_letters)
+    facts = EpisodeFacts()
+    held: list[ConvertedStep] = []
+    size = 0
+    spilled: list[int] = []
+    for step in converted_steps(raw, read_file, dead, drop_invisible=drop_invisible):
+        step_size = step.time_step.ByteSize() + step.action.ByteSize() + step.info.ByteSize()
+        if spill is not None and held and size + step_size > part_bytes:
+            spilled.append(facts.steps - len(held))
+            part = ui_episode_pb2.UiEpisode()
+            add_steps(part, held)
+            held, size = [], 0
+            spill(part.SerializeToString(deterministic=True))
+            del part
+        facts.add(step)
+        held.append(step)
+        size += step_size
+    if not facts.steps:
+        why = f"{raw.source.source_path}: no step of this {raw.source.layout} episode could be converted"
+        if raw.num_source_steps == 0:
+            why = f"{raw.source.source_path}: this {raw.source.layout} episode has no steps"
+        dead.append(DeadLetter(raw.source.source_path, None, "no_steps", why, raw.source.episode_id))
+        return EpisodeResult(None, dead)
+    episode = assemble(raw, held, facts)
+    return EpisodeResult(episode, dead, facts.objects, facts.mismatches, spilled, facts.steps)
+
+
+@dataclass
+class _Waiting:
+    """A converted step held back until the display it may need is known, with what rebuilding it takes."""
+
+    step: ConvertedStep
+    raw: RawStep
+    observed: Observed | None = None  # set when its size is its windows' guess
+
+
+def converted_steps(
+    raw: RawEpisode, read_file: Callable[[str], bytes], dead: list[DeadLetter], *, drop_invisible: bool = False
+) -> Iterator[ConvertedStep]:
+    """The episode's converted steps, in order, one at a time (positions numbered from 0); failing steps are
+    appended to `dead`. Parsed screens are reused from a small cache (CACHED_SCREENS). A step sized by its
+    windows alone is held back, with the steps after it, until a step shows a display holding its windows (or
+    MAX_WAITING steps, or the end): it is then rebuilt on that display (`pipelines/display_size.py`)."""
+    eid = raw.source.episode_id
     if raw.blobs:  # bytes the layout reader derived (detector boxes, decoded screenshots): no file to read
         file_reader, blobs = read_file, raw.blobs
 
@@ -551,13 +653,19 @@ def convert_episode(
             found = blobs.get(path)
             return found if found is not None else file_reader(path)
 
-    cache: dict[tuple[str, str | None], Observed | DeadLetter] = {}
-    steps: list[ConvertedStep] = []
+    cache: OrderedDict[tuple[str, str | None], Observed | DeadLetter] = OrderedDict()
     display = DisplaySizes()
-    guesses: list[tuple[int, RawStep, Observed]] = []  # steps sized by their windows alone (no screenshot)
+    waiting: list[_Waiting] = []
+    position = 0
+
+    def beside() -> list[tuple[int, int, str]]:
+        return sizes_beside(raw.source.context, read_file)
+
     for raw_step in raw.steps:
         key = (raw_step.hierarchy_path, raw_step.screenshot_path)
-        if key not in cache:
+        if key in cache:
+            cache.move_to_end(key)
+        else:
             try:
                 cache[key] = _observe_files(raw_step, read_file, drop_invisible)
             except _FileFailure as failure:
@@ -565,6 +673,8 @@ def convert_episode(
                 cache[key] = DeadLetter(
                     failure.path, raw_step.index, reason, f"{failure.path}: {message}", eid
                 )
+            if len(cache) > CACHED_SCREENS:
+                cache.popitem(last=False)
         observed = cache[key]
         if isinstance(observed, DeadLetter):
             dead.append(
@@ -572,56 +682,63 @@ def convert_episode(
             )
             continue
         display.see(observed, raw_step.index)
-        if guessed(observed):
-            guesses.append((len(steps), raw_step, observed))
         try:
-            steps.append(build_step(raw_step, observed, len(steps), eid))
+            step = build_step(raw_step, observed, position, eid)
         except Exception as exc:  # never lose the step silently
             reason, message = _error(exc)
             where = raw_step.hierarchy_path or raw_step.screenshot_path or raw.source.source_path
             dead.append(DeadLetter(where, raw_step.index, reason, message, eid))
-    _resize_guesses(steps, guesses, display, eid, lambda: sizes_beside(raw.source.context, read_file))
-    if not steps:
-        why = f"{raw.source.source_path}: no step of this {raw.source.layout} episode could be converted"
-        if raw.num_source_steps == 0:
-            why = f"{raw.source.source_path}: this {raw.source.layout} episode has no steps"
-        dead.append(DeadLetter(raw.source.source_path, None, "no_steps", why, eid))
-        return EpisodeResult(None, dead)
-    episode = assemble(raw, steps)
-    objects = sum(len(s.time_step.observation.objects) for s in steps)
-    mismatches = sum(1 for s in steps if any(w.startswith(MISMATCH) for w in s.info.warnings))
-    return EpisodeResult(episode, dead, objects, mismatches)
+            continue
+        position += 1
+        is_guess = guessed(observed)
+        if waiting or (is_guess and display.display_for(observed) is None):
+            waiting.append(_Waiting(step, raw_step, observed if is_guess else None))
+            if len(waiting) < MAX_WAITING and not all(
+                w.observed is None or display.display_for(w.observed) is not None for w in waiting
+            ):
+                continue
+            yield from _resize_guesses(waiting, display, eid, beside)
+            waiting = []
+        elif is_guess:
+            yield from _resize_guesses([_Waiting(step, raw_step, observed)], display, eid, beside)
+        else:
+            yield step
+    yield from _resize_guesses(waiting, display, eid, beside)
 
 
 def _resize_guesses(
-    steps: list[ConvertedStep],
-    guesses: list[tuple[int, RawStep, Observed]],
+    waiting: list[_Waiting],
     display: DisplaySizes,
     eid: str,
     beside: Callable[[], list[tuple[int, int, str]]],
-) -> None:
-    """Rebuild the steps sized by their windows alone on the display another step (else a file beside them,
-    read only then: `beside`) shows (`pipelines/display_size.py`); a step nothing helps keeps its guess."""
+) -> Iterator[ConvertedStep]:
+    """The waiting steps in order, those sized by their windows alone rebuilt on the display the steps seen so
+    far show (else a file beside them, read only then: `beside`; `pipelines/display_size.py`); a step nothing
+    helps keeps its guess."""
     fitted: dict[int, Observed] = {}  # steps sharing one dump (DroidBot states) share its fitted copy
-    for position, raw_step, observed in guesses:
-        if position >= len(steps) or steps[position].info.index != raw_step.index:
-            continue  # its first build failed (a dead letter): nothing to rebuild
-        found = display.display_for(observed)
+    for w in waiting:
+        if w.observed is None:
+            yield w.step
+            continue
+        found = display.display_for(w.observed)
         if found is None:
             if display.files is None:
                 display.files = beside()
-            found = display.display_beside(observed)
+            found = display.display_beside(w.observed)
         if found is None:
+            yield w.step
             continue
-        if id(observed) not in fitted:
-            fitted[id(observed)] = on_display(observed, *found)
+        if id(w.observed) not in fitted:
+            fitted[id(w.observed)] = on_display(w.observed, *found)
         try:
-            steps[position] = build_step(raw_step, fitted[id(observed)], position, eid)
+            yield build_step(w.raw, fitted[id(w.observed)], w.step.time_step.index, eid)
         except Exception:  # the step as first built stays: nothing is lost
-            continue
+            yield w.step
 
 
-def convert_record_episode(item: RecordEpisode, *, drop_invisible: bool = False) -> EpisodeResult:
+def convert_record_episode(
+    item: RecordEpisode, *, drop_invisible: bool = False, spill: Callable[[bytes], None] | None = None
+) -> EpisodeResult:
     """Convert an episode that came inside TFRecord records (AndroidControl, AITW): the layout reader maps
     its steps to in-memory bytes, then `convert_episode` does the rest. A record that is not the Example its
     layout needs is a `bad_record` dead letter."""
@@ -634,4 +751,4 @@ def convert_record_episode(item: RecordEpisode, *, drop_invisible: bool = False)
             DeadLetter(item.source_path, None, "bad_record", f"{where}: {exc}", item.episode_id),
         ]
         return EpisodeResult(None, dead)
-    return convert_episode(raw, blobs.__getitem__, drop_invisible=drop_invisible)
+    return convert_episode(raw, blobs.__getitem__, drop_invisible=drop_invisible, spill=spill)

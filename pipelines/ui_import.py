@@ -14,6 +14,7 @@ that make a record large); the TFRecord reader has checked the record's CRC.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain, islice
@@ -63,11 +64,18 @@ def record_header(data: bytes, shard: str, offset: int) -> RecordRef:
 
 
 def iter_headers(output_path: str | Path) -> Iterator[RecordRef]:
-    """Every record's header under a convert-ui output folder or shard, one record in memory at a time."""
-    from pipelines.ui_records import iter_records  # the CONVERT helper's reader
+    """Every episode's header under a convert-ui output folder or shard, one record in memory at a time; an
+    episode in parts is one header at its first part, counting the steps of all (StepmarkError when a part is
+    missing: `ui_records.iter_parts`)."""
+    from pipelines.ui_records import iter_parts  # the CONVERT helper's reader
 
-    for shard, offset, data in iter_records(str(output_path)):
-        yield record_header(data, shard, offset)
+    steps = 0
+    for shard, offset, data, ends in iter_parts(str(output_path)):
+        ref = record_header(data, shard, offset)
+        steps += ref.num_steps
+        if ends:
+            yield dataclasses.replace(ref, num_steps=steps)
+            steps = 0
 
 
 def _ui_environment() -> study_pb2.EnvironmentSpec:

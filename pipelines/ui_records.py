@@ -1,6 +1,10 @@
 """Reading what `stepmark convert-ui` wrote: TFRecord shards of serialized `UiEpisode`s, `dead_letters.jsonl`
 and `summary.json`. Random access by byte offset (the importer stores shard + offset; the annotator replays from
 it), iteration, and lookup by episode id. Paths may be local or any Beam filesystem.
+
+A long episode is written as consecutive record parts (`UiEpisode.part`, schemas/ui_episode.md "Episodes in
+parts"): every reader here sees one episode, its parts merged; an episode whose parts do not all follow one
+another in order in one shard is refused (StepmarkError naming the shard and byte), never read shorter.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pipelines import storage, tfrecord
+from pipelines import protowire, storage, tfrecord
 from pipelines.errors import StepmarkError
 from pipelines.traces import DeadLetter, files
 from protos.stepmark import ui_episode_pb2
@@ -31,6 +35,94 @@ class RecordRef:
     num_steps: int
     app_package: str
     source: str
+
+
+#: UiEpisode's `part` field (protos/stepmark/ui_episode.proto).
+PART_FIELD = 10
+
+
+def record_part(data: bytes, *, where: str = "record") -> ui_episode_pb2.RecordPart | None:
+    """The RecordPart of a serialized UiEpisode, read off the wire (nothing else is decoded); None for a
+    whole episode."""
+    part = None
+    try:
+        for number, wire, start, end in protowire.fields(data, 0, len(data)):
+            if number == PART_FIELD and wire == 2:
+                part = part or ui_episode_pb2.RecordPart()
+                part.MergeFromString(data[start:end])  # protobuf: repeated occurrences merge
+    except Exception as exc:  # ValueError, protobuf DecodeError
+        raise StepmarkError(f"{where}: not a serialized UiEpisode ({exc})") from exc
+    return part
+
+
+class PartsCheck:
+    """Follows the records of an output in order and checks that each episode in parts comes whole: parts
+    0..count-1 of one episode id, one after another in one shard, each starting at the step the ones before it
+    end. `add` says whether a record ends an episode; `close` refuses an episode left open."""
+
+    def __init__(self) -> None:
+        self.open: ui_episode_pb2.RecordPart | None = None
+        self.where = ""
+        self.steps = 0
+
+    def add(self, part: ui_episode_pb2.RecordPart | None, steps: int, where: str) -> bool:
+        if self.open is not None:
+            want = self.open
+            if part is None or (part.episode_id, part.index, part.count) != (want.episode_id, want.index + 1,
+                                                                             want.count):  # fmt: skip
+                found = "a whole episode" if part is None else f"part {part.index} of episode {part.episode_id!r}"
+                raise StepmarkError(
+                    f"{where}: episode {want.episode_id!r} (from {self.where}) has {want.count} parts but part "
+                    f"{want.index + 1} is missing: {found} follows part {want.index}"
+                )
+        elif part is not None and part.index != 0:
+            raise StepmarkError(
+                f"{where}: part {part.index} of {part.count} of episode {part.episode_id!r} without the parts "
+                f"before it (missing)"
+            )
+        if part is None:
+            return True
+        if part.count < 2 or part.index >= part.count:
+            raise StepmarkError(f"{where}: part {part.index} of {part.count}: not a valid record part")
+        if part.index == 0:
+            self.where, self.steps = where, 0
+        if part.first_step != self.steps:
+            raise StepmarkError(
+                f"{where}: part {part.index} of episode {part.episode_id!r} starts at step {part.first_step}, "
+                f"but the parts before it end at step {self.steps}"
+            )
+        self.steps += steps
+        self.open = None if part.index == part.count - 1 else part
+        return self.open is None
+
+    def close(self, where: str) -> None:
+        if self.open is not None:
+            raise StepmarkError(
+                f"{where}: ends inside episode {self.open.episode_id!r} (from {self.where}): part "
+                f"{self.open.index + 1} of {self.open.count} is missing"
+            )
+
+
+def merge_part(merged: ui_episode_pb2.UiEpisode | None, part: ui_episode_pb2.UiEpisode) -> ui_episode_pb2.UiEpisode:
+    """The episode so far with the next part's steps appended (the first part gives the episode's fields)."""
+    if merged is None:
+        part.ClearField("part")
+        return part
+    if part.episode_id != merged.episode_id:
+        raise StepmarkError(f"part of episode {part.episode_id!r} inside episode {merged.episode_id!r}")
+    merged.episode.time_steps.extend(part.episode.time_steps)
+    merged.actions.extend(part.actions)
+    merged.step_info.extend(part.step_info)
+    return merged
+
+
+def _steps_in(data: bytes) -> int:
+    """Time steps of a serialized UiEpisode, counted off the wire (episode = 2, Episode.time_steps = 4)."""
+    count = 0
+    for number, wire, start, end in protowire.fields(data, 0, len(data)):
+        if number == 2 and wire == 2:
+            count += sum(n == 4 and w == 2 for n, w, _, _ in protowire.fields(data, start, end))
+    return count
 
 
 def _open(path: str):
@@ -80,35 +172,79 @@ def parse_episode(data: bytes, *, where: str = "record") -> ui_episode_pb2.UiEpi
 
 
 def iter_records(path: str) -> Iterator[tuple[str, int, bytes]]:
-    """(shard, offset, serialized UiEpisode) for every record under `path`, shard by shard."""
+    """(shard, offset, serialized UiEpisode) for every record under `path`, shard by shard; a record may be
+    one part of an episode (`iter_parts` checks and groups them)."""
     for shard in shard_paths(path):
         with _open(shard) as f:
             for offset, data in tfrecord.iter_records(f, name=shard):
                 yield shard, offset, data
 
 
-def iter_episodes(path: str) -> Iterator[ui_episode_pb2.UiEpisode]:
-    """Every UiEpisode in an output folder or shard, one at a time."""
+def iter_parts(path: str) -> Iterator[tuple[str, int, bytes, bool]]:
+    """(shard, offset of the episode's first record, record, whether it ends the episode) for every record
+    under `path`, the parts of each episode checked (`PartsCheck`): StepmarkError for a missing part."""
+    check = PartsCheck()
+    last_shard = ""
+    start = 0
     for shard, offset, data in iter_records(path):
-        yield parse_episode(data, where=f"{shard} at byte {offset}")
+        where = f"{shard} at byte {offset}"
+        if shard != last_shard and last_shard:
+            check.close(last_shard)
+        last_shard = shard
+        part = record_part(data, where=where)
+        if part is None or part.index == 0:
+            start = offset
+        ends = check.add(part, _steps_in(data) if part is not None else 0, where)
+        yield shard, start, data, ends
+    if last_shard:
+        check.close(last_shard)
+
+
+def iter_episodes(path: str) -> Iterator[ui_episode_pb2.UiEpisode]:
+    """Every UiEpisode in an output folder or shard, one at a time (an episode in parts merged)."""
+    merged = None
+    for shard, offset, data, ends in iter_parts(path):
+        merged = merge_part(merged, parse_episode(data, where=f"{shard} at byte {offset}"))
+        if ends:
+            yield merged
+            merged = None
 
 
 def index_records(path: str) -> list[RecordRef]:
-    """A RecordRef per episode (reads each record once)."""
+    """A RecordRef per episode (reads each record once); an episode in parts is at its first part."""
     refs = []
-    for shard, offset, data in iter_records(path):
+    steps = 0
+    for shard, offset, data, ends in iter_parts(path):
         e = parse_episode(data, where=f"{shard} at byte {offset}")
-        refs.append(
-            RecordRef(e.episode_id, shard, offset, len(e.episode.time_steps), e.app_package, e.source)
-        )
+        steps += len(e.episode.time_steps)
+        if ends:
+            refs.append(RecordRef(e.episode_id, shard, offset, steps, e.app_package, e.source))
+            steps = 0
     return refs
 
 
 def read_episode(shard: str, offset: int) -> ui_episode_pb2.UiEpisode:
-    """The episode whose record starts at `offset` in `shard` (no other record is read)."""
+    """The episode whose record starts at `offset` in `shard` (no record before it is read; an episode in
+    parts: its first part, then the parts after it)."""
+    check = PartsCheck()
+    merged = None
     with _open(shard) as f:
-        data, _ = tfrecord.read_at(f, offset, name=shard)
-    return parse_episode(data, where=f"{shard} at byte {offset}")
+        at = offset
+        while True:
+            where = f"{shard} at byte {at}"
+            try:
+                data, after = tfrecord.read_at(f, at, name=shard)
+            except tfrecord.TFRecordError:
+                if merged is None:
+                    raise
+                check.close(shard)  # the shard ends inside the episode: its missing part is named
+                raise
+            part = record_part(data, where=where)
+            ends = check.add(part, _steps_in(data) if part is not None else 0, where)
+            merged = merge_part(merged, parse_episode(data, where=where))
+            if ends:
+                return merged
+            at = after
 
 
 def find_episode(path: str, episode_id: str) -> ui_episode_pb2.UiEpisode:

@@ -1,14 +1,17 @@
 """DroidBot output folders: `states/state_<tag>.json` + `states/screen_<tag>.png`, `events/event_<tag>.json`.
 
 An episode is the run's events sorted by tag. Each event is one step: the observation is the event's
-`start_state` (matched to the state file whose `state_str` equals it; the state file's tag is when that state
-was first seen, not the event's), the action is the event itself. An event whose start state was never saved
+`start_state` (matched to a state file whose `state_str` equals it; a state file's tag is when it was saved,
+not the event's), the action is the event itself. DroidBot may save one screen several times (same
+`state_str`, later tags): the event gets the newest one saved at or before its own tag, else (its state was
+saved only after it, the clocks of a run differ by seconds) the first one saved after it. An event whose start state was never saved
 is a dead letter (`missing_state`) and the episode continues; a state file that is not JSON cannot be matched
 and is reported too. Screenshots are JPEG data despite the .png name; the converter trusts the bytes.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 from typing import Any
 
@@ -136,6 +139,15 @@ def _app_package(episode: RawEpisode, read_file: Reader, path: str) -> None:
         episode.dead_letters.append(DeadLetter(path, None, "bad_manifest", f"{path}: {exc}", eid))
 
 
+def saved_for(saved: list[tuple[tuple, str, str]], event_tag: str) -> tuple[str, str]:
+    """The (tag, path) of the state file an event at `event_tag` starts in, among the files saving its state
+    (`saved`: (natural_key(tag), tag, path) in tag order): the newest saved at or before the event, else the
+    first saved after it."""
+    at = bisect.bisect_right(saved, (natural_key(event_tag), "\uffff"))
+    _, tag, path = saved[at - 1] if at else saved[0]
+    return tag, path
+
+
 def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     states: dict[str, str] = {}  # tag -> state json path
     screens: dict[str, str] = {}  # tag -> screenshot path
@@ -163,7 +175,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
     if utg:
         _app_package(episode, read_file, utg[0])
 
-    by_state_str: dict[str, tuple[str, str]] = {}  # state_str -> (tag, path)
+    by_state_str: dict[str, list[tuple[tuple, str, str]]] = {}  # state_str -> [(key, tag, path)], tag order
     for tag, path in sorted(states.items(), key=lambda kv: natural_key(kv[0])):
         try:
             state = load_json(read_file, path)
@@ -174,7 +186,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             msg = f"{exc}; events starting in this state will be reported as missing_state"
             episode.dead_letters.append(DeadLetter(path, None, exc.reason or "malformed", msg, eid))
             continue
-        by_state_str.setdefault(state_str, (tag, path))
+        by_state_str.setdefault(state_str, []).append((natural_key(tag), tag, path))
 
     for index, (tag, path) in enumerate(events):
         try:
@@ -193,7 +205,7 @@ def read(source: EpisodeSource, read_file: Reader) -> RawEpisode:
             )
             episode.dead_letters.append(DeadLetter(path, index, "missing_state", msg, eid))
             continue
-        state_tag, state_path = by_state_str[start]
+        state_tag, state_path = saved_for(by_state_str[start], tag)
         warnings = (
             [] if state_tag in screens else [f"no states/screen_{state_tag}.png: step has no screenshot"]
         )

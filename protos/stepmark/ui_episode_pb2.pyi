@@ -161,7 +161,7 @@ class StepText(_message.Message):
     def __init__(self, screen_description: _Optional[str] = ..., action_thought: _Optional[str] = ..., action_description: _Optional[str] = ..., action_result: _Optional[str] = ...) -> None: ...
 
 class UiEpisode(_message.Message):
-    __slots__ = ("episode_id", "episode", "actions", "step_info", "app_package", "source", "source_path", "goal", "metadata")
+    __slots__ = ("episode_id", "episode", "actions", "step_info", "app_package", "source", "source_path", "goal", "metadata", "part")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +178,7 @@ class UiEpisode(_message.Message):
     SOURCE_PATH_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
     episode_id: str
     episode: _episode_pb2.Episode
     actions: _containers.RepeatedCompositeFieldContainer[Action]
@@ -187,4 +188,17 @@ class UiEpisode(_message.Message):
     source_path: str
     goal: str
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, episode_id: _Optional[str] = ..., episode: _Optional[_Union[_episode_pb2.Episode, _Mapping]] = ..., actions: _Optional[_Iterable[_Union[Action, _Mapping]]] = ..., step_info: _Optional[_Iterable[_Union[StepInfo, _Mapping]]] = ..., app_package: _Optional[str] = ..., source: _Optional[str] = ..., source_path: _Optional[str] = ..., goal: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    part: RecordPart
+    def __init__(self, episode_id: _Optional[str] = ..., episode: _Optional[_Union[_episode_pb2.Episode, _Mapping]] = ..., actions: _Optional[_Iterable[_Union[Action, _Mapping]]] = ..., step_info: _Optional[_Iterable[_Union[StepInfo, _Mapping]]] = ..., app_package: _Optional[str] = ..., source: _Optional[str] = ..., source_path: _Optional[str] = ..., goal: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., part: _Optional[_Union[RecordPart, _Mapping]] = ...) -> None: ...
+
+class RecordPart(_message.Message):
+    __slots__ = ("episode_id", "index", "count", "first_step")
+    EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_STEP_FIELD_NUMBER: _ClassVar[int]
+    episode_id: str
+    index: int
+    count: int
+    first_step: int
+    def __init__(self, episode_id: _Optional[str] = ..., index: _Optional[int] = ..., count: _Optional[int] = ..., first_step: _Optional[int] = ...) -> None: ...

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.convert_guarded import MAX_RUN_BYTES
 from pipelines.deadline import ChildFailed, DeadlineExceeded, DeadlineWorker, run_with_deadline
 from pipelines.hierarchy import parse
 from pipelines.hierarchy.screenshot import MAX_SCREENSHOT_BYTES, MAX_SCREENSHOT_PIXELS
@@ -329,8 +330,9 @@ def hostile_input(root: Path, outside: Path) -> None:
     copy(RICO_JSON, root / "steps" / "0.json")
     copy(RICO_JSON, root / "steps" / "1.json")
     make_fifo(root / "steps" / "actions.jsonl")
-    # An episode whose files would make a 300 MiB record: refused before any of it is read.
-    for i in range(10):
+    # An episode whose files hold more than MAX_RUN_BYTES (a long run is written in record parts, but not
+    # without end): refused before any of it is read.
+    for i in range(MAX_RUN_BYTES // (30 << 20) + 1):
         copy(RICO_JSON, root / "huge" / f"{i}.json")
         sparse(root / "huge" / f"{i}.png", 30 << 20)
 
