@@ -59,7 +59,6 @@ from pipelines.exporters.selection import (
     check_query,
     iter_selected,
     mixed_specs_error,
-    parse_ref,
 )
 from pipelines.exporters.splits import SplitSpec, parse_splits, split_names
 from pipelines.exporters.staging import (
@@ -84,6 +83,7 @@ from pipelines.exporters.transform import (
 )
 from pipelines.exporters.ui_objects import parse_ui_objects
 from pipelines.exporters.work_file import Chunk, WorkItem, WorkWriter, iter_items
+from pipelines.store.access import parse_ref
 from protos.rlds_creator import study_pb2
 
 FORMATS = ("envlogger", "tfds", "parquet", "minari")
