@@ -482,14 +482,14 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             lines = "".join(json.dumps(asdict(letter)) + "\n" for letter in summary.dead_letters)
             storage.write_bytes(storage.join(root, DEAD_LETTERS_FILE), lines.encode("utf-8"))
         storage.delete_tree(progress_dir)
-        summary.bytes = _folder_size(root)
+        summary.episode_bytes = sum(d.episode_bytes for d in summary.datasets)
         # Without `out` and the runner's counters (runners differ in reporting them): the same selection and
         # options give byte-identical files wherever and on whichever runner they are written.
-        written = {k: v for k, v in summary.to_dict().items() if k not in ("out", "counters")}
+        written = _with_own_size(summary, _folder_size(root))
         if staging == out:  # written in place in a bucket: the owner file goes before the summary publishes it
             storage.delete([storage.join(staging, OWNER_FILE)])
         # Written last: on an object store its presence is what marks the dataset complete (schemas/storage.md).
-        storage.write_bytes(storage.join(root, SUMMARY_FILE), (json.dumps(written, indent=2) + "\n").encode("utf-8"))
+        storage.write_bytes(storage.join(root, SUMMARY_FILE), _summary_text(written))
         if request.archive:
             with tempfile.TemporaryDirectory(prefix="stepmark-archive-", dir=_local_dir(staging)) as local:
                 zip_tmp = os.path.join(local, "dataset.zip")
@@ -505,6 +505,24 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
     if progress:
         progress(100.0)
     return summary
+
+
+def _summary_text(written: dict[str, Any]) -> bytes:
+    return (json.dumps(written, indent=2) + "\n").encode("utf-8")
+
+
+def _with_own_size(summary: ExportSummary, files: int) -> dict[str, Any]:
+    """The summary file's content, whose `bytes` counts every file of the output, itself included: `files`
+    (the rest) plus the summary's own length, which depends on that number's digits (a fixed point, found in
+    two or three rounds). Sets `summary.bytes` to it."""
+    summary.bytes = files
+    for _ in range(8):
+        written = {k: v for k, v in summary.to_dict().items() if k not in ("out", "counters")}
+        total = files + len(_summary_text(written))
+        if total == summary.bytes:
+            return written
+        summary.bytes = total
+    raise AssertionError(f"the summary's size did not settle: {summary.bytes}")  # the length grows by digits
 
 
 def _local_dir(staging: str) -> str | None:
@@ -662,6 +680,7 @@ def _count_outcome(
     if o["outcome"] == ExportEpisodeFn.RESULT:
         dataset.episodes += 1
         dataset.steps += int(o["steps"])
+        dataset.episode_bytes += int(o.get("bytes", 0))
         if job.format == "tfds":
             by_split.setdefault(o.get("split") or "train", []).append(int(o["index"]))
         elif job.format == "minari":
