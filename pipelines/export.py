@@ -603,7 +603,7 @@ def _finish_dataset(
         return dataset
     dead: list[DeadLetter] = []
     skipped: list[dict[str, str]] = []
-    by_split: dict[str, list[int]] = {name: [] for name in split_names(job.splits)}  # TFDS: indexes
+    by_split: dict[str, list[tuple[int, int]]] = {name: [] for name in split_names(job.splits)}  # TFDS
     minari_episodes: list[tuple[int, str, int]] = []  # Minari: (index, split, transitions)
     counts = {name: 0 for name in split_names(job.splits)}  # Parquet: episodes per split
     missing = 0
@@ -672,21 +672,31 @@ def _count_outcome(
     dataset: DatasetSummary,
     dead: list[DeadLetter],
     skipped: list[dict[str, str]],
-    by_split: dict[str, list[int]],
+    by_split: dict[str, list[tuple[int, int]]],
     minari_episodes: list[tuple[int, str, int]],
     counts: dict[str, int],
 ) -> None:
-    """One episode's outcome added to its dataset's totals and lists."""
+    """One episode's outcome added to its dataset's totals and lists. Outcomes come in selection order, so an
+    episode's position in the written dataset is the count of episodes written before it: where skipped
+    episodes or dead letters left a gap, its files are renumbered to it (`episode_index` = position, 0..n-1;
+    `selection_index` keeps the selection's)."""
     if o["outcome"] == ExportEpisodeFn.RESULT:
+        index, position, split = int(o["index"]), dataset.episodes, o.get("split") or ""
         dataset.episodes += 1
         dataset.steps += int(o["steps"])
         dataset.episode_bytes += int(o.get("bytes", 0))
         if job.format == "tfds":
-            by_split.setdefault(o.get("split") or "train", []).append(int(o["index"]))
-        elif job.format == "minari":
-            minari_episodes.append((int(o["index"]), o.get("split") or "", int(o["steps"]) - 1))
+            by_split.setdefault(split or "train", []).append((index, position))
+        elif job.format == "minari":  # written in order as episode_<position> (minari_writer.finish_dataset)
+            minari_episodes.append((index, split, int(o["steps"]) - 1))
         elif job.format == "parquet":
-            counts[o.get("split") or "train"] += 1
+            counts[split or "train"] += 1
+            if position != index:
+                from pipelines.exporters import parquet_writer
+
+                parquet_writer.move_episode_file(job.staging_dir, split, index, position)
+        elif job.format == "envlogger" and position != index:
+            envlogger_writer.move_shard(job.staging_dir, index, position, o["metadata"])
     elif o["outcome"] == ExportEpisodeFn.DEAD_LETTER:
         dead.append(DeadLetter(episode=o["episode"], reason=o["reason"], error=o["error"]))
     elif o["outcome"] == ExportEpisodeFn.SKIPPED:

@@ -228,6 +228,8 @@ class ExportEpisodeFn(storage.FileSystemsDoFn, beam.DoFn):
             "steps": exported.num_steps,
             "bytes": size,
         }
+        if job.format == "envlogger":  # what the last step rewrites when it renumbers the shard (export.py)
+            result["metadata"] = exported.meta.to_dict()
         return self.RESULT, dataset, json.dumps(result)
 
 

@@ -223,7 +223,7 @@ def schema_for(
             typ = pa.list_(pa.string())
         elif name == builder.frame_column:
             typ = pa.binary()
-        elif name in ("info_episode_l", "step_index", "episode_index", "episode_length", "num_steps"):
+        elif name in ("info_episode_l", "step_index", "episode_index", "selection_index", "episode_length", "num_steps"):
             typ = pa.int64()
         elif name in ("episode_return", "total_reward", "reward", "discount", "info_episode_r"):
             typ = pa.float64()
@@ -289,6 +289,29 @@ def write_episode(episode: ExportEpisode, schema: pa.Schema, staging_dir: str) -
     pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)
     return os.path.getsize(path)
+
+
+def move_episode_file(staging_dir: str, split: str, index: int, position: int) -> None:
+    """The last step's renumbering: the file written for the episode at selection index `index` becomes the
+    one at `position` (its position in the dataset once skipped episodes and dead letters are left out), its
+    `episode_index` column = `position` (the rest as written; one episode's rows read at a time)."""
+    from pipelines import storage
+
+    src = storage.join(staging_dir, file_name(split, index))
+    with storage.local_folder(staging_dir, prefix="stepmark-parquet-renumber-") as local:
+        if local == staging_dir:
+            table = pq.ParquetFile(src).read()
+        else:
+            with storage.open_read(src) as f:
+                table = pq.ParquetFile(pa.BufferReader(f.read())).read()
+        column = table.schema.get_field_index("episode_index")
+        table = table.set_column(column, table.schema.field(column), pa.array([position] * table.num_rows, pa.int64()))
+        path = os.path.join(local, file_name(split, position))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.part-{os.getpid()}"
+        pq.write_table(table, tmp, compression="zstd")  # as `write_episode` writes it
+        os.replace(tmp, path)
+    storage.delete([src])
 
 
 def _numeric_array_columns(schema: pa.Schema) -> list[str]:
