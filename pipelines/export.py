@@ -184,6 +184,7 @@ class _Plan:
     environment_spec: str = ""  # the study's EnvironmentSpec as JSON text ("" for UI datasets)
     space_specs: dict[str, Any] | None = None  # the specs the dataset's spaces come from (UI: derived)
     jpeg_frames: bool = False
+    split_counts: dict[str, int] = dataclasses.field(default_factory=dict)  # Parquet: episodes per split, at the end
 
 
 def environment_spec_json(repo: Any, group: SpecGroup) -> str:
@@ -470,6 +471,12 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             dataset_chunks = [c for c in chunks if c.dataset == plan.group.name]
             summary.datasets.append(_finish_dataset(plan, summary, len(groups), dataset_chunks))
         storage.delete_tree(storage.join(staging, WORK_DIR))
+        if request.format == "parquet" and len(groups) > 1:  # one Hugging Face config per dataset
+            from pipelines.exporters import parquet_writer
+
+            cards = {p.group.name: (d.path, p.split_counts) for p, d in zip(plans, summary.datasets, strict=True)
+                     if d.episodes}  # fmt: skip
+            parquet_writer.write_index_card(root, cards)
         summary.episodes = sum(d.episodes for d in summary.datasets)
         summary.steps = sum(d.steps for d in summary.datasets)
         if summary.episodes == 0:
@@ -662,6 +669,7 @@ def _finish_dataset(
         from pipelines.exporters import parquet_writer
 
         parquet_writer.finish_dataset(job.staging_dir, job.parquet_schema, counts)
+        plan.split_counts = counts
     dataset.bytes = _folder_size(job.staging_dir)
     return dataset
 

@@ -369,16 +369,39 @@ def _zero_of(typ: pa.DataType, shape: list[int] | None) -> Any:
 CARD_FILE = "README.md"
 
 
+def _card_config(name: str, counts: dict[str, int], folder: str = "") -> list[str]:
+    """One `configs` entry: each split with episodes under its own name, from its files below `folder`."""
+    lines = [f"- config_name: {name}", "  data_files:"]
+    prefix = f"{folder}/" if folder else ""
+    for split, n in counts.items():
+        if n:
+            lines += [f"  - split: {split}", f"    path: {prefix}{DATA_DIR}/{split}-*.parquet"]
+    return lines
+
+
+def _card(configs: list[str]) -> str:
+    text = "A stepmark export: one table of steps; every field in stepmark's `schemas/dataset_spec.md`."
+    return "\n".join(["---", "configs:", *configs, "---", "", text, ""])
+
+
 def dataset_card(counts: dict[str, int]) -> str:
     """`README.md` with the dataset card's YAML `configs`: Hugging Face `datasets.load_dataset(OUT)` then names
     every split as `--split` does (it would rename `val` to `validation` from the file names alone). A split
     without episodes is left out: `datasets` refuses a split without rows ("corresponds to no data")."""
-    lines = ["---", "configs:", "- config_name: default", "  data_files:"]
-    for split, n in counts.items():
-        if n:
-            lines += [f"  - split: {split}", f"    path: {DATA_DIR}/{split}-*.parquet"]
-    lines += ["---", "", "A stepmark export: one table of steps; every field in stepmark's `schemas/dataset_spec.md`.", ""]
-    return "\n".join(lines)
+    return _card(_card_config("default", counts))
+
+
+def index_card(datasets: dict[str, tuple[str, dict[str, int]]]) -> str:
+    """`--split-by-spec`: `OUT/README.md` naming one config per dataset (`{name: (folder, split counts)}`), so
+    `datasets.load_dataset(OUT, NAME)` reads that dataset with the `--split` names (the datasets have other
+    columns: one config each; without a card `datasets` would merge them and rename `val` to `validation`)."""
+    return _card([line for name, (folder, counts) in datasets.items() for line in _card_config(name, counts, folder)])
+
+
+def write_index_card(root: str, datasets: dict[str, tuple[str, dict[str, int]]]) -> None:
+    from pipelines import storage
+
+    storage.write_bytes(storage.join(root, CARD_FILE), index_card(datasets).encode("utf-8"))
 
 
 def finish_dataset(staging_dir: str, schema_bytes: bytes, counts: dict[str, int]) -> None:
