@@ -59,7 +59,6 @@ from pipelines.exporters.selection import (
     check_query,
     iter_selected,
     mixed_specs_error,
-    parse_ref,
 )
 from pipelines.exporters.splits import SplitSpec, parse_splits, split_names
 from pipelines.exporters.staging import (
@@ -84,6 +83,7 @@ from pipelines.exporters.transform import (
 )
 from pipelines.exporters.ui_objects import parse_ui_objects
 from pipelines.exporters.work_file import Chunk, WorkItem, WorkWriter, iter_items
+from pipelines.store.access import parse_ref
 from protos.rlds_creator import study_pb2
 
 FORMATS = ("envlogger", "tfds", "parquet", "minari")
@@ -184,6 +184,7 @@ class _Plan:
     environment_spec: str = ""  # the study's EnvironmentSpec as JSON text ("" for UI datasets)
     space_specs: dict[str, Any] | None = None  # the specs the dataset's spaces come from (UI: derived)
     jpeg_frames: bool = False
+    split_counts: dict[str, int] = dataclasses.field(default_factory=dict)  # Parquet: episodes per split, at the end
 
 
 def environment_spec_json(repo: Any, group: SpecGroup) -> str:
@@ -470,6 +471,12 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             dataset_chunks = [c for c in chunks if c.dataset == plan.group.name]
             summary.datasets.append(_finish_dataset(plan, summary, len(groups), dataset_chunks))
         storage.delete_tree(storage.join(staging, WORK_DIR))
+        if request.format == "parquet" and len(groups) > 1:  # one Hugging Face config per dataset
+            from pipelines.exporters import parquet_writer
+
+            cards = {p.group.name: (d.path, p.split_counts) for p, d in zip(plans, summary.datasets, strict=True)
+                     if d.episodes}  # fmt: skip
+            parquet_writer.write_index_card(root, cards)
         summary.episodes = sum(d.episodes for d in summary.datasets)
         summary.steps = sum(d.steps for d in summary.datasets)
         if summary.episodes == 0:
@@ -482,14 +489,14 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
             lines = "".join(json.dumps(asdict(letter)) + "\n" for letter in summary.dead_letters)
             storage.write_bytes(storage.join(root, DEAD_LETTERS_FILE), lines.encode("utf-8"))
         storage.delete_tree(progress_dir)
-        summary.bytes = _folder_size(root)
+        summary.episode_bytes = sum(d.episode_bytes for d in summary.datasets)
         # Without `out` and the runner's counters (runners differ in reporting them): the same selection and
         # options give byte-identical files wherever and on whichever runner they are written.
-        written = {k: v for k, v in summary.to_dict().items() if k not in ("out", "counters")}
+        written = _with_own_size(summary, _folder_size(root))
         if staging == out:  # written in place in a bucket: the owner file goes before the summary publishes it
             storage.delete([storage.join(staging, OWNER_FILE)])
         # Written last: on an object store its presence is what marks the dataset complete (schemas/storage.md).
-        storage.write_bytes(storage.join(root, SUMMARY_FILE), (json.dumps(written, indent=2) + "\n").encode("utf-8"))
+        storage.write_bytes(storage.join(root, SUMMARY_FILE), _summary_text(written))
         if request.archive:
             with tempfile.TemporaryDirectory(prefix="stepmark-archive-", dir=_local_dir(staging)) as local:
                 zip_tmp = os.path.join(local, "dataset.zip")
@@ -505,6 +512,24 @@ def export_episodes(request: ExportRequest, progress: Progress | None = None) ->
     if progress:
         progress(100.0)
     return summary
+
+
+def _summary_text(written: dict[str, Any]) -> bytes:
+    return (json.dumps(written, indent=2) + "\n").encode("utf-8")
+
+
+def _with_own_size(summary: ExportSummary, files: int) -> dict[str, Any]:
+    """The summary file's content, whose `bytes` counts every file of the output, itself included: `files`
+    (the rest) plus the summary's own length, which depends on that number's digits (a fixed point, found in
+    two or three rounds). Sets `summary.bytes` to it."""
+    summary.bytes = files
+    for _ in range(8):
+        written = {k: v for k, v in summary.to_dict().items() if k not in ("out", "counters")}
+        total = files + len(_summary_text(written))
+        if total == summary.bytes:
+            return written
+        summary.bytes = total
+    raise AssertionError(f"the summary's size did not settle: {summary.bytes}")  # the length grows by digits
 
 
 def _local_dir(staging: str) -> str | None:
@@ -585,7 +610,7 @@ def _finish_dataset(
         return dataset
     dead: list[DeadLetter] = []
     skipped: list[dict[str, str]] = []
-    by_split: dict[str, list[int]] = {name: [] for name in split_names(job.splits)}  # TFDS: indexes
+    by_split: dict[str, list[tuple[int, int]]] = {name: [] for name in split_names(job.splits)}  # TFDS
     minari_episodes: list[tuple[int, str, int]] = []  # Minari: (index, split, transitions)
     counts = {name: 0 for name in split_names(job.splits)}  # Parquet: episodes per split
     missing = 0
@@ -644,6 +669,7 @@ def _finish_dataset(
         from pipelines.exporters import parquet_writer
 
         parquet_writer.finish_dataset(job.staging_dir, job.parquet_schema, counts)
+        plan.split_counts = counts
     dataset.bytes = _folder_size(job.staging_dir)
     return dataset
 
@@ -654,20 +680,31 @@ def _count_outcome(
     dataset: DatasetSummary,
     dead: list[DeadLetter],
     skipped: list[dict[str, str]],
-    by_split: dict[str, list[int]],
+    by_split: dict[str, list[tuple[int, int]]],
     minari_episodes: list[tuple[int, str, int]],
     counts: dict[str, int],
 ) -> None:
-    """One episode's outcome added to its dataset's totals and lists."""
+    """One episode's outcome added to its dataset's totals and lists. Outcomes come in selection order, so an
+    episode's position in the written dataset is the count of episodes written before it: where skipped
+    episodes or dead letters left a gap, its files are renumbered to it (`episode_index` = position, 0..n-1;
+    `selection_index` keeps the selection's)."""
     if o["outcome"] == ExportEpisodeFn.RESULT:
+        index, position, split = int(o["index"]), dataset.episodes, o.get("split") or ""
         dataset.episodes += 1
         dataset.steps += int(o["steps"])
+        dataset.episode_bytes += int(o.get("bytes", 0))
         if job.format == "tfds":
-            by_split.setdefault(o.get("split") or "train", []).append(int(o["index"]))
-        elif job.format == "minari":
-            minari_episodes.append((int(o["index"]), o.get("split") or "", int(o["steps"]) - 1))
+            by_split.setdefault(split or "train", []).append((index, position))
+        elif job.format == "minari":  # written in order as episode_<position> (minari_writer.finish_dataset)
+            minari_episodes.append((index, split, int(o["steps"]) - 1))
         elif job.format == "parquet":
-            counts[o.get("split") or "train"] += 1
+            counts[split or "train"] += 1
+            if position != index:
+                from pipelines.exporters import parquet_writer
+
+                parquet_writer.move_episode_file(job.staging_dir, split, index, position)
+        elif job.format == "envlogger" and position != index:
+            envlogger_writer.move_shard(job.staging_dir, index, position, o["metadata"])
     elif o["outcome"] == ExportEpisodeFn.DEAD_LETTER:
         dead.append(DeadLetter(episode=o["episode"], reason=o["reason"], error=o["error"]))
     elif o["outcome"] == ExportEpisodeFn.SKIPPED:

@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse
         "import",
         parents=store,
         help="import values (with a user) or suggestions (with a source, e.g. a model) from JSON lines",
-        description='One JSON object a line: {"episode": ID, "step": N or null, "end"?: N (segments), '
+        description='One JSON object a line: {"episode": ID or STUDY/SESSION/EPISODE, "step": N or null, "end"?: N (segments), '
         '"field": NAME, "value": V, "user": EMAIL | "source": NAME}. Any invalid line refuses the whole '
         "file (naming the line); nothing is imported then.",
     )

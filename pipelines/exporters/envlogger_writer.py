@@ -292,6 +292,31 @@ def _write_shard_with_envlogger(
         shutil.rmtree(local, ignore_errors=True)
 
 
+def move_shard(staging_dir: str, index: int, position: int, metadata: dict[str, Any]) -> None:
+    """The last step's renumbering: the shard written at `index` (the episode's selection index) becomes the
+    shard at `position` (its position in the dataset, once skipped episodes and dead letters are left out),
+    with `episode_index` = `position` in its metadata (`metadata`: what the worker wrote). Positions only
+    move down and are renumbered in order, so the destination is free (a failed write's leftover is removed)."""
+    from pipelines import storage
+
+    unavailable = riegeli_records.writer_available()
+    if unavailable is not None:
+        raise StepmarkError(f"{staging_dir}: cannot renumber episode shards: {unavailable}")
+    src = storage.join(staging_dir, shard_name(index))
+    dest = storage.join(staging_dir, shard_name(position))
+    record = serialize({**metadata, "episode_index": position})
+    for name, data in riegeli_shard.metadata_files(record, SHARD_OPTIONS).items():
+        storage.write_bytes(storage.join(src, name), data)
+    if storage.is_remote(staging_dir):
+        stale = [m.path for m in storage.files_below(dest)]
+        storage.delete(stale)
+        storage.rename([storage.join(src, n) for n in SHARD_FILES], [storage.join(dest, n) for n in SHARD_FILES])
+        return
+    if os.path.exists(dest):
+        shutil.rmtree(dest)
+    os.rename(src, dest)
+
+
 def write_dataset_metadata(staging_dir: str, specs: dict[str, Any] | None, extra: dict[str, Any]) -> int:
     """The last step: the dataset-level `metadata.riegeli` that turns the shards into one dataset (written by
     envlogger's writer: a transposed chunk, once an export)."""

@@ -107,7 +107,8 @@ class ExportEpisodeFn(storage.FileSystemsDoFn, beam.DoFn):
         self.jobs = jobs
         self.episodes = Metrics.counter(NAMESPACE, "episodes")
         self.steps = Metrics.counter(NAMESPACE, "steps")
-        self.bytes = Metrics.counter(NAMESPACE, "bytes")
+        # The episode files the workers write (the summary's `episode_bytes`); `bytes` there counts every file.
+        self.bytes = Metrics.counter(NAMESPACE, "episode_bytes")
         self.dead = Metrics.counter(NAMESPACE, "dead_letters")
         self._serializers: dict[str, Any] = {}
 
@@ -227,6 +228,8 @@ class ExportEpisodeFn(storage.FileSystemsDoFn, beam.DoFn):
             "steps": exported.num_steps,
             "bytes": size,
         }
+        if job.format == "envlogger":  # what the last step rewrites when it renumbers the shard (export.py)
+            result["metadata"] = exported.meta.to_dict()
         return self.RESULT, dataset, json.dumps(result)
 
 

@@ -516,6 +516,7 @@ def _write_local(
                 with h5py.File(local, "r") as src:
                     src.copy(src[EPISODE_GROUP], main, name=f"episode_{k}")
             main[f"episode_{k}"].attrs["id"] = np.int64(k)
+            main[f"episode_{k}"].attrs["episode_index"] = np.int64(k)  # its position: Minari's id (selection_index kept)
             split_indices.setdefault(split or "train", []).append(k)
     storage.delete([work_file(work_dir, index) for index, _, _ in ordered])
     size = (data / MAIN_FILE).stat().st_size

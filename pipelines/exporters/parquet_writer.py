@@ -223,7 +223,7 @@ def schema_for(
             typ = pa.list_(pa.string())
         elif name == builder.frame_column:
             typ = pa.binary()
-        elif name in ("info_episode_l", "step_index", "episode_index", "episode_length", "num_steps"):
+        elif name in ("info_episode_l", "step_index", "episode_index", "selection_index", "episode_length", "num_steps"):
             typ = pa.int64()
         elif name in ("episode_return", "total_reward", "reward", "discount", "info_episode_r"):
             typ = pa.float64()
@@ -291,6 +291,29 @@ def write_episode(episode: ExportEpisode, schema: pa.Schema, staging_dir: str) -
     return os.path.getsize(path)
 
 
+def move_episode_file(staging_dir: str, split: str, index: int, position: int) -> None:
+    """The last step's renumbering: the file written for the episode at selection index `index` becomes the
+    one at `position` (its position in the dataset once skipped episodes and dead letters are left out), its
+    `episode_index` column = `position` (the rest as written; one episode's rows read at a time)."""
+    from pipelines import storage
+
+    src = storage.join(staging_dir, file_name(split, index))
+    with storage.local_folder(staging_dir, prefix="stepmark-parquet-renumber-") as local:
+        if local == staging_dir:
+            table = pq.ParquetFile(src).read()
+        else:
+            with storage.open_read(src) as f:
+                table = pq.ParquetFile(pa.BufferReader(f.read())).read()
+        column = table.schema.get_field_index("episode_index")
+        table = table.set_column(column, table.schema.field(column), pa.array([position] * table.num_rows, pa.int64()))
+        path = os.path.join(local, file_name(split, position))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.part-{os.getpid()}"
+        pq.write_table(table, tmp, compression="zstd")  # as `write_episode` writes it
+        os.replace(tmp, path)
+    storage.delete([src])
+
+
 def _numeric_array_columns(schema: pa.Schema) -> list[str]:
     """Observation/action columns holding flattened numeric or boolean arrays (a list of numbers per row)."""
     out = []
@@ -346,16 +369,39 @@ def _zero_of(typ: pa.DataType, shape: list[int] | None) -> Any:
 CARD_FILE = "README.md"
 
 
+def _card_config(name: str, counts: dict[str, int], folder: str = "") -> list[str]:
+    """One `configs` entry: each split with episodes under its own name, from its files below `folder`."""
+    lines = [f"- config_name: {name}", "  data_files:"]
+    prefix = f"{folder}/" if folder else ""
+    for split, n in counts.items():
+        if n:
+            lines += [f"  - split: {split}", f"    path: {prefix}{DATA_DIR}/{split}-*.parquet"]
+    return lines
+
+
+def _card(configs: list[str]) -> str:
+    text = "A stepmark export: one table of steps; every field in stepmark's `schemas/dataset_spec.md`."
+    return "\n".join(["---", "configs:", *configs, "---", "", text, ""])
+
+
 def dataset_card(counts: dict[str, int]) -> str:
     """`README.md` with the dataset card's YAML `configs`: Hugging Face `datasets.load_dataset(OUT)` then names
     every split as `--split` does (it would rename `val` to `validation` from the file names alone). A split
     without episodes is left out: `datasets` refuses a split without rows ("corresponds to no data")."""
-    lines = ["---", "configs:", "- config_name: default", "  data_files:"]
-    for split, n in counts.items():
-        if n:
-            lines += [f"  - split: {split}", f"    path: {DATA_DIR}/{split}-*.parquet"]
-    lines += ["---", "", "A stepmark export: one table of steps; every field in stepmark's `schemas/dataset_spec.md`.", ""]
-    return "\n".join(lines)
+    return _card(_card_config("default", counts))
+
+
+def index_card(datasets: dict[str, tuple[str, dict[str, int]]]) -> str:
+    """`--split-by-spec`: `OUT/README.md` naming one config per dataset (`{name: (folder, split counts)}`), so
+    `datasets.load_dataset(OUT, NAME)` reads that dataset with the `--split` names (the datasets have other
+    columns: one config each; without a card `datasets` would merge them and rename `val` to `validation`)."""
+    return _card([line for name, (folder, counts) in datasets.items() for line in _card_config(name, counts, folder)])
+
+
+def write_index_card(root: str, datasets: dict[str, tuple[str, dict[str, int]]]) -> None:
+    from pipelines import storage
+
+    storage.write_bytes(storage.join(root, CARD_FILE), index_card(datasets).encode("utf-8"))
 
 
 def finish_dataset(staging_dir: str, schema_bytes: bytes, counts: dict[str, int]) -> None:

@@ -79,7 +79,8 @@ class DatasetSummary:
     environment_id: str
     episodes: int = 0
     steps: int = 0
-    bytes: int = 0
+    bytes: int = 0  # the dataset's files (the summary file and dead letters are beside them, at the top)
+    episode_bytes: int = 0  # of which the episode files the workers wrote
 
 
 @dataclass
@@ -90,7 +91,11 @@ class ExportSummary:
     datasets: list[DatasetSummary] = field(default_factory=list)
     episodes: int = 0
     steps: int = 0
+    # Every file of the output, this summary file included (with --archive: the ZIP file; the summary inside
+    # it counts the files in the ZIP, uncompressed). `episode_bytes`: the episode files the workers wrote (the
+    # `episode_bytes` counter); the rest is the last step's metadata files, the dead letters and this summary.
     bytes: int = 0
+    episode_bytes: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)  # Beam counters (namespace stepmark.export)
@@ -101,7 +106,8 @@ class ExportSummary:
     def describe(self) -> str:
         lines = [
             f"exported {self.episodes} episode(s), {self.steps} step(s), {self.bytes:,} bytes "
-            f"as {self.format}{' (ZIP)' if self.archive else ''} to {self.out}"
+            f"as {self.format}{' (ZIP)' if self.archive else ''} to {self.out} "
+            f"({self.episode_bytes:,} bytes of episode files)"
         ]
         if len(self.datasets) > 1:
             for d in self.datasets:

@@ -13,6 +13,7 @@ what envlogger's reader looks for to take a folder for a shard, last), so a shar
 
 from __future__ import annotations
 
+import io
 import os
 import uuid
 from collections.abc import Iterable
@@ -153,3 +154,20 @@ class _LocalFiles:
     def delete(paths: list[str]) -> None:
         for path in paths:
             os.remove(path)
+
+
+def metadata_files(episode_metadata: bytes, options: ShardOptions) -> dict[str, bytes]:
+    """A shard's `episode_metadata.riegeli` and `episode_index.riegeli` for this metadata record, as `write_shard`
+    writes them (the steps start at record 0): what the last step rewrites when it renumbers an episode."""
+    out: dict[str, bytes] = {}
+    buffer = io.BytesIO()
+    writer = RecordsWriter(buffer, options.compression_level, options.chunk_size)
+    position = writer.write(episode_metadata)
+    writer.close()
+    out[EPISODE_METADATA_FILE] = buffer.getvalue()
+    buffer = io.BytesIO()
+    writer = RecordsWriter(buffer, options.compression_level, options.chunk_size)
+    writer.write(int64_array([[0, position]]))
+    writer.close()
+    out[EPISODE_INDEX_FILE] = buffer.getvalue()
+    return out

@@ -90,14 +90,6 @@ def parse_state(name: str) -> int:
         raise StepmarkError(f"unknown episode state {name!r} (choose from {names})") from None
 
 
-def parse_ref(text: str) -> client_pb2.EpisodeRef:
-    """`STUDY/SESSION/EPISODE` -> EpisodeRef."""
-    parts = text.split("/")
-    if len(parts) != 3 or not all(parts):
-        raise StepmarkError(f"episode reference {text!r} is not STUDY/SESSION/EPISODE")
-    return client_pb2.EpisodeRef(study_id=parts[0], session_id=parts[1], episode_id=parts[2])
-
-
 def _state_filter(query: SelectionQuery) -> list[int] | None:
     if query.state:
         return [parse_state(query.state)]

@@ -17,6 +17,9 @@ from pipelines.errors import StepmarkError
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 MAX_SPLITS = 16
+# Split names the consumers' libraries reserve: `all` is the union of every split in Hugging Face `datasets`
+# (which refuses it as a split of its own) and in TFDS (`as_dataset(split="all")`).
+RESERVED = frozenset({"all"})
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,11 @@ def parse_splits(text: str, seed: int = 0) -> SplitSpec:
         if not sep or not _NAME.match(name):
             raise StepmarkError(
                 f"--split {text!r}: {part!r} is not NAME=FRACTION (names: lowercase letters, digits, _)"
+            )
+        if name in RESERVED:
+            raise StepmarkError(
+                f"--split {text!r}: {name!r} is reserved (Hugging Face datasets and TFDS read it as every split "
+                "together); choose another name"
             )
         if name in names:
             raise StepmarkError(f"--split {text!r}: split {name!r} given twice")

@@ -294,6 +294,7 @@ def build_features(sample: ExportEpisode, options: TransformOptions, *, jpeg_fra
     episode: dict[str, Any] = {
         "steps": tfds.features.Dataset(step),
         "episode_index": np.int64,
+        "selection_index": np.int64,
         "episode_id": text,
         "study_id": text,
         "session_id": text,
@@ -462,6 +463,76 @@ def write_episode(serializer: EpisodeSerializer, episode: ExportEpisode, work_di
     return len(data)
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+_INDEX_KEY = b"episode_index"
+
+
+def _index_entry(position: int) -> bytes:
+    """The `tf.train.Features` map entry `episode_index` -> int64_list [position], as the serializer writes it."""
+    values = b"\x0a" + _varint(len(_varint(position))) + _varint(position)  # Int64List: packed `value`
+    feature = b"\x1a" + _varint(len(values)) + values  # Feature.int64_list
+    entry = b"\x0a" + _varint(len(_INDEX_KEY)) + _INDEX_KEY + b"\x12" + _varint(len(feature)) + feature
+    return b"\x0a" + _varint(len(entry)) + entry  # Features.feature: one map entry
+
+
+def renumbered_example(example: bytes, position: int) -> bytes:
+    """A serialized `tf.train.Example` of an episode with its `episode_index` feature set to `position`, the rest
+    byte for byte (only the map entry and the enclosing lengths change: the steps are not parsed). The
+    serializer writes the Example deterministically: one `features` field, one entry per feature."""
+    if not example.startswith(b"\x0a"):
+        raise StepmarkError("not a serialized tf.train.Example of an episode (no features field first)")
+    length, start = _read_varint(example, 1)
+    if start + length != len(example):
+        raise StepmarkError("not a serialized tf.train.Example of an episode (fields after its features)")
+    entries: list[bytes] = []
+    pos, found = start, False
+    while pos < len(example):
+        if example[pos] != 0x0A:
+            raise StepmarkError(f"unexpected field in the episode's tf.train.Features at byte {pos}")
+        size, body = _read_varint(example, pos + 1)
+        entry = example[pos : body + size]
+        key_len, key_start = _read_varint(example, body + 1)
+        if example[key_start : key_start + key_len] == _INDEX_KEY:
+            entry, found = _index_entry(position), True
+        entries.append(entry)
+        pos = body + size
+    if not found:
+        raise StepmarkError("the episode's tf.train.Example has no episode_index feature")
+    features = b"".join(entries)
+    return b"\x0a" + _varint(len(features)) + features
+
+
+def _move_renumbered(src: str, dest: str, position: int) -> None:
+    """Episode file `src` (one TFRecord) as shard `dest`, its `episode_index` = `position` (one episode read)."""
+    from pipelines import storage, tfrecord
+
+    with storage.open_read(src) as f:
+        records = [data for _, data in tfrecord.iter_records(f, name=src)]
+    if len(records) != 1:
+        raise StepmarkError(f"{src}: {len(records)} records, expected one episode")
+    storage.write_bytes(dest, tfrecord.encode(renumbered_example(records[0], position)))
+    storage.delete([src])
+
+
 def filename_template(staging_dir: str, split: str) -> Any:
     return naming.ShardedFileTemplate(
         data_dir=staging_dir, dataset_name=DATASET_NAME, split=split, filetype_suffix=FILE_SUFFIX
@@ -472,11 +543,12 @@ def finish_dataset(
     staging_dir: str,
     work_dir: str,
     features_json: str,
-    splits: dict[str, list[int]],
+    splits: dict[str, list[tuple[int, int]]],
     description: str,
     metadata: dict[str, Any],
 ) -> tuple[int, int]:
-    """The last step: each split's episode files (in episode order) become its shards, then
+    """The last step: each split's episode files (`(selection index, position)`, in episode order) become its
+    shards (an episode whose position differs gets it as its `episode_index`: `renumbered_example`), then
     `dataset_info.json`, `features.json` and `metadata.json` (spaces, specs, splits); returns (episodes, bytes).
 
     The shards are moved where they are (a rename; in a bucket a server-side copy); the metadata files are
@@ -498,14 +570,20 @@ def finish_dataset(
                 infos.append(split_lib.SplitInfo(name=split, shard_lengths=[0], num_bytes=0, filename_template=template))
                 continue
             sizes = []
-            for shard, index in enumerate(indices):
+            for shard, (index, position) in enumerate(indices):
                 dest = os.fspath(template.sharded_filepath(shard_index=shard, num_shards=len(indices)))
                 if local_dir == staging_dir:
-                    os.replace(work_file(work_dir, index), dest)
+                    if index == position:
+                        os.replace(work_file(work_dir, index), dest)
+                    else:
+                        _move_renumbered(work_file(work_dir, index), dest, position)
                     sizes.append(os.path.getsize(dest))
                 else:
                     remote = storage.join(staging_dir, os.path.basename(dest))
-                    storage.rename([work_file(work_dir, index)], [remote])
+                    if index == position:
+                        storage.rename([work_file(work_dir, index)], [remote])
+                    else:
+                        _move_renumbered(work_file(work_dir, index), remote, position)
                     sizes.append(storage.match(remote)[0].size_in_bytes)
                     placeholders.append(dest)
                     open(dest, "wb").close()  # TFDS lists the shards' names before writing the metadata

@@ -107,11 +107,16 @@ class ExportEpisodeMeta:
     notes: str | None = None  # None when stripped
     # UI episodes only: app_package, goal, source (empty strings when the trace had none).
     ui: dict[str, str] = field(default_factory=dict)
+    # The episode's position among its dataset's selected episodes (the driver's count, before the workers
+    # left some out: skipped, dead letters). `episode_index` starts as it and is made the position in the
+    # written dataset by the last step (`pipelines/export.py` `_Positions`); -1: the same as `episode_index`.
+    selection_index: int = -1
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values for envlogger's episode metadata (reference names `num_steps`/`total_reward` too)."""
         d: dict[str, Any] = {
             "episode_index": int(self.episode_index),
+            "selection_index": int(self.episode_index if self.selection_index < 0 else self.selection_index),
             "episode_id": self.episode_id,
             "study_id": self.study_id,
             "session_id": self.session_id,
@@ -623,6 +628,7 @@ def transform_episode(
         ui_fields = {key: str(md.get(key, "") or "") for key in ("app_package", "goal", "source")}
     meta = ExportEpisodeMeta(
         episode_index=index,
+        selection_index=index,
         episode_id=episode.id,
         study_id=episode.study_id,
         session_id=episode.session_id,

@@ -95,6 +95,19 @@ def state_name(state: int) -> str:
     return study_pb2.Episode.State.Name(state).removeprefix("STATE_").lower()
 
 
+# SQLite's JSON types of `metadata.success` (json_type) that are a verdict.
+_VERDICTS = {"true": True, "false": False}
+
+
+def _success_verdict(s: Session) -> sa.ColumnElement:
+    """`metadata.success` as a verdict: on SQLite its JSON type (`json_extract` reads JSON true/false back as
+    1/0, which are not booleans, so a plain read found no verdict at all), elsewhere the JSON value itself (a
+    bool only when the JSON holds one; a number or a string is no verdict)."""
+    if s.get_bind().dialect.name == "sqlite":
+        return sa.func.json_type(EpisodeRow.meta, sa.literal_column("'$.success'"))
+    return EpisodeRow.meta["success"]
+
+
 def store_stats(repo: Repository, study_id: str) -> StoreStats:
     study = repo.get_study(study_id)
     stats = StoreStats(study.id, study.name)
@@ -110,10 +123,12 @@ def store_stats(repo: Repository, study_id: str) -> StoreStats:
             stats.by_annotator[user or "(unknown)"] += n
         stats.ui_episodes = kinds.get(UI, 0)
         success: dict[str, list[int]] = {}
+        verdict_of = _success_verdict(s)
+        sqlite = s.get_bind().dialect.name == "sqlite"
         for kind in kinds.keys() - {UI}:  # environment episodes (any other kind): one index range per kind
             env_rows = listing.where(
                 sa.select(EpisodeRow.environment_id, EpisodeRow.total_reward, EpisodeRow.num_steps,
-                          EpisodeRow.meta["success"]),
+                          verdict_of),
                 q,
             ).where(EpisodeRow.kind.is_(None) if kind is None else EpisodeRow.kind == kind)  # fmt: skip
             for env_id, reward, steps, verdict in s.execute(env_rows.execution_options(yield_per=STREAM_BATCH)):
@@ -121,6 +136,8 @@ def store_stats(repo: Repository, study_id: str) -> StoreStats:
                 stats.returns.setdefault(env, array("d")).append(reward or 0.0)
                 stats.lengths.setdefault(env, array("q")).append(steps or 0)
                 counted = success.setdefault(env, [0, 0])
+                if sqlite:  # the JSON type: 'true', 'false', 'integer', 'text', ... or None
+                    verdict = _VERDICTS.get(verdict)
                 if isinstance(verdict, bool):
                     counted[0] += verdict
                     counted[1] += 1

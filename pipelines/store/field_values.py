@@ -32,7 +32,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from pipelines.store import field_actions, mapping
-from pipelines.store.access import EpisodeAccess, EpisodeRef, now
+from pipelines.store.access import EpisodeAccess, EpisodeRef, now, parse_ref
 from pipelines.store.errors import Conflict, InvalidSpec, NotFound, PermissionDenied, StoreError
 from pipelines.store.field_defs import FieldDef, FieldValueError, check_value
 from pipelines.store.jsonl import numbered, object_line
@@ -543,7 +543,8 @@ _IMPORT_KEYS = {"episode", "step", "end", "field", "value", "user", "source"}
 
 def import_values(repo: Any, study_id: str, path: str | Path, actor: str) -> ImportResult:
     """Import `path` (JSON lines: {"episode", "step" (or null), "end"?, "field", "value", "user" | "source"};
-    "episode" is a store episode id or, for a UI study, the converted episode's own id):
+    "episode" is a store episode id, a `STUDY/SESSION/EPISODE` reference as `stepmark export --episode` takes,
+    or, for a UI study, the converted episode's own id):
     lines with `source` become suggestions of that source, lines with `user` values of that annotator (origin
     `imported`). The study's creator or a reviewer imports (`actor`). Every line is checked first; any invalid
     line refuses the whole file (naming the line), nothing imported. A line replaces an earlier import of the
@@ -566,8 +567,19 @@ def import_values(repo: Any, study_id: str, path: str | Path, actor: str) -> Imp
         if len(who) != 1 or len(line[who[0]]) > 320:
             raise StoreError(f"{where}: give either a user or a source name (at most 320 characters)")
         episode = line.get("episode")
-        if not isinstance(episode, str) or not episode or len(episode) > 64:
-            raise StoreError(f"{where}: 'episode' must be an episode id")
+        if not isinstance(episode, str) or not episode or len(episode) > 200:
+            raise StoreError(f"{where}: 'episode' must be an episode id or STUDY/SESSION/EPISODE")
+        session = ""
+        if "/" in episode:  # the reference `stepmark export --episode` takes (one parser: store/access.py)
+            try:
+                ref = parse_ref(episode)
+            except StoreError as exc:
+                raise StoreError(f"{where}: {exc}") from None
+            if ref.study_id != study_id:
+                raise StoreError(f"{where}: episode {episode!r} is not in study {study_id!r}")
+            episode, session = ref.episode_id, ref.session_id
+        if len(episode) > 64:
+            raise StoreError(f"{where}: 'episode' must be an episode id (at most 64 characters)")
         step, end = line.get("step"), line.get("end")
         for key, number_value in (("step", step), ("end", end)):
             if number_value is not None and (isinstance(number_value, bool) or not isinstance(number_value, int)):
@@ -579,7 +591,7 @@ def import_values(repo: Any, study_id: str, path: str | Path, actor: str) -> Imp
             raise StoreError(f"{where}: {exc}") from None
         checked.append((number, {"episode_id": episode, "field": name, "step_index": place[0],
                                  "end_index": place[1], "who": who[0], "name": line[who[0]].strip(),
-                                 "value": value, "line": number}))  # fmt: skip
+                                 "value": value, "line": number, "session_id": session}))  # fmt: skip
         episode_ids.add(episode)
     with repo._write() as s:
         rows = {}
@@ -599,6 +611,9 @@ def import_values(repo: Any, study_id: str, path: str | Path, actor: str) -> Imp
             row = rows.get(item["episode_id"])
             if row is None or row.study_id != study_id:
                 raise StoreError(f"{path}:{number}: episode {item['episode_id']!r} is not in study {study_id!r}")
+            if item["session_id"] and row.session_id != item["session_id"]:
+                raise StoreError(f"{path}:{number}: episode {item['episode_id']!r} is not in session "
+                                 f"{item['session_id']!r}")  # fmt: skip
             try:
                 for index in {item["step_index"], item["end_index"]} - {EPISODE}:
                     repo._check_step(row, index)

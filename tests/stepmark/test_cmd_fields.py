@@ -90,3 +90,33 @@ def test_fields_import_agreement_and_adjudication(capsys, tmp_path: Path, monkey
 
     code, out, _ = run(capsys, "fields", "show", "--study", study.id, "--data", data)
     assert [f["name"] for f in json.loads(out)["fields"]] == ["action_correct", "note", "task_success"]
+
+
+def test_fields_import_takes_the_export_episode_reference(capsys, tmp_path: Path) -> None:
+    """`STUDY/SESSION/EPISODE`, as `stepmark export --episode` takes it (one parser: store/access.py); a reference
+    to another study or session, or a malformed one, is an invalid line naming it."""
+    data = str(tmp_path / "data")
+    with open_store(None, data) as repo:
+        study = repo.create_study(study_spec(), "lead")
+        session = repo.create_session(study.id, "lead")
+        other = repo.create_session(study.id, "lead")
+        episode = repo.add_episode(env_episode(study.id, session, num_steps=4))
+    path = tmp_path / "fields.yaml"
+    path.write_text(FIELDS)
+    assert run(capsys, "study", "fields", "--study", study.id, str(path), "--data", data, "--user", "lead")[0] == 0
+    values = tmp_path / "values.jsonl"
+    ref = f"{study.id}/{session.id}/{episode.id}"
+    for bad, message in (
+        (f"{study.id}/{other.id}/{episode.id}", f"{values}:1: episode {episode.id!r} is not in session {other.id!r}"),
+        (f"elsewhere/{session.id}/{episode.id}", f"{values}:1: episode 'elsewhere/{session.id}/{episode.id}' is not in"),
+        (f"{study.id}//{episode.id}", "is not STUDY/SESSION/EPISODE"),
+    ):
+        values.write_text(json.dumps({"episode": bad, "step": 1, "field": "note", "value": "x", "user": "ann"}) + "\n")
+        code, _, err = run(capsys, "fields", "import", "--study", study.id, str(values), "--data", data, "--user", "lead")
+        assert code == 2 and message in err, err
+    values.write_text(json.dumps({"episode": ref, "step": 1, "field": "note", "value": "jumps", "user": "ann"}) + "\n")
+    code, out, _ = run(capsys, "fields", "import", "--study", study.id, str(values), "--data", data, "--user", "lead")
+    assert code == 0 and out.strip() == f"imported 1 value(s) and 0 suggestion(s) into study {study.id}"
+    with open_store(None, data) as repo:
+        stored = field_values.values(repo, [episode.id])[episode.id]
+    assert [(v.field, v.step, v.user, v.value, v.origin) for v in stored] == [("note", 1, "ann", "jumps", "imported")]

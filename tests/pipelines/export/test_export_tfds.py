@@ -208,7 +208,7 @@ def test_a_tfds_export_never_imports_tensorflow(export_data: ExportData, tmp_pat
     code = (
         "import sys\n"
         "from pipelines import export\n"
-        "from pipelines.exporters.selection import parse_ref\n"
+        "from pipelines.store.access import parse_ref\n"
         f"refs = [parse_ref(r) for r in {[f'{r.study_id}/{r.session_id}/{r.episode_id}' for r in refs]!r}]\n"
         "for n, ref in enumerate(refs):\n"
         f"    export.export_episodes(export.ExportRequest(data_dir={str(export_data.data_dir)!r}, "

@@ -8,8 +8,9 @@ import pytest
 
 from pipelines import export
 from pipelines.errors import StepmarkError
-from pipelines.exporters.selection import group_by_spec, parse_ref, parse_state
+from pipelines.exporters.selection import group_by_spec, parse_state
 from pipelines.store import open_store
+from pipelines.store.access import parse_ref
 from protos.rlds_creator import study_pb2
 from tests.pipelines.export.export_data import ALICE, PROCGEN_ENV, ExportData, copy_data
 

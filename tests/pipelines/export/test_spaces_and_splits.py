@@ -107,6 +107,7 @@ def test_split_by_hashed_episode_id_is_stable_when_episodes_are_added(
         ("train=abc", "not a number"),
         ("train=1.5", "must be in"),
         ("", "give 1 to"),
+        ("train=0.9,all=0.1", "'all' is reserved .Hugging Face datasets and TFDS"),  # refused before any work
     ],
 )
 def test_bad_split_options_are_clear_errors(text: str, message: str) -> None:

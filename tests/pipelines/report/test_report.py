@@ -241,3 +241,27 @@ def test_labels_from_the_data_are_drawn_as_text_not_maths() -> None:
     assert image.png.startswith(b"\x89PNG")
     assert {t.get_text() for t in figure.findobj(lambda o: hasattr(o, "get_parse_math")) if not t.get_parse_math()} >= {
         "cost $\\frac$", "price $5-$10"}  # fmt: skip
+
+
+def test_success_rate_reads_json_booleans_on_sqlite(tmp_path: Path) -> None:
+    """`metadata.success` true/false is a verdict on SQLite too (its JSON path reads them back as 1/0): the
+    Quality page's success rate per environment is not empty; a number or a string is no verdict."""
+    env = build_env_data(tmp_path / "data", episodes=1, max_steps=6)
+    repo, recorded = env.repo, env.episodes[0]
+    session = repo.create_session(env.study.id, ALICE)
+    copies = []
+    for value in (True, True, False, 1, "true"):
+        copy = study_pb2.Episode()
+        copy.CopyFrom(recorded)
+        copy.ClearField("id")
+        copy.session_id = session.id
+        copy.storage.pickle.path = f"{copy.storage.pickle.path}#{len(copies)}"  # not a duplicate source
+        copy.metadata["success"] = value
+        copies.append(copy)
+    assert len(repo.add_episodes(copies, skip_existing_sources=False)) == 5
+    listed = repo.list_episodes(study_id=env.study.id)
+    values = [e.metadata.fields["success"] for e in listed if "success" in e.metadata.fields]
+    verdicts = [v.bool_value for v in values if v.WhichOneof("kind") == "bool_value"]  # the recorder's too
+    stats = store_stats(repo, env.study.id)
+    assert stats.success == {"coinrun": (sum(verdicts), len(verdicts))}
+    assert len(verdicts) == 4 and stats.success_rate["coinrun"] == pytest.approx(sum(verdicts) / len(verdicts))
