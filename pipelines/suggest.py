@@ -38,6 +38,7 @@ from pipelines.models.backend import Backend, Model, Unavailable, backend_from_s
 from pipelines.models.contract import ContractError, StepRequest, check_answer, parse_answer
 from pipelines.store import field_values
 from pipelines.store.models import EpisodeRow, EpisodeTagRow, FieldSuggestionRow, StepTagRow
+from pipelines.transforms import OnlyType
 
 NAMESPACE = "stepmark.suggest"
 DEAD = "dead_letters"
@@ -47,6 +48,7 @@ PAGE = 500  # episodes read from the store per round trip
 MAX_TAGS = 200  # step tags of the study sent as the palette
 MAX_IN_FLIGHT = 256
 MAX_RETRIES = 10
+BATCH_PER_THREAD = 4  # requests per batch, in multiples of --in-flight (the last round of a batch may idle)
 
 
 @dataclass
@@ -65,17 +67,52 @@ class Summary:
     fields: list[str] = field(default_factory=list)
 
 
-def _dead(request: dict[str, Any], field_name: str | None, reason: str, detail: str) -> dict[str, Any]:
-    return {"episode": request["episode"], "episode_key": request.get("episode_key", ""), "step": request["step"],
-            "field": field_name, "reason": reason, "detail": detail[:1000]}  # fmt: skip
+@dataclass(frozen=True)
+class DeadLetter:
+    """A place (or a whole step: field None) that got no suggestion, and why (`reason` code, `detail`)."""
+
+    episode: str
+    episode_key: str
+    step: int
+    field: str | None
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    episode: str
+    step: int
+    field: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class Suggestions:
+    """The suggestions of one batch of requests (stored in one transaction per `--batch` of them)."""
+
+    items: tuple[Suggestion, ...]
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    items: tuple[DeadLetter, ...]
+
+
+def _dead(request: dict[str, Any], field_name: str | None, reason: str, detail: str) -> DeadLetter:
+    return DeadLetter(request["episode"], request.get("episode_key", ""), request["step"], field_name, reason,
+                      detail[:1000])  # fmt: skip
 
 
 class BuildRequests(storage.FileSystemsDoFn, beam.DoFn):
-    """An episode to do -> one request (JSON) per step that still wants a field; an unreadable record is a
-    dead letter."""
+    """An episode to do -> (batch key, request JSON) per step that still wants a field; an unreadable record is
+    a dead letter. Requests are batched by key and a GroupByKey, not by BatchElements: the DaskRunner drops
+    what a DoFn emits in finish_bundle, where BatchElements emits its last batch."""
 
-    def __init__(self, data_dir: str, study: str, fields: list[dict[str, Any]], tags: list[str], image: bool) -> None:
+    def __init__(self, data_dir: str, study: str, fields: list[dict[str, Any]], tags: list[str], image: bool,
+                 batches: int) -> None:  # fmt: skip
         self.data_dir, self.study, self.fields, self.tags, self.image = data_dir, study, fields, tags, image
+        self.batches = batches
 
     def process(self, work: dict[str, Any]) -> Iterator:
         from pipelines.episodes.ui import open_ui_episode
@@ -86,15 +123,17 @@ class BuildRequests(storage.FileSystemsDoFn, beam.DoFn):
             record = open_ui_episode(work["record"], self.data_dir).record
         except Exception as exc:  # noqa: BLE001 - one unreadable episode is a dead letter, not a failed run
             Metrics.counter(NAMESPACE, "dead_letter_unreadable").inc()
-            yield pvalue.TaggedOutput(DEAD, _dead({"episode": work["episode"], "step": -1}, None, "unreadable", str(exc)))
+            dead = _dead({"episode": work["episode"], "step": -1}, None, "unreadable", str(exc))
+            yield pvalue.TaggedOutput(DEAD, DeadLetters((dead,)))
             return
         names = [d["name"] for d in self.fields]
         for i in range(len(record.episode.time_steps)):
             wanted = [n for n in names if (n, i) not in done]
             if wanted:
                 Metrics.counter(NAMESPACE, "requests").inc()
-                yield step_request(record, i, study=self.study, episode=work["episode"], fields=self.fields,
-                                   wanted=wanted, tags=self.tags, with_image=self.image).to_json()  # fmt: skip
+                key = (work["order"] + i) % self.batches
+                yield key, step_request(record, i, study=self.study, episode=work["episode"], fields=self.fields,
+                                        wanted=wanted, tags=self.tags, with_image=self.image).to_json()  # fmt: skip
 
 
 class AskBackend(beam.DoFn):
@@ -114,7 +153,7 @@ class AskBackend(beam.DoFn):
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.backend.close()
 
-    def _ask(self, request: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    def _ask(self, request: dict[str, Any]) -> list[tuple[str, Any]]:
         step = StepRequest.from_json(request)
         for attempt in range(self.retries + 1):
             try:
@@ -129,28 +168,37 @@ class AskBackend(beam.DoFn):
                 return [(DEAD, _dead(request, None, "bad_answer", str(exc)))]
         self.answered.inc()
         checked = check_answer(step, answer, (self.model.name, self.model.version))
-        out: list[tuple[str, dict[str, Any]]] = [
-            ("main", {"episode": step.episode, "step": step.step, "field": v.field, "value": v.value})
-            for v in checked.values
-        ]
+        out: list[tuple[str, Any]] = [("main", Suggestion(step.episode, step.step, v.field, v.value))
+                                      for v in checked.values]  # fmt: skip
         out += [(DEAD, _dead(request, f, reason, detail)) for f, reason, detail in checked.problems]
+        spoken = {v.field for v in checked.values} | {f for f, _, _ in checked.problems}
+        if any(reason == "wrong_model" for _, reason, _ in checked.problems):
+            return out  # nothing of it counts: one dead letter says why
+        out += [(DEAD, _dead(request, f, "no_answer", f"the backend gave no value for {f!r} on this step"))
+                for f in step.wanted if f not in spoken]  # fmt: skip
         return out
 
-    def process(self, batch: list[dict[str, Any]]) -> Iterator:
-        for future in [self.pool.submit(self._ask, r) for r in batch]:
+    def process(self, element: tuple[int, Iterable[dict[str, Any]]]) -> Iterator:
+        suggestions, dead = [], []
+        for future in [self.pool.submit(self._ask, r) for r in element[1]]:
             for tag, item in future.result():
                 if tag == DEAD:
-                    Metrics.counter(NAMESPACE, f"dead_letter_{item['reason']}").inc()
-                    yield pvalue.TaggedOutput(DEAD, item)
+                    Metrics.counter(NAMESPACE, f"dead_letter_{item.reason}").inc()
+                    dead.append(item)
                 else:
-                    yield item
+                    suggestions.append(item)
+        if dead:
+            yield pvalue.TaggedOutput(DEAD, DeadLetters(tuple(dead)))
+        if suggestions:
+            yield Suggestions(tuple(suggestions))
 
 
 class WriteSuggestions(beam.DoFn):
     """A batch of checked suggestions -> one store transaction (`field_values.add_suggestions`)."""
 
-    def __init__(self, store: str | None, data_dir: str, study: str, author: str, user: str) -> None:
+    def __init__(self, store: str | None, data_dir: str, study: str, author: str, user: str, batch: int) -> None:
         self.store, self.data_dir, self.study, self.author, self.user = store, data_dir, study, author, user
+        self.batch = batch
 
     def setup(self) -> None:
         from pipelines.store import open_store
@@ -161,10 +209,12 @@ class WriteSuggestions(beam.DoFn):
     def teardown(self) -> None:
         self.repo.close()
 
-    def process(self, batch: list[dict[str, Any]]) -> Iterator[int]:
-        n = field_values.add_suggestions(self.repo, self.study, self.author, batch, self.user)
-        self.stored.inc(n)
-        yield n
+    def process(self, suggestions: Suggestions) -> Iterator[int]:
+        items = [asdict(b) for b in suggestions.items]
+        for i in range(0, len(items), self.batch):
+            n = field_values.add_suggestions(self.repo, self.study, self.author, items[i : i + self.batch], self.user)
+            self.stored.inc(n)
+            yield n
 
 
 class WriteDeadLetterPart(storage.FileSystemsDoFn, beam.DoFn):
@@ -173,9 +223,10 @@ class WriteDeadLetterPart(storage.FileSystemsDoFn, beam.DoFn):
     def __init__(self, temp_dir: str) -> None:
         self.temp_dir = temp_dir
 
-    def process(self, batch: list[dict[str, Any]]) -> Iterator[str]:
+    def process(self, dead: DeadLetters) -> Iterator[str]:
         path = storage.join(self.temp_dir, f"dead-{uuid.uuid4().hex}.jsonl")
-        storage.write_bytes(path, "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in batch).encode("utf-8"))
+        lines = "".join(json.dumps(asdict(d), ensure_ascii=False) + "\n" for d in dead.items)
+        storage.write_bytes(path, lines.encode("utf-8"))
         yield path
 
 
@@ -183,33 +234,39 @@ class Suggest(beam.PTransform):
     """PCollection of episodes to do -> suggestions stored and dead-letter part files written."""
 
     def __init__(self, args: argparse.Namespace, model: Model, fields: list[dict[str, Any]], tags: list[str],
-                 temp_dir: str) -> None:  # fmt: skip
+                 temp_dir: str, batches: int) -> None:  # fmt: skip
         super().__init__()
         self.args, self.model, self.fields, self.tags, self.temp_dir = args, model, fields, tags, temp_dir
+        self.batches = batches
 
     def expand(self, works):
         a = self.args
         built = works | "BuildRequests" >> beam.ParDo(
-            BuildRequests(a.data, a.study, self.fields, self.tags, not a.no_image)
+            BuildRequests(a.data, a.study, self.fields, self.tags, not a.no_image, self.batches)
         ).with_outputs(DEAD, main="requests")
         asked = (
             built.requests
-            | "Spread" >> beam.Reshuffle()
-            | "Batch" >> beam.BatchElements(min_batch_size=a.in_flight, max_batch_size=4 * a.in_flight)
+            # the DaskRunner routes tagged outputs to every output: keep the (key, request) pairs
+            | "OnlyRequests" >> beam.Filter(lambda x: isinstance(x, tuple)).with_output_types(tuple[int, Any])
+            | "Batch" >> beam.GroupByKey()
             | "AskBackend" >> beam.ParDo(AskBackend(a.backend, self.model, a.in_flight, a.timeout, a.retries))
             .with_outputs(DEAD, main="suggestions")
         )
-        (
+        written = (
             asked.suggestions
-            | "BatchWrites" >> beam.BatchElements(min_batch_size=1, max_batch_size=a.batch)
-            | "WriteSuggestions" >> beam.ParDo(WriteSuggestions(a.store, a.data, a.study, self.model.author, a.user))
+            | OnlyType(Suggestions)
+            | "WriteSuggestions" >> beam.ParDo(
+                WriteSuggestions(a.store, a.data, a.study, self.model.author, a.user, a.batch)
+            )
         )
-        return (
+        dead = (
             (built[DEAD], asked[DEAD])
             | "AllDead" >> beam.Flatten()
-            | "BatchDead" >> beam.BatchElements(min_batch_size=1, max_batch_size=1000)
+            | OnlyType(DeadLetters)
             | "WriteDead" >> beam.ParDo(WriteDeadLetterPart(self.temp_dir))
         )
+        # One last step over both branches: the DaskRunner computes only the graph of the last transform.
+        return (written, dead) | "BothWritten" >> beam.Flatten() | "Done" >> beam.Map(lambda x: x)
 
 
 # -- driver ------------------------------------------------------------------------------------------------------
@@ -408,7 +465,7 @@ def run(argv: Sequence[str] | None = None, *, parsed: argparse.Namespace | None 
                 if any(wanted):
                     summary.steps_asked += sum(1 for w in wanted if w)
                     summary.places_asked += sum(wanted)
-                    works.append({"episode": eid, "record": record, "done": sorted(places)})
+                    works.append({"episode": eid, "record": record, "done": sorted(places), "order": summary.steps_asked})
         if args.episode and not summary.episodes:
             raise StepmarkError(f"--episode {', '.join(args.episode)}: no such UI episode in study {args.study!r}")
         out = args.out or storage.join(str(args.data), "suggest", _safe(args.study), _safe(model.author))
@@ -420,7 +477,10 @@ def run(argv: Sequence[str] | None = None, *, parsed: argparse.Namespace | None 
         summary.runner = runner_name(options)
         if works:
             pipeline = beam.Pipeline(options=options)
-            _ = pipeline | "Episodes" >> beam.Create(works) | "Suggest" >> Suggest(args, model, fields, tags, temp_dir)
+            # batches of about BATCH_PER_THREAD x --in-flight requests: a worker thread asks one at a time
+            batches = max(1, -(-summary.steps_asked // (BATCH_PER_THREAD * args.in_flight)))
+            suggest = Suggest(args, model, fields, tags, temp_dir, batches)
+            _ = pipeline | "Episodes" >> beam.Create(works) | "Suggest" >> suggest
             progress = (contextlib.nullcontext() if args.quiet else
                         _Progress(repo, args.study, model.author, before, summary.places_asked, temp_dir))  # fmt: skip
             with progress:

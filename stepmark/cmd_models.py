@@ -24,6 +24,8 @@ def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse
         "hold this model's suggestion. Bad answers are dead letters with their reason. Any further flags go to "
         "Apache Beam (default --runner=FnApiRunner; Dask as for convert-ui).",
     )
+    from stepmark.cmd_export import _BeamFlagsParser
+
+    p.__class__ = _BeamFlagsParser  # other --flags are Beam options, as for export
     suggest.add_arguments(p)
-    p.add_argument("beam_args", nargs=argparse.REMAINDER, help="Beam pipeline flags, e.g. --runner=...")
-    p.set_defaults(func=run_suggest)
+    p.set_defaults(func=run_suggest, beam_args=[])

@@ -33,7 +33,8 @@ def reply_to(prompt: str) -> str:
     if "[bad]" in prompt:
         return "no idea, sorry"
     lines = prompt.splitlines()
-    rest = "\n".join(line for line in lines if "one of:" not in line and "any of:" not in line).casefold()
+    # what the prompt says besides the options list (the text after "one of:" / "any of:" on its line)
+    rest = "\n".join(re.split(r"(?:one|any) of:", line)[0] for line in lines).casefold()
     for line in lines:
         if "exactly one of:" in line or "any of:" in line:
             options = _options(line)
