@@ -34,8 +34,8 @@ from apache_beam.metrics import Metrics
 from pipelines import storage
 from pipelines.beam_options import check_runner, pipeline_options, runner_name, spread_over_dask
 from pipelines.errors import StepmarkError
-from pipelines.models.backend import Backend, Model, Unavailable, backend_from_spec
-from pipelines.models.contract import ContractError, StepRequest, check_answer, parse_answer
+from pipelines.models.backend import Backend, Model, backend_from_spec
+from pipelines.models.contract import ContractError, StepRequest, Unavailable, check_answer, parse_answer
 from pipelines.store import field_values
 from pipelines.store.models import EpisodeRow, EpisodeTagRow, FieldSuggestionRow, StepTagRow
 from pipelines.transforms import OnlyType

@@ -6,7 +6,7 @@
   JSON (`python_backend.py`);
 - `grounded-instructions` — the weight-free backend of `grounded_instructions.py` (a Python callable).
 
-A backend raises `Unavailable` when asking again may help (a timeout, a refused connection, HTTP 5xx or 429)
+A backend raises `contract.Unavailable` when asking again may help (a timeout, a refused connection, HTTP 5xx or 429)
 and `ContractError` when it will not (a reply that is no answer); `stepmark suggest` retries the first and
 dead-letters the second.
 """
@@ -21,10 +21,6 @@ from pipelines.models.contract import Answer, StepRequest
 
 ALIASES = {"grounded-instructions": "python:pipelines.models.grounded_instructions:suggest"}
 UNVERSIONED = "unversioned"
-
-
-class Unavailable(Exception):
-    """The backend could not answer this time (asking again may help)."""
 
 
 class Backend(Protocol):

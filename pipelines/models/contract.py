@@ -28,6 +28,10 @@ class ContractError(ValueError):
     """An answer (or request) that does not follow the contract; the message is the reason, one line."""
 
 
+class Unavailable(Exception):  # noqa: N818 - a state, not a mistake
+    """The backend could not answer this time (asking again may help: a timeout, HTTP 5xx or 429)."""
+
+
 def _cut(text: str, limit: int = MAX_TEXT) -> str:
     return text if len(text) <= limit else text[:limit]
 

@@ -16,8 +16,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from pipelines.models.backend import Unavailable
-from pipelines.models.contract import Answer, ContractError, FieldAnswer, StepRequest
+from pipelines.models.contract import Answer, ContractError, FieldAnswer, StepRequest, Unavailable
 from pipelines.models.grounded_instructions import instruction, label
 from pipelines.store.field_defs import FieldDef
 
