@@ -5,7 +5,7 @@ It answers from the request's own text, so a wrong prompt gives a wrong answer: 
 option the prompt's other lines name (else the first), "a JSON list of any of: ..." -> [that option], "true or
 false" -> true, "a number" -> 7, "the text only" -> the prompt's `Action:` line. A prompt holding "[bad]" gets a
 reply that fits no field; the model named "down" gets HTTP 503. `--latency S` waits that long per request (the
-benchmark). GET /stats -> {"requests", "images", "by_model", "prompts"}; POST /reset zeroes them.
+benchmark). GET /stats -> {"requests", "images", "by_model", "prompts", "first", "last"}; POST /reset zeroes them.
 
 Run: python tests/chat_server.py [--port 0] [--latency 0] ; prints the port on its first line.
 """
@@ -22,7 +22,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _LOCK = threading.Lock()
-STATS: dict = {"requests": 0, "images": 0, "by_model": {}, "prompts": []}
+STATS: dict = {"requests": 0, "images": 0, "by_model": {}, "prompts": [], "first": None, "last": None}
 
 
 def _options(line: str) -> list[str]:
@@ -77,7 +77,7 @@ class Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.path == "/reset":
             with _LOCK:
-                STATS.update(requests=0, images=0, by_model={}, prompts=[])
+                STATS.update(requests=0, images=0, by_model={}, prompts=[], first=None, last=None)
             return self._send(200, {})
         if self.path != "/v1/chat/completions":
             return self._send(404, {"error": "no such route"})
@@ -99,12 +99,22 @@ class Handler(BaseHTTPRequestHandler):
             STATS["images"] += images
             STATS["by_model"][model] = STATS["by_model"].get(model, 0) + 1
             STATS["prompts"] = (STATS["prompts"] + [prompt])[-50:]
+        started = time.time()
         if self.latency:
             time.sleep(self.latency)
+        with _LOCK:  # the served window: first request received .. last answer sent (the benchmark's clock)
+            STATS["first"] = started if STATS["first"] is None else min(STATS["first"], started)
+            STATS["last"] = time.time() if STATS["last"] is None else max(STATS["last"], time.time())
         if model == "down":
             return self._send(503, {"error": "model is loading"})
         self._send(200, {"id": "chat-1", "object": "chat.completion", "model": model, "choices": [
             {"index": 0, "message": {"role": "assistant", "content": reply_to(prompt)}, "finish_reason": "stop"}]})
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # the listen backlog (set before the socket listens): 5 by default, and a dropped
+    # connection attempt is retried by TCP only after a second
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -113,9 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--latency", type=float, default=0.0)
     args = p.parse_args(argv)
     Handler.latency = args.latency
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    server.daemon_threads = True
-    server.request_queue_size = 256
+    server = Server(("127.0.0.1", args.port), Handler)
     print(server.server_address[1], flush=True)
     sys.stdout.close()
     server.serve_forever()
