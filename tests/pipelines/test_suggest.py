@@ -28,6 +28,7 @@ from pipelines.store.errors import InvalidSpec
 from pipelines.store.field_defs import parse_text
 from pipelines.store.models import EpisodeRow, FieldSuggestionRow
 from pipelines.suggest import DEAD, AskBackend, Suggestion, Suggestions
+from protos.rlds_creator import study_pb2
 from stepmark.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -295,3 +296,33 @@ def test_suggest_on_a_dask_cluster_of_processes(yelp: Study, server: str) -> Non
     assert len(got) == 32 and got[("instruction", 2)] == "Click on 'Sign up with Facebook'"
     summary = json.loads((yelp.data / "suggest" / yelp.id / "model_echo@2" / "summary.json").read_text())
     assert summary["runner"] == DASK_RUNNER and summary["suggestions_stored"] == 32
+
+
+def test_selection_by_episode_tag_and_state(tmp_path: Path, converted: dict[str, Path],
+                                            capsys: pytest.CaptureFixture) -> None:  # fmt: skip
+    """--episode (a converted episode's own id), --tag (on a step) and --state pick the episodes asked about."""
+    study = Study(tmp_path / "samples", converted["samples"], "fields:\n - {name: instruction, scope: step, kind: text}\n")
+    with study.repo._read() as s:
+        ids = dict(s.execute(sa.select(EpisodeRow.source_key, EpisodeRow.id)).all())
+    faasos, yelp_run = ids["ui:rico_trace/com.done.faasos"], ids["ui:droidbot/yelp_run"]
+    assert study.suggest("--backend", "grounded-instructions", "--episode", "droidbot/yelp_run") == 0
+    assert {k for k in study.suggestions("model:grounded-instructions@1")} == {("instruction", i) for i in range(3)}
+    assert "1 episode(s), 3 step(s) asked" in capsys.readouterr().out
+    study.repo.add_step_tag(study.repo.refs_of([faasos])[faasos], 4, "scroll", LEAD)
+    assert study.suggest("--backend", "grounded-instructions", "--tag", "scroll") == 0
+    assert "1 episode(s), 7 step(s) asked" in capsys.readouterr().out
+    with study.repo._read() as s:
+        rows = s.execute(sa.select(FieldSuggestionRow.episode_id).where(
+            FieldSuggestionRow.source == "model:grounded-instructions@1"))  # fmt: skip
+        assert {eid for (eid,) in rows} == {faasos, yelp_run}
+        (state,) = set(s.scalars(sa.select(EpisodeRow.state)))
+    name = study_pb2.Episode.State.Name(state)
+    other = next(n for n in study_pb2.Episode.State.keys() if n != name)
+    assert study.suggest("--backend", "grounded-instructions", "--state", other) == 0
+    assert ": 0 episode(s), 0 step(s) asked" in capsys.readouterr().out
+    assert study.suggest("--backend", "grounded-instructions", "--state", name) == 0
+    # the step folder was not asked yet; places without an answer (no action) are asked again
+    assert ": 7 episode(s), 8 step(s) asked, 3 suggestion(s) stored, 9 place(s) already suggested" in capsys.readouterr().out
+    assert study.suggest("--backend", "grounded-instructions", "--state", "DONE") == 2
+    assert "--state 'DONE': not an episode state" in capsys.readouterr().err
+    study.repo.close()
