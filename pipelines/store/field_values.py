@@ -14,7 +14,8 @@ Rules (documented in schemas/store.md, "Study fields"):
   which the creator or a reviewer runs and which never replaces a value of another origin);
 - an empty multi_choice value ([]) is no value: it clears;
 - suggestions are a converted episode's step texts (`pipelines/step_text.py`, passed in by the caller, which
-  reads the episode) and values imported under a source name (`field_suggestions`).
+  reads the episode), values imported under a source name (`field_suggestions`) and a model's answers stored by
+  `stepmark suggest` under `model:NAME@VERSION` (`add_suggestions`; schemas/model_backend.md).
 """
 
 from __future__ import annotations
