@@ -351,7 +351,7 @@ def _fields(repo: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
         if name not in defined:
             raise StepmarkError(f"--field {name}: study {args.study!r} has no such field ({', '.join(defined)})")
         if defined[name].scope != "step":
-            raise StepmarkError(f"--field {name}: a {defined[name].scope} field; suggest fills step fields")
+            raise StepmarkError(f"--field {name}: a field of scope {defined[name].scope}; suggest fills step fields")
     chosen = [defined[n] for n in dict.fromkeys(args.field)] or [d for d in defined.values() if d.scope == "step"]
     if not chosen:
         raise StepmarkError(f"study {args.study!r} has no step fields to suggest")

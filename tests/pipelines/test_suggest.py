@@ -83,15 +83,16 @@ def stats(url: str, reset: bool = False) -> dict:
 
 
 class Study:
-    def __init__(self, data: Path, converted: Path, fields: str = FIELDS) -> None:
-        self.data = data
-        self.repo = open_store(None, data)
+    def __init__(self, data: Path, converted: Path, fields: str = FIELDS, url: str | None = None) -> None:
+        self.data, self.url = data, url
+        self.repo = open_store(url, data)
         self.id = ui_import.import_ui(self.repo, str(converted), "Suggest test", LEAD).id
         fv.define(self.repo, self.id, parse_text(fields, "fields.yaml"), LEAD)
         self.episodes = [e.id for e in self.repo.list_episodes(study_id=self.id)]
 
     def suggest(self, *args: str) -> int:
-        return main(["suggest", "--study", self.id, *args, "--data", str(self.data), "--user", LEAD, "--quiet"])
+        store = ["--store", self.url] if self.url else []
+        return main(["suggest", "--study", self.id, *args, "--data", str(self.data), *store, "--user", LEAD, "--quiet"])
 
     def suggestions(self, source: str) -> dict[tuple[str, int], object]:
         with self.repo._read() as s:
@@ -326,3 +327,34 @@ def test_selection_by_episode_tag_and_state(tmp_path: Path, converted: dict[str,
     assert study.suggest("--backend", "grounded-instructions", "--state", "DONE") == 2
     assert "--state 'DONE': not an episode state" in capsys.readouterr().err
     study.repo.close()
+
+
+@pytest.mark.postgres
+def test_suggest_on_postgresql(tmp_path: Path, converted: dict[str, Path], server: str, pg_url: str) -> None:
+    study = Study(tmp_path / "data", converted["yelp"], url=pg_url)
+    stats(server, reset=True)
+    assert study.suggest("--backend", f"openai:{server}", "--model", "echo@2", "--field", "instruction") == 0
+    assert study.suggest("--backend", f"openai:{server}", "--model", "echo@2", "--field", "instruction") == 0
+    assert stats(server)["requests"] == 32  # the second run found every place done
+    got = study.suggestions("model:echo@2")
+    assert len(got) == 32 and got[("instruction", 31)] == "Click on 'Support Center'"
+    assert fv.suggestion_counts(study.repo, study.id) == {"instruction": {"model:echo@2": 32}}
+    study.repo.close()
+
+
+def test_bad_commands_are_refused_in_one_line(yelp: Study, capsys: pytest.CaptureFixture) -> None:
+    for args, message in [
+        (["--backend", "llama"], "--backend 'llama': expected openai:URL, python:package.module:function or one of"),
+        (["--backend", "openai:http://127.0.0.1:9"], "give the served model's name with --model NAME[@VERSION]"),
+        (["--backend", "python:no_such_module:f"], "python:no_such_module:f: cannot import no_such_module"),
+        (["--backend", "grounded-instructions", "--field", "notes"], "--field notes: a field of scope episode; suggest fills step fields"),
+        (["--backend", "grounded-instructions", "--field", "nope"], "--field nope: study"),
+        (["--backend", "grounded-instructions", "--episode", "nope"], "--episode nope: no such UI episode"),
+        (["--backend", "grounded-instructions", "--in-flight", "0"], "--in-flight must be between 1 and 256"),
+    ]:
+        assert yelp.suggest(*args) == 2, args
+        assert message in capsys.readouterr().err, args
+    assert main(["suggest", "--study", yelp.id, "--backend", "grounded-instructions", "--data", str(yelp.data),
+                 "--user", "someone@example.com", "--quiet"]) == 2  # fmt: skip
+    assert "only the creator (lead@example.com) or a reviewer may store model suggestions" in capsys.readouterr().err
+    assert yelp.suggestions("model:grounded-instructions@1") == {}
