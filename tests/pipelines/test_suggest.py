@@ -358,3 +358,37 @@ def test_bad_commands_are_refused_in_one_line(yelp: Study, capsys: pytest.Captur
                  "--user", "someone@example.com", "--quiet"]) == 2  # fmt: skip
     assert "only the creator (lead@example.com) or a reviewer may store model suggestions" in capsys.readouterr().err
     assert yelp.suggestions("model:grounded-instructions@1") == {}
+
+
+def test_a_killed_run_resumes_where_it_stopped(yelp: Study) -> None:
+    """A real kill (SIGKILL of the command mid-run), then a run again: only the places still without this
+    model's suggestion are asked (counted at a slow server), and every step ends with exactly one."""
+    import os
+    import signal
+    import time
+
+    slow = subprocess.Popen([sys.executable, str(REPO / "tests" / "chat_server.py"), "--latency", "0.1"],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{int(slow.stdout.readline())}"
+        cmd = [sys.executable, "-m", "stepmark", "suggest", "--study", yelp.id, "--backend", f"openai:{url}",
+               "--model", "echo@2", "--field", "instruction", "--in-flight", "1", "--data", str(yelp.data),
+               "--user", LEAD, "--quiet"]  # fmt: skip
+        run = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while not yelp.suggestions("model:echo@2") and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.05)
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(10)
+        stored = len(yelp.suggestions("model:echo@2"))
+        assert 0 < stored < 32, stored
+        asked = stats(url)["requests"]
+        stats(url, reset=True)
+        assert yelp.suggest("--backend", f"openai:{url}", "--model", "echo@2", "--field", "instruction") == 0
+        assert stats(url)["requests"] == 32 - stored  # the killed run had asked `asked`, stored `stored`
+        assert asked >= stored
+    finally:
+        slow.terminate()
+        slow.wait(10)
+    got = yelp.suggestions("model:echo@2")
+    assert len(got) == 32 and got[("instruction", 9)] == "Click on 'Search'"
