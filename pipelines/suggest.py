@@ -44,6 +44,7 @@ NAMESPACE = "stepmark.suggest"
 DEAD = "dead_letters"
 DEAD_LETTERS = "dead_letters.jsonl"
 SUMMARY = "summary.json"
+PARTS_PREFIX = ".parts-"
 PAGE = 500  # episodes read from the store per round trip
 MAX_TAGS = 200  # step tags of the study sent as the palette
 MAX_IN_FLIGHT = 256
@@ -420,6 +421,16 @@ def _join_dead(temp_dir: str, target: str) -> Counter:
     return reasons
 
 
+def _remove_killed_runs(out: str) -> None:
+    """Delete the part folders of runs that were killed (their owner process is gone): their dead letters are
+    of places that hold no suggestion, which this run asks again."""
+    temps = {storage.split(m.path)[0] for m in storage.match(storage.join(out, PARTS_PREFIX + "*", "*"))}
+    for folder in sorted(temps):
+        owner = storage.read_owner(folder)
+        if owner is not None and not owner.alive():
+            storage.delete_tree(folder)
+
+
 def _safe(author: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.@" else "_" for c in author)[:150]
 
@@ -470,8 +481,10 @@ def run(argv: Sequence[str] | None = None, *, parsed: argparse.Namespace | None 
             raise StepmarkError(f"--episode {', '.join(args.episode)}: no such UI episode in study {args.study!r}")
         out = args.out or storage.join(str(args.data), "suggest", _safe(args.study), _safe(model.author))
         storage.mkdirs(out, "--out folder")
-        temp_dir = storage.join(out, f".parts-{uuid.uuid4().hex}")
+        _remove_killed_runs(out)
+        temp_dir = storage.join(out, f"{PARTS_PREFIX}{uuid.uuid4().hex}")
         storage.mkdirs(temp_dir, "--out folder")
+        storage.write_owner(temp_dir)  # a killed run's parts are then known as such by the next run
         before = _count_stored(repo, args.study, model.author)
         options = pipeline_options(spread_over_dask(beam_args, len(works)))
         summary.runner = runner_name(options)

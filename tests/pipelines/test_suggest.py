@@ -392,3 +392,6 @@ def test_a_killed_run_resumes_where_it_stopped(yelp: Study) -> None:
         slow.wait(10)
     got = yelp.suggestions("model:echo@2")
     assert len(got) == 32 and got[("instruction", 9)] == "Click on 'Search'"
+    out = yelp.data / "suggest" / yelp.id / "model_echo@2"
+    assert not list(out.glob(".parts-*"))  # the killed run's part folder went with the run again
+    assert yelp.dead("model:echo@2") == []
