@@ -59,6 +59,7 @@ COMMAND_MODULES = {
     "copy": "stepmark.cmd_storage",
     "fields": "stepmark.cmd_fields",
     "evaluate": "stepmark.cmd_evaluate",
+    "suggest": "stepmark.cmd_models",
 }
 
 

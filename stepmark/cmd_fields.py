@@ -30,7 +30,10 @@ def study_fields_command(args: argparse.Namespace) -> int:
 def fields_show_command(args: argparse.Namespace) -> int:
     with open_store(args.store, args.data) as repo:
         fields = field_values.definitions(repo, args.study, include_removed=True)
-    print(json.dumps({"fields": [d.to_json() | {"active": d.active} for d in fields]}, indent=2))
+        suggested = field_values.suggestion_counts(repo, args.study)
+    # printed as JSON with or without --json; `suggestions`: how many each source (a model, an import) holds
+    print(json.dumps({"fields": [d.to_json() | {"active": d.active, "suggestions": suggested.get(d.name, {})}
+                                 for d in fields]}, indent=2))  # fmt: skip
     return 0
 
 
@@ -72,4 +75,5 @@ def register(subparsers: argparse._SubParsersAction, parents: dict[str, argparse
     imp.set_defaults(func=fields_import_command)
     show = sub.add_parser("show", parents=store, help="print the study's fields (removed ones too) as JSON")
     show.add_argument("--study", required=True, metavar="ID")
+    show.add_argument("--json", action="store_true", help="JSON (the only output; accepted for scripts)")
     show.set_defaults(func=fields_show_command)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import string
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -28,6 +29,9 @@ KINDS = ("choice", "multi_choice", "text", "number", "boolean")
 MAX_BYTES = 256 * 1024
 MAX_TEXT = 5000
 BOOLEAN_KEYS = ("y", "n")
+#: What a field's `prompt` (the question a model backend is asked, schemas/model_backend.md) may fill in.
+PROMPT_PLACEHOLDERS = ("field", "kind", "options", "guideline", "goal", "step_text", "action", "target", "app",
+                       "step", "steps")  # fmt: skip
 
 
 class FieldValueError(InvalidSpec):
@@ -48,6 +52,7 @@ class FieldDef:
     max_length: int = MAX_TEXT
     guideline: str = ""
     keys: tuple[str, ...] = ()
+    prompt: str = ""
     active: bool = True
     position: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -78,6 +83,8 @@ class FieldDef:
             out["guideline"] = self.guideline
         if self.keys:
             out["keys"] = list(self.keys)
+        if self.prompt:
+            out["prompt"] = self.prompt
         return out
 
     @staticmethod
@@ -87,7 +94,7 @@ class FieldDef:
             options=tuple(_option(o) for o in data.get("options") or ()),
             min=data.get("min"), max=data.get("max"), integer=bool(data.get("integer", False)),
             max_length=int(data.get("max_length") or MAX_TEXT), guideline=data.get("guideline") or "",
-            keys=tuple(data.get("keys") or ()), active=active, position=position,
+            keys=tuple(data.get("keys") or ()), prompt=data.get("prompt") or "", active=active, position=position,
         )  # fmt: skip
 
 
@@ -149,8 +156,20 @@ def parse_fields(data: Any, source: str) -> list[FieldDef]:
                 raise InvalidSpec(f"{where}: {len(keys)} keys for {wanted} {'values' if kind == 'boolean' else 'options'}")
         elif choices and len(definition.options) > 9:
             raise InvalidSpec(f"{where}: more than 9 options need keys of their own (digits 1-9 are the default)")
+        _check_prompt(where, definition.prompt)
         out.append(definition)
     return out
+
+
+def _check_prompt(where: str, prompt: str) -> None:
+    """A prompt's placeholders are the known ones ({options}, {guideline}, ...); a stray brace is refused."""
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(prompt) if name is not None]
+    except ValueError as exc:
+        raise InvalidSpec(f"{where}: prompt: {exc} (write a literal brace as {{{{ or }}}})") from None
+    unknown = sorted({n for n in names if n not in PROMPT_PLACEHOLDERS})
+    if unknown:
+        raise InvalidSpec(f"{where}: prompt: unknown placeholder(s) {unknown}; known: {', '.join(PROMPT_PLACEHOLDERS)}")
 
 
 class _Yaml12Loader(yaml.SafeLoader):

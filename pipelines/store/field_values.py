@@ -14,7 +14,8 @@ Rules (documented in schemas/store.md, "Study fields"):
   which the creator or a reviewer runs and which never replaces a value of another origin);
 - an empty multi_choice value ([]) is no value: it clears;
 - suggestions are a converted episode's step texts (`pipelines/step_text.py`, passed in by the caller, which
-  reads the episode) and values imported under a source name (`field_suggestions`).
+  reads the episode), values imported under a source name (`field_suggestions`) and a model's answers stored by
+  `stepmark suggest` under `model:NAME@VERSION` (`add_suggestions`; schemas/model_backend.md).
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def _require_lead(s: Session, study_id: str, user: str, what: str, *, lock: bool
 
 _BATCH = 1000  # stored values read per round trip while a new definition is checked against them
 _EXAMPLES = 2  # example values a refusal quotes
-_NOT_STORED = frozenset({"name", "guideline", "keys", "active", "position", "extra"})  # no stored value meets these
+_NOT_STORED = frozenset({"name", "guideline", "keys", "prompt", "active", "position", "extra"})  # no stored value meets these
 
 
 def _stored(s: Session, model: type, study_id: str, field: str) -> Iterator[Any]:
@@ -674,3 +675,61 @@ def import_values(repo: Any, study_id: str, path: str | Path, actor: str) -> Imp
         repo._audit(s, actor, field_actions.IMPORT, study_id=study_id,
                     after={"file": str(path), "values": n_values, "suggestions": n_suggestions})  # fmt: skip
     return ImportResult(n_values, n_suggestions)
+
+
+# -- model suggestions (`stepmark suggest`, schemas/model_backend.md) --------------------------------------------
+
+
+def suggested_places(repo: EpisodeAccess, episode_ids: Iterable[str], source: str) -> dict[str, set[tuple[str, int]]]:
+    """episode -> {(field, step)} where `source` already has a suggestion (a resumed run skips them)."""
+    ids = list(dict.fromkeys(episode_ids))
+    out: dict[str, set[tuple[str, int]]] = {}
+    with repo._read() as s:
+        for i in range(0, len(ids), _CHUNK):
+            rows = s.execute(
+                sa.select(FieldSuggestionRow.episode_id, FieldSuggestionRow.field, FieldSuggestionRow.step_index)
+                .where(FieldSuggestionRow.episode_id.in_(ids[i : i + _CHUNK]), FieldSuggestionRow.source == source)
+            )  # fmt: skip
+            for eid, name, step in rows:
+                out.setdefault(eid, set()).add((name, step))
+    return out
+
+
+def add_suggestions(repo: EpisodeAccess, study_id: str, source: str, items: list[dict[str, Any]], actor: str) -> int:
+    """Store a model's suggestions ({"episode", "field", "step", "value"}, step fields) under `source`; a slot
+    that already holds one of `source` keeps it (a resumed run never replaces), and people's values are never
+    touched (suggestions are rows of their own). Each value is checked against its field here too. One
+    transaction, audited as an import; the number stored."""
+    if not items:
+        return 0
+    with repo._write() as s:
+        _require_lead(s, study_id, actor, "store model suggestions")
+        fields: dict[str, FieldDef] = {}
+        time, stored = now(), 0
+        for item in items:
+            name = item["field"]
+            if name not in fields:
+                fields[name] = _field(s, study_id, name)
+            place = place_of(fields[name], item["step"], None)
+            row = {"episode_id": item["episode"], "field": name, "step_index": place[0], "end_index": place[1],
+                   "source": source, "value": check_value(fields[name], item["value"]), "created_time": time}  # fmt: skip
+            stored += _insert(s, FieldSuggestionRow, row) is not None
+        repo._audit(s, actor, field_actions.IMPORT, study_id=study_id,
+                    after={"source": source, "values": 0, "suggestions": stored})  # fmt: skip
+    return stored
+
+
+def suggestion_counts(repo: EpisodeAccess, study_id: str) -> dict[str, dict[str, int]]:
+    """field -> source -> how many suggestions the study holds (counted by the database)."""
+    out: dict[str, dict[str, int]] = {}
+    with repo._read() as s:
+        rows = s.execute(
+            sa.select(FieldSuggestionRow.field, FieldSuggestionRow.source, sa.func.count())
+            .join(EpisodeRow, EpisodeRow.id == FieldSuggestionRow.episode_id)
+            .where(EpisodeRow.study_id == study_id)
+            .group_by(FieldSuggestionRow.field, FieldSuggestionRow.source)
+            .order_by(FieldSuggestionRow.field, FieldSuggestionRow.source)
+        )  # fmt: skip
+        for name, source, n in rows:
+            out.setdefault(name, {})[source] = n
+    return out
