@@ -111,9 +111,9 @@ def _marker_owner(folder: Path, name: str) -> Owner | None:
 def _alive(folder: Path, name: str, pid: int) -> bool:
     """Whether the process that wrote `folder` may still be at work (when unsure: yes). The marker's owner
     decides (another host's recorder is never touched; a pid reused by a later process is not its owner);
-    without one, the pid from the folder name."""
+    without one (or one naming another pid than the folder), the pid alone."""
     owner = _marker_owner(folder, name)
-    return owner.alive() if owner is not None else pid_alive(pid)
+    return owner.alive() if owner is not None and owner.pid == pid else pid_alive(pid)
 
 
 def confirm(folder: Path) -> None:
@@ -259,6 +259,8 @@ def _salvage(
         else:
             records = envlogger_store.salvage(moved, temp)
         figures = _count(probe, data_dir)
+        if figures is None:
+            raise StepmarkError(f"{moved}: no transition among the {records} complete records")
     except StepmarkError as exc:  # nothing to recover: the marker joins the files, the folder goes
         for item in sorted(temp.iterdir()):
             if item.name == STARTED_FILE:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import PurePosixPath
 
 import pytest
@@ -76,11 +78,18 @@ def test_recovery_leaves_live_recorders_alone_and_keeps_dead_broken_ones(setup):
     dead = layout.episode_paths(data, study.id, session.id, "maze", "dead", pid=dead_pid())
     dead.temp.mkdir(parents=True)
     (dead.temp / "metadata.riegeli").write_bytes(b"half written")
+    # Without a started marker, a young folder may be a recorder's (on another host) about to write it.
     report = publish.recover_abandoned(repo, data)
-    assert report.deleted == [] and dead.temp.exists()  # never deleted unregistered: reported instead
+    assert sorted(report.live) == sorted([live.temp, dead.temp]) and report.quarantined == []
+    old = time.time() - publish.NO_MARKER_GRACE - 1
+    os.utime(dead.temp, (old, old))
+    report = publish.recover_abandoned(repo, data)
+    assert report.deleted == [] and not dead.temp.exists()  # never deleted unregistered: quarantined instead
     assert report.live == [live.temp] and live.temp.exists()
-    [(folder, why)] = report.skipped
-    assert folder == dead.temp and "kept for inspection" in why
+    [(folder, moved, why)] = report.quarantined
+    assert folder == dead.temp and "no episode marker" in why
+    assert (moved / "metadata.riegeli").read_bytes() == b"half written"
+    assert moved == data / layout.QUARANTINE_DIR / "~".join(dead.temp.parts[-4:])
     assert repo.list_episodes(study_id=study.id) == []
 
 
@@ -176,9 +185,10 @@ def test_recovery_keeps_a_pending_episode_whose_files_are_unreadable(setup):
         riegeli.write_bytes(b"")
     (paths.final / "metadata.riegeli").write_bytes(b"corrupt")
     report = publish.recover_abandoned(repo, data)
-    assert report.deleted == [] and report.registered == []
-    assert report.skipped == [(paths.final, "files cannot be read: kept for inspection")]
-    assert paths.final.exists()
+    assert report.deleted == [] and report.registered == [] and report.skipped == []
+    [(folder, moved, why)] = report.quarantined
+    assert (folder, why) == (paths.final, "its files cannot be read") and not paths.final.exists()
+    assert (moved / "metadata.riegeli").read_bytes() == b"corrupt"
 
 
 def test_unreadable_marker_is_reported_not_fatal(setup):
@@ -187,8 +197,9 @@ def test_unreadable_marker_is_reported_not_fatal(setup):
     folder.mkdir(parents=True)
     (folder / layout.PENDING_FILE).write_text("{not json")
     report = publish.recover_abandoned(repo, data)
-    [(path, reason)] = report.skipped
+    [(path, moved, reason)] = report.quarantined
     assert path == folder and "unreadable registration marker" in reason
+    assert (moved / layout.PENDING_FILE).read_text() == "{not json"
 
 
 def test_layout_components_are_safe():
