@@ -145,6 +145,9 @@ class EnvloggerEpisodeReader(RecordEpisodeReader):
         except RuntimeError as exc:
             raise StepmarkError(f"{self.path}: not a readable envlogger dataset: {exc}") from exc
         count = len(self._reader.episodes)
+        if count == 0:
+            self._reader.close()
+            raise StepmarkError(f"{self.path}: no episode index (its writer never closed the files)")
         if not 0 <= index < count:
             self._reader.close()
             raise StepmarkError(f"{self.path}: episode index {index} out of range ({count} episodes)")
