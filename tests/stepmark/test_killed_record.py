@@ -11,6 +11,7 @@ envlogger or ALE noise reaches stderr.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -88,7 +89,8 @@ def killed_record(cwd: Path, study_id: str, storage: str) -> tuple[Path, str]:
                 assert proc.poll() is None and time.monotonic() < deadline, (cwd / "record.err").read_text()
                 time.sleep(0.05)
         finally:
-            os.killpg(proc.pid, signal.SIGKILL)  # the recorder and its writer child
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the recorder and its writer child
             proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     [temp] = temps
