@@ -28,11 +28,14 @@ So a killed recording leaves either
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -307,11 +310,40 @@ def recover_abandoned(repo: Repository, data_dir: str | Path) -> RecoveryReport:
     """
     data = Path(data_dir).absolute()  # the files are opened by stored paths relative to it
     report = RecoveryReport()
-    for temp in layout.temp_folders(data):
-        _recover_temp(repo, data, temp, report)
-    for folder in layout.pending_folders(data):
-        _recover_pending(repo, data, folder, report)
+    with _recovery_lock(data) as mine:
+        if not mine:
+            return report
+        for temp in layout.temp_folders(data):
+            _recover_temp(repo, data, temp, report)
+        for folder in layout.pending_folders(data):
+            _recover_pending(repo, data, folder, report)
     return report
+
+
+@contextlib.contextmanager
+def _recovery_lock(data: Path) -> Iterator[bool]:
+    """One recovery at a time per data directory: two commands started together must not both salvage the
+    same folder. Yields False when another process holds it (it is doing the work); True (unlocked) when
+    the data directory is read-only, where recovery can change nothing anyway."""
+    try:
+        index = data / layout.RECORDING_DIR
+        index.mkdir(exist_ok=True)
+        handle = (index / _LOCK_NAME).open("a")  # noqa: SIM115 - closed below
+    except OSError:
+        yield True
+        return
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        handle.close()  # releases the lock
+
+
+_LOCK_NAME = ".lock"  # one part: `layout.recording_entries` ignores it
 
 
 def open_store(url: str | None, data_dir: str | Path) -> Repository:
@@ -350,18 +382,23 @@ def recover_recorded(repo: Repository, data_dir: str | Path) -> RecoveryReport:
     is tried again by the next command."""
     data = Path(data_dir).absolute()  # the files are opened by stored paths relative to it
     report = RecoveryReport()
-    for entry, final in layout.recording_entries(data):
-        try:
-            text = entry.read_text(encoding="utf-8").strip()
-            temp = final.with_name(f"{final.name}{layout.TMP_MARK}{text}") if text.isdigit() else None
-            if temp is not None and temp.is_dir():
-                _recover_temp(repo, data, temp, report)
-            if (final / layout.PENDING_FILE).exists():
-                _recover_pending(repo, data, final, report)
-            elif temp is None or not temp.exists():
-                entry.unlink(missing_ok=True)  # nothing left to recover
-        except OSError as exc:  # a read-only or full disk: the command itself goes on
-            report.skipped.append((final, f"recovery failed: {exc}"))
+    if not layout.recording_entries(data):
+        return report  # nothing in flight or left: no lock to take (the common case, every command)
+    with _recovery_lock(data) as mine:
+        if not mine:
+            return report
+        for entry, final in layout.recording_entries(data):
+            try:
+                text = entry.read_text(encoding="utf-8").strip()
+                temp = final.with_name(f"{final.name}{layout.TMP_MARK}{text}") if text.isdigit() else None
+                if temp is not None and temp.is_dir():
+                    _recover_temp(repo, data, temp, report)
+                if (final / layout.PENDING_FILE).exists():
+                    _recover_pending(repo, data, final, report)
+                elif temp is None or not temp.exists():
+                    entry.unlink(missing_ok=True)  # nothing left to recover
+            except OSError as exc:  # a read-only or full disk: the command itself goes on
+                report.skipped.append((final, f"recovery failed: {exc}"))
     return report
 
 

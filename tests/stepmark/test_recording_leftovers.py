@@ -147,7 +147,7 @@ def test_stale_and_foreign_entries_are_handled_without_walking_episode_folders(t
         old.mkdir(parents=True)
         report = publish.recover_recorded(repo, tmp_path)
         assert report == publish.RecoveryReport()
-        assert sorted(p.name for p in index.iterdir()) == ["not-an-entry"] and old.is_dir()
+        assert sorted(p.name for p in index.iterdir()) == [".lock", "not-an-entry"] and old.is_dir()
         # The full walk still finds the pre-index folder (no started marker: quarantined and reported, once
         # it is too old to be a recorder about to write its marker).
         assert publish.recover_abandoned(repo, tmp_path).live == [old]

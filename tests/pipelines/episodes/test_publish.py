@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -219,3 +220,20 @@ def _rewrite_pid(folder, pid: int) -> None:
     body = json.loads(path.read_text())
     body["pid"] = pid
     path.write_text(json.dumps(body))
+
+
+def test_one_recovery_at_a_time_per_data_directory(setup):
+    """Two commands started together must not both salvage one folder: the second finds the lock taken
+    and leaves the work to the first (flock: another open of the file conflicts, in this process too)."""
+    repo, data, study, session = setup
+    paths, episode = written_episode(data, study, session, "cut", pid=dead_pid())
+    episode.ClearField("state")
+    publish.write_started(paths.temp, episode)
+    lock = data / layout.RECORDING_DIR / ".lock"
+    with lock.open("a") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        assert publish.recover_recorded(repo, data) == publish.RecoveryReport()
+        assert publish.recover_abandoned(repo, data) == publish.RecoveryReport()
+        assert paths.temp.is_dir()
+    [got] = publish.recover_abandoned(repo, data).registered  # the index entry names this process: full walk
+    assert got.id == "cut" and not paths.temp.exists()
