@@ -195,13 +195,13 @@ READY = "ready"
 QUARANTINE = "quarantine"
 LIVE = "live"
 GONE = "gone"  # already moved to the quarantine folder, whole
+#: A temp folder without a started marker younger than this may be a recorder (on another host) between
+#: creating it and writing the marker: left alone until then.
+NO_MARKER_GRACE = 600.0
 
 
 class _Quarantined(Exception):
     """A salvage found no step: the folder is in the quarantine folder now, and reported."""
-#: A temp folder without a started marker younger than this may be a recorder (on another host) between
-#: creating it and writing the marker: left alone until then.
-NO_MARKER_GRACE = 600.0
 
 
 def _interrupted(temp: Path, data_dir: Path, report: RecoveryReport) -> tuple[str, str]:
@@ -247,8 +247,8 @@ def _salvage(
 ) -> tuple[stats.EpisodeStats | None, Path]:
     """Files a killed writer never closed: they move to the quarantine folder, and the complete steps they
     hold are written back into `temp` as a closed episode (so the quarantine keeps every byte the recorder
-    wrote, and the episode only what can be read). Returns its figures and the quarantine folder; raises
-    StepmarkError (the files stay in the quarantine folder) when no step can be read."""
+    wrote, and the episode only what can be read). Returns its figures and the quarantine folder; when no
+    transition can be read, moves the rest of the folder there too and raises `_Quarantined`."""
     from pipelines.episodes import envlogger_store, pickle_store
 
     moved = layout.quarantine_path(data_dir, temp)
@@ -268,8 +268,10 @@ def _salvage(
         for item in sorted(temp.iterdir()):
             if item.name == STARTED_FILE:
                 os.replace(item, moved / item.name)
-            else:  # a salvage that failed half way: its own output, not the recorder's
-                shutil.rmtree(item) if item.is_dir() else item.unlink()
+            elif item.is_dir():  # a salvage that failed half way: its own output, not the recorder's
+                shutil.rmtree(item)
+            else:
+                item.unlink()
         temp.rmdir()
         _forget(temp)
         report.quarantined.append((temp, moved, f"no step can be read ({exc})"))
@@ -302,11 +304,12 @@ def _count(episode: study_pb2.Episode, data_dir: Path) -> stats.EpisodeStats | N
 def recover_abandoned(repo: Repository, data_dir: str | Path) -> RecoveryReport:
     """Registers what recorders that died left behind: see the module docstring for what each leftover becomes.
 
-    Folders of live processes (by pid) are left alone, so this is safe while other recorders run. The only
-    folders deleted are those of dead recorders that hold no step (only `episode.started.json`, or files
-    without a transition), which the recorder would have dropped itself (`deleted`); whatever else cannot be
-    registered is reported in `skipped` and stays on disk. Walks every episode folder: `record` and the
-    annotator run it at start; every other command runs the cheap `recover_recorded`.
+    Folders of live processes (by the owner in their marker) are left alone, so this is safe while other
+    recorders run. The only folders deleted are those of dead recorders that hold no step (only
+    `episode.started.json`, or files without a transition), which the recorder would have dropped itself
+    (`deleted`); what nothing can read moves to `<data>/.quarantine/` (`quarantined`), and what the store
+    refuses is reported in `skipped`. Walks every episode folder: `record` and the annotator run it at start;
+    every other command runs the cheap `recover_recorded`.
     """
     data = Path(data_dir).absolute()  # the files are opened by stored paths relative to it
     report = RecoveryReport()
