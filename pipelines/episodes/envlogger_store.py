@@ -223,28 +223,28 @@ def salvage(folder: str | Path, out: str | Path, writer_options: str = WRITER_OP
         reader.init(str(src))
     except RuntimeError as exc:  # NOT_FOUND: Empty steps (killed before its first flush), damaged files
         raise StepmarkError(f"{src}: no readable envlogger step ({exc})") from exc
+    writer = None
+    copied = 0
     try:
-        records = []
-        for i in range(reader.num_steps):
+        for i in range(reader.num_steps):  # one record in memory at a time: an episode can hold gigabytes
             try:
-                records.append(reader.serialized_step(i))
+                record = reader.serialized_step(i)
             except (RuntimeError, ValueError, IndexError):
                 break  # a damaged chunk: the steps before it are kept
-        if not records:
-            raise StepmarkError(f"{src}: no readable envlogger step")
-        metadata = reader.metadata()
-    finally:
-        reader.close()
-    writer = riegeli_dataset_writer.RiegeliDatasetWriter()
-    Path(out).mkdir(parents=True, exist_ok=True)
-    try:
-        writer.init(data_dir=str(out), metadata=metadata, max_episodes_per_shard=10000,
-                    writer_options=writer_options)  # fmt: skip
-        for i, record in enumerate(records):
+            if writer is None:
+                Path(out).mkdir(parents=True, exist_ok=True)
+                writer = riegeli_dataset_writer.RiegeliDatasetWriter()
+                writer.init(data_dir=str(out), metadata=reader.metadata(), max_episodes_per_shard=10000,
+                            writer_options=writer_options)  # fmt: skip
             if not writer.add_step(storage_pb2.Data.FromString(record), i == 0):
                 raise StepmarkError(f"{out}: envlogger failed to write a salvaged step")
+            copied += 1
     except (RuntimeError, TypeError) as exc:
         raise StepmarkError(f"{out}: cannot write the salvaged envlogger dataset: {exc}") from exc
     finally:
-        writer.close()
-    return len(records)
+        reader.close()
+        if writer is not None:
+            writer.close()
+    if not copied:
+        raise StepmarkError(f"{src}: no readable envlogger step")
+    return copied
