@@ -242,12 +242,20 @@ class Recorder:
             "env_id": self.env_id,
             "env_spec": json_format.MessageToJson(self.env_spec, indent=None),
         }
-        writer = create_writer(
-            self.storage, paths.temp, paths.relative, specs, dataset_meta, process=self._writer_process
-        )
-        self._current = _Episode(proto, paths, writer)
+        # The started marker (its owner: host, pid, start time) before any episode file, so recovery never
+        # mistakes a folder being filled for a leftover.
+        paths.temp.mkdir(parents=True)
         try:
             publish.write_started(paths.temp, self._started_marker(proto, paths))
+            writer = create_writer(
+                self.storage, paths.temp, paths.relative, specs, dataset_meta, process=self._writer_process
+            )
+        except BaseException:
+            publish.discard(paths.temp)
+            self.episode_index -= 1
+            raise
+        self._current = _Episode(proto, paths, writer)
+        try:
             first = self.env.reset()
             self._image = self._render()
             writer.write_first(first.observation, image=self._image, info=first.info)

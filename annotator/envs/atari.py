@@ -39,6 +39,9 @@ def _gymnasium() -> Any:
     import ale_py
     import gymnasium
 
+    # ALE prints its banner ("A.L.E: Arcade Learning Environment ...", "[Powered by Stella]") at Info level
+    # on every interface it creates; warnings and errors still show.
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Warning)
     gymnasium.register_envs(ale_py)
     return gymnasium
 

@@ -10,6 +10,8 @@ codec's values, ~2x faster; dicts in sorted key order).
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -17,6 +19,7 @@ import dm_env
 import envlogger
 from envlogger import step_data
 from envlogger.backends import riegeli_backend_reader, riegeli_backend_writer
+from envlogger.backends.python import riegeli_dataset_reader, riegeli_dataset_writer
 from envlogger.converters import spec_codec
 from envlogger.proto import storage_pb2
 
@@ -32,11 +35,38 @@ WRITER_OPTIONS = "zstd:1,chunk_size:1M"
 
 
 _STEP_TYPES = {int(t): t for t in dm_env.StepType}
+#: Seconds between flushes of an episode being written: a flush ends the Riegeli chunk and writes the step
+#: offsets (an fsync each), so a recorder killed without closing its files loses at most this much of the
+#: episode: `salvage` reads the steps flushed before the kill.
+FLUSH_SECONDS = 1.0
 
 
-def _never_flush(_data: Any) -> bool:
-    """Flush only on close: data is only promised complete after close() anyway, and a flush is an fsync."""
-    return False
+class FlushClock:
+    """True once every FLUSH_SECONDS (polled after each step; a clock read costs ~50 ns)."""
+
+    def __init__(self, seconds: float = FLUSH_SECONDS) -> None:
+        self.seconds = seconds
+        self._last = time.monotonic()
+
+    def __call__(self, _data: Any = None) -> bool:
+        now = time.monotonic()
+        if now - self._last < self.seconds:
+            return False
+        self._last = now
+        return True
+
+
+class _QuietEmptyShard(logging.Filter):
+    """envlogger's reader logs (with a traceback and a "You likely forgot to call close()" banner) and then
+    ignores a shard killed before its first flush; ours says so itself, naming the folder (only that record
+    is dropped: every other absl message passes)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Ignoring error due to empty step offset file")
+
+
+_ABSL_LOGGER = logging.getLogger("absl")
+_ABSL_LOGGER.addFilter(_QuietEmptyShard())
 
 
 def envlogger_storage(relative: object) -> study_pb2.Episode.Storage:
@@ -78,7 +108,7 @@ class EnvloggerEpisodeWriter(EpisodeWriter):
                 data_directory=str(self.folder),
                 metadata=metadata,
                 writer_options=writer_options,
-                flush_scheduler=_never_flush,
+                flush_scheduler=FlushClock(),
             )
         except (RuntimeError, TypeError) as exc:
             raise StepmarkError(f"{self.folder}: cannot open an envlogger writer: {exc}") from exc
@@ -115,6 +145,9 @@ class EnvloggerEpisodeReader(RecordEpisodeReader):
         except RuntimeError as exc:
             raise StepmarkError(f"{self.path}: not a readable envlogger dataset: {exc}") from exc
         count = len(self._reader.episodes)
+        if count == 0:
+            self._reader.close()
+            raise StepmarkError(f"{self.path}: no episode index (its writer never closed the files)")
         if not 0 <= index < count:
             self._reader.close()
             raise StepmarkError(f"{self.path}: episode index {index} out of range ({count} episodes)")
@@ -173,3 +206,45 @@ class EnvloggerEpisodeReader(RecordEpisodeReader):
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+
+
+def salvage(folder: str | Path, out: str | Path, writer_options: str = WRITER_OPTIONS) -> int:
+    """Copies the complete steps of an envlogger dataset whose writer never closed it (killed) into a new,
+    closed dataset in `out`; returns how many records it copied.
+
+    An unclosed shard has no episode index (written on close) and step offsets up to its last flush, so
+    `envlogger.Reader` sees no episode; the dataset reader still gives every step up to that flush by its
+    offset (`serialized_step`), each record whole (Riegeli reads complete chunks only). Steps written after
+    the last flush are not in the offsets and cannot be read. Raises StepmarkError when no step can.
+    """
+    src = Path(folder)
+    reader = riegeli_dataset_reader.RiegeliDatasetReader()
+    try:
+        reader.init(str(src))
+    except RuntimeError as exc:  # NOT_FOUND: Empty steps (killed before its first flush), damaged files
+        raise StepmarkError(f"{src}: no readable envlogger step ({exc})") from exc
+    writer = None
+    copied = 0
+    try:
+        for i in range(reader.num_steps):  # one record in memory at a time: an episode can hold gigabytes
+            try:
+                record = reader.serialized_step(i)
+            except (RuntimeError, ValueError, IndexError):
+                break  # a damaged chunk: the steps before it are kept
+            if writer is None:
+                Path(out).mkdir(parents=True, exist_ok=True)
+                writer = riegeli_dataset_writer.RiegeliDatasetWriter()
+                writer.init(data_dir=str(out), metadata=reader.metadata(), max_episodes_per_shard=10000,
+                            writer_options=writer_options)  # fmt: skip
+            if not writer.add_step(storage_pb2.Data.FromString(record), i == 0):
+                raise StepmarkError(f"{out}: envlogger failed to write a salvaged step")
+            copied += 1
+    except (RuntimeError, TypeError) as exc:
+        raise StepmarkError(f"{out}: cannot write the salvaged envlogger dataset: {exc}") from exc
+    finally:
+        reader.close()
+        if writer is not None:
+            writer.close()
+    if not copied:
+        raise StepmarkError(f"{src}: no readable envlogger step")
+    return copied

@@ -21,6 +21,7 @@ TMP_MARK = ".tmp-"
 PENDING_FILE = "episode.pending.json"
 EPISODE_FILE = "episode.json"
 PICKLE_NAME = "episode.pkl"
+JOURNAL_NAME = "steps.journal"  # a pickle episode's steps while it is written (pickle_store.py)
 # One empty-named entry per episode being recorded, `<data>/.recording/<study>~<session>~<env>~<id>` holding
 # the recorder's pid: created before the episode's temp folder, removed once it is registered or dropped. So
 # finding what killed recorders left costs a listing of this folder, not a walk over every episode folder,
@@ -113,3 +114,19 @@ def recording_entries(data_dir: str | Path) -> list[tuple[Path, Path]]:
 def pending_folders(data_dir: str | Path) -> list[Path]:
     """Final episode folders whose files are complete but whose registration was never confirmed."""
     return sorted(p.parent for p in Path(data_dir).glob(f"*/*/*/*/{PENDING_FILE}"))
+
+
+#: Where recovery moves what a killed recorder left and nothing can read (`<data>/.quarantine/<name>`), out of
+#: the layout: no later command finds it again, so it is reported once (schemas/episode_storage.md).
+QUARANTINE_DIR = ".quarantine"
+
+
+def quarantine_path(data_dir: str | Path, folder: Path) -> Path:
+    """A free `<data>/.quarantine/<study>~<session>~<env>~<folder name>` for an episode folder's leftovers."""
+    name = _ENTRY_SEP.join((*folder.parts[-4:-1], folder.name))
+    target = Path(data_dir) / QUARANTINE_DIR / name
+    n = 1
+    while target.exists():
+        n += 1
+        target = target.with_name(f"{name}~{n}")
+    return target

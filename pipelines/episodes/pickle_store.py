@@ -5,6 +5,11 @@ records, envlogger-shaped), and `observation_spec`, `action_spec`, `reward_spec`
 Pickle runs code on load, so the reader only accepts the classes such a file needs (numpy arrays and
 scalars, dm_env time steps and specs, the StepData tuples of envlogger and RLDS Creator) and refuses
 anything else with the file and the class named. The whole file is loaded on open (the format has no index).
+
+While an episode is written, each step is also appended to `steps.journal` beside it (a pickled specs dict,
+then one pickled StepData per step, each written to the OS at once): the file is written only on close, so a
+recorder killed before that leaves its steps in the journal, and `salvage_journal` rebuilds the episode from
+the complete records. The journal is deleted once the file is written.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from dm_env import specs as dm_specs
 from envlogger import step_data
 
 from pipelines.episodes.base import EnvSpecs, EpisodeMetadata, EpisodeWriter, RecordEpisodeReader
-from pipelines.episodes.layout import PICKLE_NAME
+from pipelines.episodes.layout import JOURNAL_NAME, PICKLE_NAME
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import study_pb2
 
@@ -95,28 +100,22 @@ class PickleEpisodeWriter(EpisodeWriter):
         super().__init__(folder, relative, specs)
         self.folder.mkdir(parents=True, exist_ok=True)
         self._steps: list[step_data.StepData] = []
+        self._journal = (self.folder / JOURNAL_NAME).open("wb")  # noqa: SIM115 - closed by close()/abort()
+        pickle.dump(_spec_dict(specs), self._journal, protocol=pickle.HIGHEST_PROTOCOL)
+        self._journal.flush()
 
     def _record(self, data: step_data.StepData) -> None:
         self._steps.append(data)
+        pickle.dump(data, self._journal, protocol=pickle.HIGHEST_PROTOCOL)
+        self._journal.flush()  # to the OS: survives the process being killed (no fsync: not a power cut)
 
     def close(self, metadata: EpisodeMetadata) -> study_pb2.Episode.Storage:
         if not self.closed:
-            data = {
-                "metadata": metadata.to_dict(),
-                "steps": self._steps,
-                "observation_spec": self.specs.observation_spec(),
-                "action_spec": self.specs.action_spec(),
-                "reward_spec": self.specs.reward_spec(),
-                "discount_spec": self.specs.discount_spec(),
-            }
-            target = self.folder / PICKLE_NAME
-            partial = target.with_suffix(".pkl.partial")
-            with partial.open("wb") as f:
-                pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(partial, target)
+            data = {"metadata": metadata.to_dict(), "steps": self._steps, **_spec_dict(self.specs)}
+            write_pickle(self.folder / PICKLE_NAME, data)
             self._steps = []
+            self._journal.close()
+            (self.folder / JOURNAL_NAME).unlink(missing_ok=True)
             self.closed = True
         storage = study_pb2.Episode.Storage()
         storage.pickle.path = str(self.relative / PICKLE_NAME)
@@ -124,7 +123,61 @@ class PickleEpisodeWriter(EpisodeWriter):
 
     def abort(self) -> None:
         self._steps = []
+        self._journal.close()
         self.closed = True
+
+
+def _spec_dict(specs: EnvSpecs) -> dict[str, Any]:
+    return {
+        "observation_spec": specs.observation_spec(),
+        "action_spec": specs.action_spec(),
+        "reward_spec": specs.reward_spec(),
+        "discount_spec": specs.discount_spec(),
+    }
+
+
+def write_pickle(target: Path, data: dict[str, Any]) -> None:
+    """The episode file, durably, under a temporary name first (a reader never sees half a file)."""
+    partial = target.with_suffix(".pkl.partial")
+    with partial.open("wb") as f:
+        pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, target)
+
+
+def salvage_journal(journal: str | Path, out: str | Path) -> int:
+    """Writes `out/episode.pkl` from the complete records of a killed writer's `steps.journal` (its specs
+    header, then its steps up to the first record cut short); returns how many records it holds. Raises
+    StepmarkError when there is no step to write."""
+    path = Path(journal)
+    size = path.stat().st_size
+    steps: list[step_data.StepData] = []
+    with path.open("rb") as f:
+        try:
+            header = _SafeUnpickler(f, path).load()  # one unpickler a record: each was dumped on its own
+        except StepmarkError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - pickle raises many types on a cut or damaged file
+            raise StepmarkError(f"{path}: unreadable journal: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(header, dict):
+            raise StepmarkError(f"{path}: journal has no specs header")
+        while f.tell() < size:
+            try:
+                rec = _SafeUnpickler(f, path).load()
+            except StepmarkError:
+                raise
+            except Exception:  # noqa: BLE001 - the record the kill cut short: the ones before it are kept
+                break
+            if not (isinstance(rec, tuple) and len(rec) >= 2 and isinstance(rec[0], dm_env.TimeStep)):
+                break
+            steps.append(step_data.StepData(rec[0], rec[1], rec[2] if len(rec) > 2 else None))
+    if not steps:
+        raise StepmarkError(f"{path}: no complete step in the journal")
+    specs = {k: header.get(k) for k in ("observation_spec", "action_spec", "reward_spec", "discount_spec")}
+    Path(out).mkdir(parents=True, exist_ok=True)
+    write_pickle(Path(out) / PICKLE_NAME, {"metadata": {}, "steps": steps, **specs})
+    return len(steps)
 
 
 class PickleEpisodeReader(RecordEpisodeReader):

@@ -13,10 +13,13 @@ into the temp folder, so a recording cut by a crash still says whose episode it 
 So a killed recording leaves either
 - a temp folder without a pending marker (killed mid-episode): recovery registers the steps its files hold
   as an ABANDONED episode (`metadata["interrupted"]`, figures counted from the files). The background
-  writer closes the files of a killed recorder itself (`writer_child.py`), so they are readable. A folder
-  that holds no step (killed before its first transition reached a file: only the started marker, or files
-  without a transition) is deleted, as the recorder drops an empty episode; a folder whose files cannot be
-  read, or without a started marker, is left where it is and reported, never deleted;
+  writer closes the files of a killed recorder itself (`writer_child.py`), so they are readable; files
+  nobody closed (the writer killed too, or writing in-process) are salvaged: the complete steps they hold
+  (envlogger: up to the last flush, once a second; pickle: its `steps.journal`) are copied into a new,
+  closed episode, and the original files move to `<data>/.quarantine/`. A folder that holds no step (killed
+  before its first transition reached a file: only the started marker, or files without a transition) is
+  deleted, as the recorder drops an empty episode; a folder from which nothing can be read, or without a
+  started marker, moves whole to the quarantine folder (reported once: it is out of the layout then);
 - a temp folder or final folder with a pending marker (complete but unconfirmed): recovery registers it as
   ABANDONED, keeping the state the recorder meant in `metadata["intended_state"]`;
 - or a registered episode. The database never names files that are not complete, and recovery never deletes
@@ -25,10 +28,14 @@ So a killed recording leaves either
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,7 +44,7 @@ from google.protobuf import json_format
 
 from pipelines.episodes import layout, stats
 from pipelines.errors import StepmarkError
-from pipelines.storage import pid_alive
+from pipelines.storage import Owner, pid_alive
 from pipelines.store import errors as store_errors
 from protos.rlds_creator import client_pb2, study_pb2
 
@@ -51,7 +58,9 @@ STARTED_FILE = "episode.started.json"
 def write_pending(folder: Path, episode: study_pb2.Episode, name: str = layout.PENDING_FILE) -> Path:
     """Writes the registration marker (durably: the rename that follows must not outrun it)."""
     path = folder / name
-    body = {"pid": os.getpid(), "episode": json_format.MessageToDict(episode)}
+    me = Owner.me()  # host and start time too: a recorder on another host, or a reused pid, is not ours
+    owner = {"host": me.host, "pid": me.pid, "start": me.start}
+    body = {"pid": os.getpid(), "owner": owner, "episode": json_format.MessageToDict(episode)}
     tmp = path.with_suffix(".json.partial")
     try:
         with tmp.open("w", encoding="utf-8") as f:
@@ -93,6 +102,23 @@ def read_pending(folder: Path, name: str = layout.PENDING_FILE) -> tuple[int, st
         raise StepmarkError(f"{path}: unreadable registration marker: {exc}") from exc
 
 
+def _marker_owner(folder: Path, name: str) -> Owner | None:
+    """Who wrote a marker (None: no marker, or one written before markers named their owner)."""
+    try:
+        owner = json.loads((folder / name).read_text(encoding="utf-8"))["owner"]
+        return Owner(str(owner["host"]), int(owner["pid"]), str(owner.get("start", "")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _alive(folder: Path, name: str, pid: int) -> bool:
+    """Whether the process that wrote `folder` may still be at work (when unsure: yes). The marker's owner
+    decides (another host's recorder is never touched; a pid reused by a later process is not its owner);
+    without one (or one naming another pid than the folder), the pid alone."""
+    owner = _marker_owner(folder, name)
+    return owner.alive() if owner is not None and owner.pid == pid else pid_alive(pid)
+
+
 def confirm(folder: Path) -> None:
     """Marks a published folder as registered (pending marker -> episode.json)."""
     pending = folder / layout.PENDING_FILE
@@ -128,11 +154,13 @@ def discard(folder: Path) -> None:
 
 @dataclass
 class RecoveryReport:
-    """What `recover_abandoned` did: registered episodes, deleted folders, folders left alone (why)."""
+    """What `recover_abandoned` did: registered episodes, deleted folders, folders moved to the quarantine
+    folder (from, to, why), folders left alone (why)."""
 
     registered: list[study_pb2.Episode] = field(default_factory=list)
     confirmed: list[Path] = field(default_factory=list)
     deleted: list[Path] = field(default_factory=list)
+    quarantined: list[tuple[Path, Path, str]] = field(default_factory=list)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
     #: Folders of recorders still running: theirs to finish, not leftovers.
     live: list[Path] = field(default_factory=list)
@@ -159,39 +187,107 @@ def _files_readable(episode: study_pb2.Episode, data_dir: Path) -> bool:
         return False
 
 
-#: `_interrupted`'s answer for a folder that holds no step: deleted, as the recorder drops an empty episode.
+#: `_interrupted`'s answers: the folder holds no step (deleted, as the recorder drops an empty episode); it is
+#: ready (its pending marker written); nothing in it can be read (moved to the quarantine folder); or it may be
+#: a recorder's that has not written its marker yet (left alone).
 EMPTY = "empty"
+READY = "ready"
+QUARANTINE = "quarantine"
+LIVE = "live"
+GONE = "gone"  # already moved to the quarantine folder, whole
+#: A temp folder without a started marker younger than this may be a recorder (on another host) between
+#: creating it and writing the marker: left alone until then.
+NO_MARKER_GRACE = 600.0
 
 
-def _interrupted(temp: Path, data_dir: Path) -> str | None:
-    """A temp folder killed mid-episode: writes its pending marker (ABANDONED, figures counted from the files)
-    so the registration below takes it; returns why it cannot be, EMPTY when it holds no step (only its
-    started marker, or files without a transition: what the recorder itself drops), or None."""
+class _Quarantined(Exception):
+    """A salvage found no step: the folder is in the quarantine folder now, and reported."""
+
+
+def _interrupted(temp: Path, data_dir: Path, report: RecoveryReport) -> tuple[str, str]:
+    """A temp folder killed mid-episode: writes its pending marker (ABANDONED, figures counted from the files,
+    salvaged first when nobody closed them) so the registration below takes it. Returns one of the answers
+    above, and why for QUARANTINE."""
     if not (temp / STARTED_FILE).exists():
-        return "no episode marker (episode.started.json): files kept for inspection"
+        if time.time() - temp.stat().st_mtime < NO_MARKER_GRACE:
+            return LIVE, ""
+        return QUARANTINE, "no episode marker (episode.started.json)"
     if all(p.name == STARTED_FILE or p.is_dir() for p in temp.rglob("*")):
-        return EMPTY  # killed before its first step reached a file
+        return EMPTY, ""  # killed before its first step reached a file
     try:
         _, episode = read_pending(temp, STARTED_FILE)
     except StepmarkError as exc:
-        return str(exc)
+        return QUARANTINE, str(exc)
     probe = study_pb2.Episode()
     probe.CopyFrom(episode)
     if probe.storage.WhichOneof("type") == "environment_logger":
         probe.storage.environment_logger.tag_directory = str(temp)
     elif probe.storage.WhichOneof("type") == "pickle":
         probe.storage.pickle.path = str(temp / Path(probe.storage.pickle.path).name)
+    last_write = max(p.stat().st_mtime for p in temp.rglob("*"))
     try:
         figures = _count(probe, data_dir)
-    except StepmarkError as exc:
-        return f"files cannot be read ({exc}): kept for inspection"
+    except StepmarkError:  # files nobody closed: copy the complete steps they hold
+        try:
+            figures, moved = _salvage(temp, probe, data_dir, report)
+        except _Quarantined:
+            return GONE, ""
+        episode.metadata.update({"salvaged": True, "quarantine": moved.relative_to(data_dir).as_posix()})
     if figures is None:
-        return EMPTY
+        return EMPTY, ""
     stats.apply_to_episode(episode, figures)
     episode.metadata.update({"interrupted": True})
-    episode.end_time.FromSeconds(int(max(p.stat().st_mtime for p in temp.rglob("*"))))
+    episode.end_time.FromSeconds(int(last_write))
     write_pending(temp, episode)
-    return None
+    return READY, ""
+
+
+def _salvage(
+    temp: Path, probe: study_pb2.Episode, data_dir: Path, report: RecoveryReport
+) -> tuple[stats.EpisodeStats | None, Path]:
+    """Files a killed writer never closed: they move to the quarantine folder, and the complete steps they
+    hold are written back into `temp` as a closed episode (so the quarantine keeps every byte the recorder
+    wrote, and the episode only what can be read). Returns its figures and the quarantine folder; when no
+    transition can be read, moves the rest of the folder there too and raises `_Quarantined`."""
+    from pipelines.episodes import envlogger_store, pickle_store
+
+    moved = layout.quarantine_path(data_dir, temp)
+    moved.mkdir(parents=True)
+    for item in sorted(temp.iterdir()):
+        if item.name != STARTED_FILE:
+            os.replace(item, moved / item.name)
+    try:
+        if probe.storage.WhichOneof("type") == "pickle":
+            records = pickle_store.salvage_journal(moved / layout.JOURNAL_NAME, temp)
+        else:
+            records = envlogger_store.salvage(moved, temp)
+        figures = _count(probe, data_dir)
+        if figures is None:
+            raise StepmarkError(f"{moved}: no transition among the {records} complete records")
+    except StepmarkError as exc:  # nothing to recover: the marker joins the files, the folder goes
+        for item in sorted(temp.iterdir()):
+            if item.name == STARTED_FILE:
+                os.replace(item, moved / item.name)
+            elif item.is_dir():  # a salvage that failed half way: its own output, not the recorder's
+                shutil.rmtree(item)
+            else:
+                item.unlink()
+        temp.rmdir()
+        _forget(temp)
+        report.quarantined.append((temp, moved, f"no step can be read ({exc})"))
+        raise _Quarantined from exc
+    lost = "" if probe.storage.WhichOneof("type") == "pickle" else " (steps after its last flush cannot be read)"
+    report.quarantined.append((temp, moved, f"files never closed{lost}; {records} complete records recovered"))
+    return figures, moved
+
+
+def _quarantine(folder: Path, data_dir: Path, why: str, report: RecoveryReport) -> None:
+    """Moves a leftover nothing can read out of the layout, whole, into `<data>/.quarantine/` (said once)."""
+    target = layout.quarantine_path(data_dir, folder)
+    target.parent.mkdir(exist_ok=True)
+    os.replace(folder, target)
+    _forget(folder)
+    report.quarantined.append((folder, target, why))
 
 
 def _count(episode: study_pb2.Episode, data_dir: Path) -> stats.EpisodeStats | None:
@@ -208,19 +304,49 @@ def _count(episode: study_pb2.Episode, data_dir: Path) -> stats.EpisodeStats | N
 def recover_abandoned(repo: Repository, data_dir: str | Path) -> RecoveryReport:
     """Registers what recorders that died left behind: see the module docstring for what each leftover becomes.
 
-    Folders of live processes (by pid) are left alone, so this is safe while other recorders run. The only
-    folders deleted are those of dead recorders that hold no step (only `episode.started.json`, or files
-    without a transition), which the recorder would have dropped itself (`deleted`); whatever else cannot be
-    registered is reported in `skipped` and stays on disk. Walks every episode folder: `record` and the
-    annotator run it at start; every other command runs the cheap `recover_recorded`.
+    Folders of live processes (by the owner in their marker) are left alone, so this is safe while other
+    recorders run. The only folders deleted are those of dead recorders that hold no step (only
+    `episode.started.json`, or files without a transition), which the recorder would have dropped itself
+    (`deleted`); what nothing can read moves to `<data>/.quarantine/` (`quarantined`), and what the store
+    refuses is reported in `skipped`. Walks every episode folder: `record` and the annotator run it at start;
+    every other command runs the cheap `recover_recorded`.
     """
-    data = Path(data_dir)
+    data = Path(data_dir).absolute()  # the files are opened by stored paths relative to it
     report = RecoveryReport()
-    for temp in layout.temp_folders(data):
-        _recover_temp(repo, data, temp, report)
-    for folder in layout.pending_folders(data):
-        _recover_pending(repo, data, folder, report)
+    with _recovery_lock(data) as mine:
+        if not mine:
+            return report
+        for temp in layout.temp_folders(data):
+            _recover_temp(repo, data, temp, report)
+        for folder in layout.pending_folders(data):
+            _recover_pending(repo, data, folder, report)
     return report
+
+
+@contextlib.contextmanager
+def _recovery_lock(data: Path) -> Iterator[bool]:
+    """One recovery at a time per data directory: two commands started together must not both salvage the
+    same folder. Yields False when another process holds it (it is doing the work); True (unlocked) when
+    the data directory is read-only, where recovery can change nothing anyway."""
+    try:
+        index = data / layout.RECORDING_DIR
+        index.mkdir(exist_ok=True)
+        handle = (index / _LOCK_NAME).open("a")  # noqa: SIM115 - closed below
+    except OSError:
+        yield True
+        return
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        handle.close()  # releases the lock
+
+
+_LOCK_NAME = ".lock"  # one part: `layout.recording_entries` ignores it
 
 
 def open_store(url: str | None, data_dir: str | Path) -> Repository:
@@ -246,6 +372,8 @@ def print_report(report: RecoveryReport) -> None:
               "was killed", file=sys.stderr)  # fmt: skip
     for folder in report.deleted:
         print(f"stepmark: removed {folder}: a recording killed before its first step", file=sys.stderr)
+    for folder, target, why in report.quarantined:
+        print(f"stepmark: moved {folder} to {target}: {why}", file=sys.stderr)
     for folder, why in report.skipped:
         print(f"stepmark: left {folder}: {why}", file=sys.stderr)
 
@@ -255,20 +383,25 @@ def recover_recorded(repo: Repository, data_dir: str | Path) -> RecoveryReport:
     recorders killed since the index exists left behind, found by listing one small folder. An entry whose
     folders are gone (registered and confirmed, or dropped) is removed; one that cannot be handled stays, and
     is tried again by the next command."""
-    data = Path(data_dir)
+    data = Path(data_dir).absolute()  # the files are opened by stored paths relative to it
     report = RecoveryReport()
-    for entry, final in layout.recording_entries(data):
-        try:
-            text = entry.read_text(encoding="utf-8").strip()
-            temp = final.with_name(f"{final.name}{layout.TMP_MARK}{text}") if text.isdigit() else None
-            if temp is not None and temp.is_dir():
-                _recover_temp(repo, data, temp, report)
-            if (final / layout.PENDING_FILE).exists():
-                _recover_pending(repo, data, final, report)
-            elif temp is None or not temp.exists():
-                entry.unlink(missing_ok=True)  # nothing left to recover
-        except OSError as exc:  # a read-only or full disk: the command itself goes on
-            report.skipped.append((final, f"recovery failed: {exc}"))
+    if not layout.recording_entries(data):
+        return report  # nothing in flight or left: no lock to take (the common case, every command)
+    with _recovery_lock(data) as mine:
+        if not mine:
+            return report
+        for entry, final in layout.recording_entries(data):
+            try:
+                text = entry.read_text(encoding="utf-8").strip()
+                temp = final.with_name(f"{final.name}{layout.TMP_MARK}{text}") if text.isdigit() else None
+                if temp is not None and temp.is_dir():
+                    _recover_temp(repo, data, temp, report)
+                if (final / layout.PENDING_FILE).exists():
+                    _recover_pending(repo, data, final, report)
+                elif temp is None or not temp.exists():
+                    entry.unlink(missing_ok=True)  # nothing left to recover
+            except OSError as exc:  # a read-only or full disk: the command itself goes on
+                report.skipped.append((final, f"recovery failed: {exc}"))
     return report
 
 
@@ -278,21 +411,26 @@ def _recover_temp(repo: Repository, data: Path, temp: Path, report: RecoveryRepo
     if pid is None:
         report.skipped.append((temp, "not a recorder temp folder name"))
         return
-    if pid == os.getpid() or pid_alive(pid):
+    if pid == os.getpid() or _alive(temp, STARTED_FILE, pid):
         report.live.append(temp)
         return
     if not (temp / layout.PENDING_FILE).exists():
-        why = _interrupted(temp, data)  # killed mid-episode: keep the steps its files hold
-        if why == EMPTY:
+        outcome, why = _interrupted(temp, data, report)  # killed mid-episode: keep the steps its files hold
+        if outcome == EMPTY:
             discard(temp)
             report.deleted.append(temp)
             return
-        if why is not None:
-            report.skipped.append((temp, why))
+        if outcome == LIVE:
+            report.live.append(temp)
+            return
+        if outcome == GONE:
+            return
+        if outcome == QUARANTINE:
+            _quarantine(temp, data, why, report)
             return
     final = temp.with_name(layout.final_name(temp))
     if final.exists():
-        report.skipped.append((temp, f"{final.name} already exists"))
+        _quarantine(temp, data, f"{final.name} already exists", report)
         return
     os.replace(temp, final)
 
@@ -302,9 +440,9 @@ def _recover_pending(repo: Repository, data: Path, folder: Path, report: Recover
     try:
         pid, episode = read_pending(folder)
     except StepmarkError as exc:
-        report.skipped.append((folder, str(exc)))
+        _quarantine(folder, data, str(exc), report)
         return
-    if pid != os.getpid() and pid_alive(pid):
+    if pid != os.getpid() and _alive(folder, layout.PENDING_FILE, pid):
         report.live.append(folder)
         return
     if _is_registered(repo, episode):
@@ -312,7 +450,7 @@ def _recover_pending(repo: Repository, data: Path, folder: Path, report: Recover
         report.confirmed.append(folder)
         return
     if not _files_readable(episode, data):
-        report.skipped.append((folder, "files cannot be read: kept for inspection"))
+        _quarantine(folder, data, "its files cannot be read", report)
         return
     intended = State.Name(episode.state) if episode.state else "STATE_UNSPECIFIED"
     episode.state = State.STATE_ABANDONED

@@ -7,6 +7,8 @@ M (episode metadata Data), C (close), A (abort), Q (quit). C and A are answered 
 or E + the error text (the first failure of that episode: a refused open or step).
 End of file on stdin means the recording process died (or was killed): the episode being written is closed
 as it stands, so its files hold every step received and recovery registers it as ABANDONED; then exit.
+The open episode is flushed once every FLUSH_SECONDS, so a child killed too (a process group's SIGKILL, the
+OOM killer) leaves the steps up to its last flush readable (`envlogger_store.salvage`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import os
 import signal
 import struct
 import sys
+import time
 from typing import Any, BinaryIO
 
 HEADER = struct.Struct("<cI")
+FLUSH_SECONDS = 1.0  # envlogger_store.FLUSH_SECONDS (not imported: this process loads envlogger only)
 
 
 def read_exactly(stream: BinaryIO, size: int) -> bytes:
@@ -103,6 +107,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     writer: Any = None
     folder = ""
     error = ""  # the first failure of the current episode, reported on its close
+    flushed = time.monotonic()
     while True:
         header = stdin.read(HEADER.size)
         if len(header) < HEADER.size:
@@ -117,6 +122,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
                 try:
                     if not writer.add_step(parse(payload), kind == b"F"):
                         error = "envlogger failed to write a step" + _disk_problem(folder)
+                    elif time.monotonic() - flushed >= FLUSH_SECONDS:
+                        writer.flush()
+                        flushed = time.monotonic()
                 except Exception as exc:  # noqa: BLE001 - reported to the recorder on close
                     error = f"writing a step: {exc}"
         elif kind == b"O":
@@ -124,6 +132,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
             spec = json.loads(head)
             folder = spec["folder"]
             error = ""
+            flushed = time.monotonic()
             if writer is not None:  # an episode never closed nor aborted: release its files first
                 writer.close()
             writer = riegeli_dataset_writer.RiegeliDatasetWriter()

@@ -12,7 +12,9 @@ Correctness rules (the same guarantees as writing in-process):
   and the error names its exit code.
 - if the recording process dies (SIGKILL), the child reads end-of-file, closes the episode's files with the
   steps it received and exits: recovery (`publish.recover_abandoned`) registers them as ABANDONED. A
-  recorder that must lose no step on a crash flushes after each step (`flush()`).
+  recorder that must lose no step on a crash flushes after each step (`flush()`); otherwise the frames
+  reach the pipe at least once a second, and the child flushes its files as often (a SIGKILL of both
+  loses at most that).
 
 The child and the frames it reads are in `writer_child.py` (run by path: it imports only envlogger, so it
 starts in a quarter of a second, while the recorder creates its environment).
@@ -157,10 +159,11 @@ class BackgroundEnvloggerWriter(EpisodeWriter):
     ) -> None:
         from envlogger.converters import spec_codec
 
-        from pipelines.episodes.envlogger_store import WRITER_OPTIONS
+        from pipelines.episodes.envlogger_store import WRITER_OPTIONS, FlushClock
 
         super().__init__(folder, relative, specs)
         self._process = process
+        self._flush_clock = FlushClock()
         self._awaiting = False  # a close was sent and its acknowledgement not read yet
         self.folder.mkdir(parents=True, exist_ok=True)
         metadata = dict(dataset_metadata or {})
@@ -170,6 +173,8 @@ class BackgroundEnvloggerWriter(EpisodeWriter):
 
     def _record(self, data: step_data.StepData) -> None:
         self._process.send(b"F" if self.num_records == 0 else b"S", fast_codec.serialize(data))
+        if self._flush_clock():
+            self._process.flush()
 
     def close(self, metadata: EpisodeMetadata) -> study_pb2.Episode.Storage:
         self.begin_close(metadata)

@@ -454,8 +454,10 @@ CHILD = textwrap.dedent(
     if mode == "before-first-step":
         print(f"READY {rec._writer_process.pid if background else 0}", flush=True)
         time.sleep(600)
-    for _ in range(20):
+    for i in range(20):
         rec.act(["ArrowRight"])
+        if i == 10 and not background:  # the writer's once-a-second flush, now: 10 transitions reach the file
+            rec._current.writer._backend._data_writer.flush()
     if mode == "mid-episode":
         writer_pid = rec._writer_process.pid if background else 0
         print(f"READY {writer_pid}", flush=True)
@@ -551,17 +553,27 @@ def test_sigkill_mid_episode_with_the_writer_process_is_registered_as_abandoned(
     assert stored.id == episode.id and stored.state == State.STATE_ABANDONED
 
 
-def test_sigkill_mid_episode_in_process_keeps_the_unreadable_folder(store):
-    """Files never closed cannot be read: recovery reports the folder and leaves it, it never deletes it."""
+def test_sigkill_mid_episode_in_process_salvages_the_steps_flushed(store):
+    """Files never closed: envlogger's reader sees no episode in them (no index). Recovery copies the steps
+    flushed before the kill into a closed episode (ABANDONED) and moves the files, every byte, to the
+    quarantine folder; it never deletes them (they used to stay "kept for inspection", reported forever)."""
     repo, data = store
     study = make_study(repo, procgen_spec(max_steps=0))
     run_child(data, study.id, "mid-episode", "in-process")
     [temp] = layout.temp_folders(data)
+    sizes = {p.relative_to(temp): p.stat().st_size for p in temp.rglob("*") if p.is_file()}
+    del sizes[Path(publish.STARTED_FILE)]  # the recorder's marker: it becomes the registered episode
     report = publish.recover_abandoned(repo, data)
-    assert report.registered == [] and report.deleted == []
-    [(folder, why)] = report.skipped
-    assert folder == temp and "kept for inspection" in why and temp.is_dir()
-    assert repo.list_episodes(study_id=study.id) == []
+    [episode] = report.registered
+    [(folder, moved, why)] = report.quarantined
+    assert folder == temp and not temp.exists() and "files never closed" in why
+    assert {p: (moved / p).stat().st_size for p in sizes} == sizes  # the originals, as they were
+    assert episode.state == State.STATE_ABANDONED and episode.metadata["salvaged"] is True
+    assert episode.metadata["quarantine"] == moved.relative_to(data).as_posix()
+    with open_episode(episode, data) as reader:
+        # The first frame and the 10 transitions flushed (the 9 after it were still in the writer's chunk).
+        assert len(reader) == 11 == episode.num_steps + 1
+        assert [reader.step(i).keys for i in range(10)] == [["ArrowRight"]] * 10
 
 
 @pytest.mark.parametrize("writer", WRITERS)

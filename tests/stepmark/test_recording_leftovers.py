@@ -11,6 +11,7 @@ import ast
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -107,14 +108,15 @@ def test_a_live_recording_is_left_alone_and_a_finished_one_leaves_no_entry(tmp_p
     finally:
         proc.kill()
         proc.wait(timeout=60)
-    left = index_entries(tmp_path)
     capsys.readouterr()
     assert main(["record", "--data", str(tmp_path), "--study", study.id, "--env", "maze", "--episodes", "2",
                  "--no-progress"]) == 0  # fmt: skip
-    # Killed with its files never closed (in-process writer): kept for inspection, entry and all; the two
-    # episodes recorded since came and went without a trace in the index.
-    assert f"left {temp}: files cannot be read" in capsys.readouterr().err
-    assert index_entries(tmp_path) == left and layout.temp_folders(tmp_path) == [temp]
+    # Killed with its files never closed (in-process writer) and no transition readable: moved to the
+    # quarantine folder, entry and all (tests/stepmark/test_killed_record.py); the two episodes recorded since
+    # came and went without a trace in the index.
+    quarantined = tmp_path / layout.QUARANTINE_DIR / "~".join(temp.parts[-4:])
+    assert f"moved {temp} to {quarantined}: no step can be read" in capsys.readouterr().err
+    assert index_entries(tmp_path) == [] and layout.temp_folders(tmp_path) == [] and quarantined.is_dir()
     with new_store(tmp_path) as repo:
         assert len(repo.list_episodes(study_id=study.id)) == 2
 
@@ -145,10 +147,14 @@ def test_stale_and_foreign_entries_are_handled_without_walking_episode_folders(t
         old.mkdir(parents=True)
         report = publish.recover_recorded(repo, tmp_path)
         assert report == publish.RecoveryReport()
-        assert sorted(p.name for p in index.iterdir()) == ["not-an-entry"] and old.is_dir()
-        # The full walk still finds the pre-index folder (no started marker: kept and reported).
-        [(folder, why)] = publish.recover_abandoned(repo, tmp_path).skipped
-        assert folder == old and "no episode marker" in why
+        assert sorted(p.name for p in index.iterdir()) == [".lock", "not-an-entry"] and old.is_dir()
+        # The full walk still finds the pre-index folder (no started marker: quarantined and reported, once
+        # it is too old to be a recorder about to write its marker).
+        assert publish.recover_abandoned(repo, tmp_path).live == [old]
+        past = time.time() - publish.NO_MARKER_GRACE - 1
+        os.utime(old, (past, past))
+        [(folder, _, why)] = publish.recover_abandoned(repo, tmp_path).quarantined
+        assert folder == old and "no episode marker" in why and not old.exists()
 
 
 def test_every_command_opens_the_store_through_recovery():

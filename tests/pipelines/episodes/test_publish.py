@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import PurePosixPath
 
 import pytest
@@ -76,11 +79,18 @@ def test_recovery_leaves_live_recorders_alone_and_keeps_dead_broken_ones(setup):
     dead = layout.episode_paths(data, study.id, session.id, "maze", "dead", pid=dead_pid())
     dead.temp.mkdir(parents=True)
     (dead.temp / "metadata.riegeli").write_bytes(b"half written")
+    # Without a started marker, a young folder may be a recorder's (on another host) about to write it.
     report = publish.recover_abandoned(repo, data)
-    assert report.deleted == [] and dead.temp.exists()  # never deleted unregistered: reported instead
+    assert sorted(report.live) == sorted([live.temp, dead.temp]) and report.quarantined == []
+    old = time.time() - publish.NO_MARKER_GRACE - 1
+    os.utime(dead.temp, (old, old))
+    report = publish.recover_abandoned(repo, data)
+    assert report.deleted == [] and not dead.temp.exists()  # never deleted unregistered: quarantined instead
     assert report.live == [live.temp] and live.temp.exists()
-    [(folder, why)] = report.skipped
-    assert folder == dead.temp and "kept for inspection" in why
+    [(folder, moved, why)] = report.quarantined
+    assert folder == dead.temp and "no episode marker" in why
+    assert (moved / "metadata.riegeli").read_bytes() == b"half written"
+    assert moved == data / layout.QUARANTINE_DIR / "~".join(dead.temp.parts[-4:])
     assert repo.list_episodes(study_id=study.id) == []
 
 
@@ -176,9 +186,10 @@ def test_recovery_keeps_a_pending_episode_whose_files_are_unreadable(setup):
         riegeli.write_bytes(b"")
     (paths.final / "metadata.riegeli").write_bytes(b"corrupt")
     report = publish.recover_abandoned(repo, data)
-    assert report.deleted == [] and report.registered == []
-    assert report.skipped == [(paths.final, "files cannot be read: kept for inspection")]
-    assert paths.final.exists()
+    assert report.deleted == [] and report.registered == [] and report.skipped == []
+    [(folder, moved, why)] = report.quarantined
+    assert (folder, why) == (paths.final, "its files cannot be read") and not paths.final.exists()
+    assert (moved / "metadata.riegeli").read_bytes() == b"corrupt"
 
 
 def test_unreadable_marker_is_reported_not_fatal(setup):
@@ -187,8 +198,9 @@ def test_unreadable_marker_is_reported_not_fatal(setup):
     folder.mkdir(parents=True)
     (folder / layout.PENDING_FILE).write_text("{not json")
     report = publish.recover_abandoned(repo, data)
-    [(path, reason)] = report.skipped
+    [(path, moved, reason)] = report.quarantined
     assert path == folder and "unreadable registration marker" in reason
+    assert (moved / layout.PENDING_FILE).read_text() == "{not json"
 
 
 def test_layout_components_are_safe():
@@ -208,3 +220,20 @@ def _rewrite_pid(folder, pid: int) -> None:
     body = json.loads(path.read_text())
     body["pid"] = pid
     path.write_text(json.dumps(body))
+
+
+def test_one_recovery_at_a_time_per_data_directory(setup):
+    """Two commands started together must not both salvage one folder: the second finds the lock taken
+    and leaves the work to the first (flock: another open of the file conflicts, in this process too)."""
+    repo, data, study, session = setup
+    paths, episode = written_episode(data, study, session, "cut", pid=dead_pid())
+    episode.ClearField("state")
+    publish.write_started(paths.temp, episode)
+    lock = data / layout.RECORDING_DIR / ".lock"
+    with lock.open("a") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        assert publish.recover_recorded(repo, data) == publish.RecoveryReport()
+        assert publish.recover_abandoned(repo, data) == publish.RecoveryReport()
+        assert paths.temp.is_dir()
+    [got] = publish.recover_abandoned(repo, data).registered  # the index entry names this process: full walk
+    assert got.id == "cut" and not paths.temp.exists()
