@@ -1,5 +1,5 @@
-"""The README's "Buckets and a cluster" section runs as printed: its three bash blocks, one after the other in one
-shell, in a fresh folder that holds only `samples/` and `.venv` (links to the repository's). Only what cannot be
+"""The "Buckets and a cluster" page (docs/buckets_and_clusters.md, linked from the README) runs as printed:
+its three bash blocks, one after the other in one shell, in a fresh folder that holds only `samples/` and `.venv` (links to the repository's). Only what cannot be
 the same here changes: the ports (free ones instead of 9000 and 8786), and in the "real bucket and cluster"
 block the bucket (the local S3 server's), the scheduler (the local one) and the PostgreSQL URL (a throwaway
 server's). Then the annotator line, served over what the blocks imported."""
@@ -23,16 +23,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 
 def section_blocks() -> tuple[list[str], str]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    start = text.index("### Buckets and a cluster: scale out")
-    section = text[start : text.index("\n## ", start)]
+    section = (REPO / "docs" / "buckets_and_clusters.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     annotate = re.search(r"`(\.venv/bin/stepmark annotate [^`]*)`", section)
     assert len(blocks) == 3 and annotate is not None
     return blocks, annotate.group(1)
 
 
-def test_the_readme_scale_out_section_runs_as_printed(tmp_path: Path, pg_url: str) -> None:
+def test_the_docs_scale_out_section_runs_as_printed(tmp_path: Path, pg_url: str) -> None:
     blocks, annotate = section_blocks()
     s3_port, dask_port, ui_port = free_port(), free_port(), free_port()
     local = "\n".join(blocks[:2]).replace("9000", str(s3_port)).replace("8786", str(dask_port))

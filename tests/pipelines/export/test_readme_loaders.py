@@ -1,5 +1,5 @@
-"""Every code block of the README's "Loading an export" runs as printed (only the paths substituted) against
-real exports: Procgen episodes recorded with the random policy and one recorded from key presses (a varying
+"""Every code block of "Loading an export" (docs/exports.md, linked from the README) runs as printed (only
+the paths substituted) against real exports: Procgen episodes recorded with the random policy and one recorded from key presses (a varying
 number of keys per step), NetHack, and UI episodes converted from ../shared/fixtures; with and without
 `--split` (a split no episode hashed into included). A block that needs a flag for some kind of data says so
 in its first line's comment (Minari: UI needs `--ui-objects padded:N`), and the export here uses it.
@@ -47,9 +47,8 @@ EPILOGUES = {
 
 
 def loading_blocks() -> dict[str, str]:
-    """The README's "Loading an export" code blocks by the format their first line names."""
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Loading an export", 1)[1].split("\n### ", 1)[0]
+    """The "Loading an export" code blocks (docs/exports.md) by the format their first line names."""
+    section = (REPO_ROOT / "docs" / "exports.md").read_text(encoding="utf-8")
     blocks = {}
     for block in re.findall(r"```python\n(.*?)```", section, re.S):
         fmt = re.search(r"# --format (\w+)", block.splitlines()[0])
@@ -60,7 +59,7 @@ def loading_blocks() -> dict[str, str]:
 
 
 def run_block(fmt: str, out: Path, tmp: Path) -> dict[str, Any]:
-    """Runs the README block as printed, its paths replaced by `out`'s; returns what the epilogue printed."""
+    """Runs the docs block as printed, its paths replaced by `out`'s; returns what the epilogue printed."""
     code = loading_blocks()[fmt]
     code = code.replace('"DIR"', json.dumps(str(out.parent))).replace('"NAME-v0"', json.dumps(out.name))
     code = code.replace('"OUT', '"' + str(out))
@@ -70,7 +69,7 @@ def run_block(fmt: str, out: Path, tmp: Path) -> dict[str, Any]:
         [sys.executable, "-c", code + "\n" + EPILOGUES[fmt]], cwd=tmp, env=env, capture_output=True, text=True,
         timeout=600,
     )
-    assert done.returncode == 0, f"README {fmt} block failed on {out}:\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"docs/exports.md {fmt} block failed on {out}:\n{done.stderr[-3000:]}"
     line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
     return json.loads(line[len("RESULT ") :])
 
