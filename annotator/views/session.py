@@ -71,9 +71,10 @@ def _remember_typed_user() -> None:
 
 def _not_me() -> None:
     """"not you?": this session and this browser forget the name; the next one asks again."""
+    user = st.session_state.get("_user") or "?"
     st.session_state["_user"] = ""
     st.session_state.pop("typed_user", None)
-    _cookie_request("forget", "")
+    _cookie_request("forget", context.mint(user, identity.PAGE_TOKEN_SECONDS))
 
 
 def _cookie_request(action: str, token: str) -> None:

@@ -128,20 +128,27 @@ def _stdlib_name(value: str, key: bytes) -> str | None:
 
 def routes(settings: context.Settings) -> list[Route]:
     """`POST /api/identity` (the page token's user becomes this browser's cookie) and
-    `POST /api/identity/forget` (the cookie is cleared). Both refuse when OIDC login is configured."""
+    `POST /api/identity/forget` (the cookie is cleared), both with a page token. Both refuse (404) when OIDC
+    login is configured."""
 
     def refused() -> Response | None:
         if settings.login_config is not None:
             return error_response(404, "the typed name is not used with --login-config")
         return None
 
-    async def remember(request: Request) -> Response:
+    def page_user(request: Request) -> str | Response:
+        """The user of the page token the request carries (a header: no form or link of another site can)."""
         if (answer := refused()) is not None:
             return answer
         try:
-            user = context.verify(request.headers.get("x-stepmark-token")).user.strip()
+            return context.verify(request.headers.get("x-stepmark-token")).user.strip()
         except context.TokenError as exc:
             return error_response(401, str(exc))
+
+    async def remember(request: Request) -> Response:
+        user = page_user(request)
+        if isinstance(user, Response):
+            return user
         if not user:
             return error_response(400, "no name to remember")
         response = JSONResponse({"ok": True}, headers={"cache-control": "no-store"})
@@ -150,7 +157,7 @@ def routes(settings: context.Settings) -> list[Route]:
         return response
 
     async def forget(request: Request) -> Response:
-        if (answer := refused()) is not None:
+        if isinstance(answer := page_user(request), Response):
             return answer
         response = JSONResponse({"ok": True}, headers={"cache-control": "no-store"})
         response.delete_cookie(COOKIE, path="/", httponly=True, samesite="lax")
