@@ -52,15 +52,8 @@ def secret(data_dir: str) -> bytes:
     if from_env:
         return from_env.encode("utf-8")
     path = Path(data_dir) / SECRET_FILE
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise IdentitySecretError(f"{path}: cannot create the identity key: {exc.strerror}") from None
-    else:
-        with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_bytes(SECRET_BYTES))
+    if not path.exists():
+        _create_key(path)
     try:
         with path.open("rb") as f:
             key = f.read(SECRET_BYTES + 1)
@@ -69,6 +62,26 @@ def secret(data_dir: str) -> bytes:
     if len(key) != SECRET_BYTES:  # a half-written file from a crash, or someone else's file: refuse it
         raise IdentitySecretError(f"{path}: the identity key is not {SECRET_BYTES} bytes; remove it to make a new one")
     return key
+
+
+def _create_key(path: Path) -> None:
+    """Write the key whole under a private name, then link it into place: two servers starting on one data
+    folder end up with the same key, and no one reads a half-written file."""
+    part = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(SECRET_BYTES))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(part, path)
+        except FileExistsError:
+            pass  # another server made it first: theirs is the key
+    except OSError as exc:
+        raise IdentitySecretError(f"{path}: cannot create the identity key: {exc.strerror}") from None
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def sign(name: str, key: bytes) -> str:

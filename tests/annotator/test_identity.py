@@ -47,6 +47,13 @@ def test_the_data_folders_key_is_made_once_with_mode_0600_and_kept(tmp_path):
     assert identity.secret(str(tmp_path)) == key
 
 
+def test_a_key_already_made_by_another_server_is_the_key(tmp_path):
+    theirs = os.urandom(identity.SECRET_BYTES)
+    (tmp_path / identity.SECRET_FILE).write_bytes(theirs)
+    assert identity.secret(str(tmp_path)) == theirs
+    assert sorted(p.name for p in tmp_path.iterdir()) == [identity.SECRET_FILE]  # nothing left beside it
+
+
 def test_a_cut_key_file_is_refused_naming_it(tmp_path):
     (tmp_path / identity.SECRET_FILE).write_bytes(b"short")
     with pytest.raises(identity.IdentitySecretError, match=identity.SECRET_FILE):
