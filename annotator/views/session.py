@@ -58,7 +58,12 @@ def _remembered_user(config: Settings) -> str | None:
         return None
     if not value:
         return None
-    return identity.name_in(value, identity.secret(str(config.data_dir)))
+    try:
+        key = identity.secret(str(config.data_dir))
+    except identity.IdentitySecretError as exc:  # the name is asked for, and the reason shown
+        st.sidebar.warning(str(exc))
+        return None
+    return identity.name_in(value, key)
 
 
 def _remember_typed_user() -> None:

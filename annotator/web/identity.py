@@ -164,8 +164,12 @@ def routes(settings: context.Settings) -> list[Route]:
             return user
         if not user:
             return error_response(400, "no name to remember")
+        try:
+            key = secret(str(settings.data_dir))
+        except IdentitySecretError as exc:
+            return error_response(500, str(exc))
         response = JSONResponse({"ok": True}, headers={"cache-control": "no-store"})
-        response.set_cookie(COOKIE, sign(user, secret(str(settings.data_dir))), max_age=MAX_AGE, path="/",
+        response.set_cookie(COOKIE, sign(user, key), max_age=MAX_AGE, path="/",
                             httponly=True, samesite="lax")  # fmt: skip
         return response
 

@@ -58,6 +58,10 @@ def test_a_cut_key_file_is_refused_naming_it(tmp_path):
     (tmp_path / identity.SECRET_FILE).write_bytes(b"short")
     with pytest.raises(identity.IdentitySecretError, match=identity.SECRET_FILE):
         identity.secret(str(tmp_path))
+    answer = _client(tmp_path).post("/api/identity", headers={"x-stepmark-token": context.mint("dana")})
+    assert answer.status_code == 500 and identity.SECRET_FILE in answer.json()["error"]
+    assert "set-cookie" not in answer.headers
+    assert (tmp_path / identity.SECRET_FILE).read_bytes() == b"short"  # never overwritten
 
 
 def test_the_key_can_come_from_the_environment(tmp_path, monkeypatch):
