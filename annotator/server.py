@@ -16,7 +16,7 @@ import streamlit as st
 from starlette.middleware import Middleware
 
 from annotator.live.routes import routes as live_routes
-from annotator.web import context, guard, login, page_base
+from annotator.web import context, guard, identity, login, page_base
 from annotator.web.field_routes import routes as field_routes
 from annotator.web.grounding_routes import routes as grounding_routes
 from annotator.web.replay_routes import routes as replay_routes
@@ -39,7 +39,7 @@ _secrets = {"auth": login.load(_settings.login_config)} if _settings.login_confi
 # Written as a plain `st.App(...)` assignment: `streamlit run` finds the app by reading this file's syntax tree.
 app = st.App(
     str(APP_SCRIPT),
-    routes=[*replay_routes(_settings), *grounding_routes(_settings), *field_routes(_settings), *live_routes(), unknown_api_route()],
+    routes=[*replay_routes(_settings), *grounding_routes(_settings), *field_routes(_settings), *live_routes(), *identity.routes(_settings), unknown_api_route()],
     middleware=[
         Middleware(guard.OriginGuard, allowed_hosts={*guard.LOOPBACK_NAMES, _settings.host}),
         Middleware(page_base.PageBase),  # pages at /replay etc. name the server's root: no 404s in the console

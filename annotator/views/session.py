@@ -7,6 +7,7 @@ per connection (selected study, replayed episode, running environment). Tags, no
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 import streamlit as st
@@ -15,7 +16,7 @@ from annotator import queue_ops
 from annotator.operations import Operations
 from annotator.plain import md_escape
 from annotator.readers import SharedReader
-from annotator.web import context
+from annotator.web import context, identity
 from pipelines.errors import StepmarkError
 from protos.rlds_creator import study_pb2
 
@@ -44,12 +45,67 @@ def current_user(config: Settings) -> str | None:
         return str(st.user.get("email") or st.user.get("name") or "")
     if config.user:
         return config.user
+    if "_user" not in st.session_state:  # a new session (reload, deep link, new tab): this browser's cookie
+        st.session_state["_user"] = _remembered_user(config) or ""
     return st.session_state.get("_user") or None
+
+
+def _remembered_user(config: Settings) -> str | None:
+    """The name this browser's identity cookie was signed for by this data folder's key, else None."""
+    try:
+        value = st.context.cookies.get(identity.COOKIE)
+    except Exception:  # noqa: BLE001 - no browser request behind this run (the test harness)
+        return None
+    if not value:
+        return None
+    try:
+        key = identity.secret(str(config.data_dir))
+    except identity.IdentitySecretError as exc:  # the name is asked for, and the reason shown
+        st.sidebar.warning(str(exc))
+        return None
+    return identity.name_in(value, key)
 
 
 def _remember_typed_user() -> None:
     # Widget values may be dropped when the page changes; the name is kept under a plain key.
-    st.session_state["_user"] = (st.session_state.get("typed_user") or "").strip()
+    name = (st.session_state.get("typed_user") or "").strip()[: identity.MAX_NAME]
+    st.session_state["_user"] = name
+    if name:  # the browser asks this server to set its cookie, with a short-lived token for this name
+        _cookie_request("remember", context.mint(name, identity.PAGE_TOKEN_SECONDS))
+
+
+def _not_me() -> None:
+    """"not you?": this session and this browser forget the name; the next one asks again."""
+    user = st.session_state.get("_user") or "?"
+    st.session_state["_user"] = ""
+    st.session_state.pop("typed_user", None)
+    _cookie_request("forget", context.mint(user, identity.PAGE_TOKEN_SECONDS))
+
+
+def _cookie_request(action: str, token: str) -> None:
+    st.session_state["_identity_request"] = {"id": secrets.token_hex(8), "action": action, "token": token}
+
+
+@st.cache_resource(show_spinner=False)
+def _identity_component():
+    js = (Path(identity.__file__).with_suffix(".js")).read_text(encoding="utf-8")
+    return st.components.v2.component("stepmark_identity", js=js)
+
+
+def _send_cookie_request() -> None:
+    """Mount the cookie request until the browser reports it done (the cookie is HttpOnly: only a response of
+    this server can set or clear it)."""
+    request = st.session_state.get("_identity_request")
+    if request is None:
+        return
+    result = _identity_component()(key="identity_cookie", data=request, on_done_change=_ignore)
+    done = result.get("done") if hasattr(result, "get") else getattr(result, "done", None)
+    if done and str(done).endswith(request["id"]):
+        st.session_state.pop("_identity_request", None)
+
+
+def _ignore() -> None:
+    """State callbacks must exist for the values to reach Python."""
 
 
 def _login_configured() -> bool:
@@ -73,9 +129,13 @@ def sidebar_identity(config: Settings) -> str | None:
                 st.button("Log in", on_click=st.login, type="primary")
         elif user:
             st.caption(f"Annotating as **{md_escape(user)}**")
+            if not config.user:
+                st.button("not you?", key="not_me", on_click=_not_me, type="tertiary")
         else:
             st.text_input("Your name or e-mail", key="typed_user", on_change=_remember_typed_user,
-                          help="Recorded with every change you make")  # fmt: skip
+                          help="Recorded with every change you make (remembered by this browser)")  # fmt: skip
+        if not _login_configured():
+            _send_cookie_request()
         st.caption(f"Data: {md_escape(config.data_dir)}")
     return user
 

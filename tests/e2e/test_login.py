@@ -16,6 +16,7 @@ import pytest
 
 from annotator.launch import free_port
 from annotator.operations import ref_key, ref_of
+from annotator.web import identity
 from pipelines.store import open_store
 from tests.annotator.annotator_data import build_env_data
 from tests.e2e.browser import CHROMIUM, CHROMIUM_FLAGS, annotate_server, stop
@@ -78,12 +79,15 @@ def test_log_in_with_openid_connect_then_tag_a_step_under_the_logged_in_email(lo
     with playwright_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        # A remembered typed name (valid for this data folder's key) means nothing under OIDC login.
+        remembered = identity.sign("mallory@example.com", identity.secret(str(data.data_dir)))
+        page.context.add_cookies([{"name": identity.COOKIE, "value": remembered, "url": url}])
         page.goto(f"{url}replay?episode={key}&step=0")
         login = page.get_by_role("button", name="Log in")
         login.wait_for(timeout=60_000)
         # Logged out: no episode data on the page, no player, no token to call the routes with.
         assert page.locator(".sm-frame").count() == 0
-        assert "Coinrun practice" not in page.content()
+        assert "Coinrun practice" not in page.content() and "mallory" not in page.content()
         login.click()
         page.locator("input[name=sub]").wait_for(timeout=30_000)  # the provider's own page
         page.locator("input[name=sub]").fill(CAROL)
