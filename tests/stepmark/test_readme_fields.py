@@ -4,30 +4,19 @@ promises."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.stepmark.doc_blocks import run_block
+
 pytestmark = pytest.mark.slow
 
 
-def block() -> str:
-    text = (REPO / "docs" / "study_fields.md").read_text(encoding="utf-8")
-    (bash,) = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
-    return bash
-
-
 def test_the_docs_fields_block_runs_as_printed(tmp_path: Path) -> None:
-    (tmp_path / "samples").symlink_to(REPO / "samples")
-    (tmp_path / ".venv").symlink_to(REPO / ".venv")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + block()], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = run_block("docs/study_fields.md", tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "imported 9 value(s) and 2 suggestion(s)" in done.stdout
     assert re.search(r"action_correct\s+choice\s+nominal\s+3\s+", done.stdout)

@@ -5,9 +5,7 @@ promises."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,23 +13,13 @@ import sqlalchemy as sa
 
 from pipelines.store import open_store
 from pipelines.store.models import FieldSuggestionRow
+from tests.stepmark.doc_blocks import run_block
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def block() -> str:
-    text = (REPO / "docs" / "model_suggestions.md").read_text(encoding="utf-8")
-    (bash,) = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
-    return bash
-
-
 def test_the_docs_suggest_block_runs_as_printed(tmp_path: Path) -> None:
-    (tmp_path / "samples").symlink_to(REPO / "samples")
-    (tmp_path / ".venv").symlink_to(REPO / ".venv")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + block()], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = run_block("docs/model_suggestions.md", tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"suggest model:grounded-instructions@1 on study \w+: 1 episode\(s\), 3 step\(s\) asked, "
                      r"3 suggestion\(s\) stored, 0 place\(s\) already suggested, 0 dead letter\(s\)", done.stdout)
