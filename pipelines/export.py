@@ -827,6 +827,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--store", default=os.environ.get("STEPMARK_STORE"))
     add_export_arguments(parser)
     args, beam_args = parser.parse_known_args(list(argv) if argv is not None else None)
+    args.data = str(storage.local_path(args.data, "--data", "export"))
     summary = export_episodes(request_from_args(args, beam_args), print_progress)
     print(summary.describe())
     return 1 if summary.dead_letters else 0

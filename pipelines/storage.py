@@ -24,6 +24,7 @@ import errno
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -31,6 +32,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from pipelines.errors import StepmarkError
@@ -197,6 +199,26 @@ def scheme(path: str) -> str | None:
 
 def is_remote(path: str) -> bool:
     return scheme(path) not in (None, "file")
+
+
+#: `scheme://` at the start of a value (RFC 3986 scheme): `s3://`, `gs://`, `az://`, `https://`, `hdfs://`, ...
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def local_path(value: str | os.PathLike[str], what: str, command: str, kind: str = "folder") -> Path:
+    """`value` as a local Path, for an option whose files only a local disk can hold (`--data`: the SQLite
+    store and recorded episodes; a spec or fields file). A URL is refused in one line naming `what` and
+    `value`, before anything is made: `Path("s3://b/x")` is the local folder `s3:/b/x`, which another machine
+    never sees. `file://` URLs are local paths. No Beam import: the check costs nothing."""
+    text = os.fspath(value)
+    if text.startswith("file://"):
+        return Path(text.removeprefix("file://"))
+    if _URL.match(text):
+        raise StepmarkError(
+            f"{what} {text}: a {kind} in a bucket or at a URL is not supported by `{command}` yet; "
+            f"use a local {kind}"
+        )
+    return Path(text)
 
 
 def join(base: str, *parts: str) -> str:

@@ -445,6 +445,7 @@ def run(argv: Sequence[str] | None = None, *, parsed: argparse.Namespace | None 
         parser.add_argument("--user", default=None)
         args, beam_args = parser.parse_known_args(argv)
         args.user = args.user or getpass.getuser()
+        args.data = str(storage.local_path(args.data, "--data", "suggest"))
     else:
         args, beam_args = parsed, list(argv or [])
     if not 1 <= args.in_flight <= MAX_IN_FLIGHT:

@@ -198,6 +198,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _local_data(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    """--data (or STEPMARK_DATA) holds the SQLite store and recorded episodes on a local disk for every command:
+    a bucket URL is refused here, once for all of them, before a folder named `s3:` is made."""
+    data = getattr(args, "data", None)
+    if data is None:
+        return
+    given = any(a == "--data" or a.startswith("--data=") for a in argv)
+    what = "--data" if given or os.environ.get("STEPMARK_DATA") != data else "STEPMARK_DATA"
+    from pipelines.storage import local_path
+
+    local = local_path(data, what, args.command)
+    if data.startswith("file://"):
+        args.data = str(local)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv[0] if argv else None)
@@ -205,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "user", "absent") is None and getattr(args, "user_defaults_to_login", True):
         args.user = default_user()
     try:
+        _local_data(args, argv)
         code = args.func(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

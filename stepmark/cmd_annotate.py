@@ -48,17 +48,19 @@ def check_writable(data_dir: Path, store: str | None) -> None:
 
 def annotate(args: argparse.Namespace) -> int:
     from annotator import launch
+    from pipelines.storage import local_path
 
+    login_file = local_path(args.login_config, "--login-config", "annotate", "file") if args.login_config else None
     data_dir = Path(args.data).expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     check_writable(data_dir, args.store)
     if not 0 <= args.port <= 65535:
         raise StepmarkError(f"--port {args.port} is not a TCP port")
     login_config = None
-    if args.login_config:
+    if login_file is not None:
         from annotator.web import login
 
-        login_config = Path(args.login_config).expanduser().resolve()
+        login_config = login_file.expanduser().resolve()
         login.load(login_config)  # refused here, with the file and key named, not at the first "Log in"
     config = launch.LaunchConfig(
         data_dir=data_dir,

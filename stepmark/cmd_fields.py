@@ -6,13 +6,14 @@ import argparse
 import json
 
 from pipelines.episodes.publish import open_store
+from pipelines.storage import local_path
 from pipelines.store import field_values
 from pipelines.store.field_defs import load_fields
 
 
 def study_fields_command(args: argparse.Namespace) -> int:
     """Define the study's fields from FILE (YAML or JSON, schemas/study_fields.schema.json)."""
-    fields = load_fields(args.file)
+    fields = load_fields(local_path(args.file, "FILE", "study fields", "file"))
     with open_store(args.store, args.data) as repo:
         now = field_values.definitions(repo, args.study, include_removed=True)
         field_values.define(repo, args.study, fields, args.user)
@@ -38,8 +39,9 @@ def fields_show_command(args: argparse.Namespace) -> int:
 
 
 def fields_import_command(args: argparse.Namespace) -> int:
+    path = local_path(args.file, "FILE", "fields import", "file")
     with open_store(args.store, args.data) as repo:
-        result = field_values.import_values(repo, args.study, args.file, args.user)
+        result = field_values.import_values(repo, args.study, path, args.user)
     print(f"imported {result.values} value(s) and {result.suggestions} suggestion(s) into study {args.study}")
     return 0
 

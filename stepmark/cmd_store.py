@@ -10,6 +10,7 @@ from google.protobuf import json_format
 
 from pipelines.episodes.publish import open_store
 from pipelines.errors import StepmarkError
+from pipelines.storage import local_path
 from pipelines.store import AlreadyExists, NameTaken, Repository
 from pipelines.store.spec_file import load_study_spec
 from protos.rlds_creator import study_pb2
@@ -44,7 +45,7 @@ def check_environments(spec: study_pb2.StudySpec, source: str) -> None:
 
 
 def study_create(args: argparse.Namespace) -> int:
-    spec = load_study_spec(args.spec)
+    spec = load_study_spec(local_path(args.spec, "SPEC", "study create", "file"))
     if not args.no_check:
         check_environments(spec, args.spec)
     with _open(args) as repo:

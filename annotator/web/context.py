@@ -47,13 +47,16 @@ def settings() -> Settings:
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--login-config", default=os.environ.get("STEPMARK_LOGIN_CONFIG"))
     args, _ = parser.parse_known_args(sys.argv[1:])
+    from pipelines.storage import local_path
+
+    login = local_path(args.login_config, "--login-config", "annotate", "file") if args.login_config else None
     return Settings(
-        data_dir=Path(args.data).expanduser().resolve(),
+        data_dir=local_path(args.data, "--data", "annotate").expanduser().resolve(),
         store=args.store,
         user=args.user or None,
         host=args.host,
         port=args.port,
-        login_config=Path(args.login_config).expanduser().resolve() if args.login_config else None,
+        login_config=login.expanduser().resolve() if login else None,
     )
 
 
