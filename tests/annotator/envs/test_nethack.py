@@ -11,6 +11,9 @@ from pipelines.errors import StepmarkError
 from protos.rlds_creator import study_pb2
 from tests.annotator.envs.helpers import check_frame, check_transition, gamepad, run_to_truncation
 
+#: What NetHack says before its greeting on some dates (allmain.c: moon phase, Friday the 13th).
+DATE_MESSAGES = ("You are lucky!  Full moon tonight.", "Be careful!  New moon tonight.", "Watch out!  Bad things")
+
 
 def spec(task: str = "NetHackScore-v0", max_steps: int = 0) -> study_pb2.EnvironmentSpec:
     s = study_pb2.EnvironmentSpec(id="nh", sync=True, max_episode_steps=max_steps)
@@ -34,7 +37,10 @@ def test_reset_step_and_render_the_terminal(score):
     assert frame.shape == (24 * h, 80 * w, 3) and h > 8 and w > 5
     # The welcome message is drawn on the top row; the empty middle of row 1 (col 70+) stays black.
     assert frame[:h].max() > 100
-    assert bytes(t.observation["tty_chars"][0, :5]).decode() == "Hello"
+    # NetHack greets with "Hello ...", or first with the moon phase or Friday the 13th on such dates (the
+    # machine's clock: "Be careful! New moon tonight.").
+    top = bytes(t.observation["tty_chars"][0]).decode()
+    assert top.startswith(("Hello", *DATE_MESSAGES)), top
     row, col = (int(v) for v in t.observation["tty_cursor"])
     assert frame[row * h : (row + 1) * h, col * w : (col + 1) * w].mean() > 100  # inverted cursor cell
     before = frame.copy()
