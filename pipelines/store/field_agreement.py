@@ -182,12 +182,17 @@ class Alpha:
         return 1.0 - (self.observed / self.n) / expected
 
 
+def alpha_for(definition: FieldDef) -> Alpha:
+    """An empty alpha with the distance of the field's kind (METRICS)."""
+    return Alpha(METRICS[definition.kind] if definition.kind != "text" else "text")
+
+
 class Tally:
     """One field's agreement from its units, added in place order (`add`), in bounded memory (`result`)."""
 
     def __init__(self, definition: FieldDef) -> None:
         self.out = FieldAgreement(definition.name, definition.kind, definition.scope, METRICS[definition.kind])
-        self.alpha = Alpha(METRICS[definition.kind] if definition.kind != "text" else "text")
+        self.alpha = alpha_for(definition)
         self.annotators: set[str] = set()
         self.similarity = 0.0
         self.open: list[FieldDispute] = []  # the first MAX_DISPUTED without a consensus
