@@ -14,14 +14,17 @@ Definitions (schemas/store.md, "Review of suggestions"):
   value) over every place where two or more of people and the source gave a value; `alpha_people`: the same
   over people only (the field's agreement, `field_agreement`). Both with the field's distance.
 
-INVALID sessions' episodes are left out, as agreement leaves them out. The counts are SQL aggregates (totals,
-unseen) and a stream of (suggestion, answer) pairs read BATCH rows at a time; alpha reads the places two or more
-annotators gave a value (the partial index of `field_places`) and the places of one person with a suggestion,
-one place at a time, into running sums (`field_agreement.Alpha`): memory does not grow with the study.
+INVALID sessions' episodes are left out, as agreement leaves them out. The counts are SQL aggregates: totals,
+unseen, answers and those equal to the suggestion per field and source, and the other answers per distinct
+(suggestion, answer) pair, which Python sorts into edited and replaced; alpha reads the places two or more
+annotators gave a value (the partial index of `field_places`) one at a time, and the places of one person with a
+suggestion per distinct (value, suggestion) pair with their count, into running sums (`field_agreement.Alpha`),
+BATCH rows at a time: memory does not grow with the study.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -84,31 +87,44 @@ def _answer(value: Any, suggestion: Any) -> sa.ColumnElement[bool]:
     return sa.and_(_same(value, suggestion), value.origin != "imported", value.created_time >= suggestion.created_time)
 
 
+def _json_text(column: Any) -> Any:
+    """A JSON column as its stored text: equal texts are equal values (one serializer writes them all), so the
+    database can group and compare them; unequal texts are compared in Python (3 and 3.0 are equal)."""
+    return sa.cast(column, sa.Text)
+
+
 def _counts(s: Any, study_id: str, valid: Any) -> dict[tuple[str, str], list[int]]:
-    """(field, source) -> [suggestions, unseen], counted by the database."""
+    """(field, source) -> [suggestions, unseen, answers, answers equal to the suggestion as stored text], one
+    aggregate over the suggestions and their answers."""
     suggestion, value = FieldSuggestionRow, FieldValueRow
-    answered = sa.exists().where(_answer(value, suggestion))
+    same = sa.and_(value.id.is_not(None), _json_text(value.value) == _json_text(suggestion.value))
     query = (
-        sa.select(suggestion.field, suggestion.source, sa.func.count(),
-                  sa.func.sum(sa.case((answered, 0), else_=1)))  # fmt: skip
+        sa.select(suggestion.field, suggestion.source, sa.func.count(sa.distinct(suggestion.id)),
+                  sa.func.sum(sa.case((value.id.is_(None), 1), else_=0)), sa.func.count(value.id),
+                  sa.func.sum(sa.case((same, 1), else_=0)))  # fmt: skip
         .join(EpisodeRow, EpisodeRow.id == suggestion.episode_id)
+        .outerjoin(value, _answer(value, suggestion))
         .where(EpisodeRow.study_id == study_id, *([] if valid is None else [valid]))
         .group_by(suggestion.field, suggestion.source)
     )
-    return {(name, source): [n, int(unseen or 0)] for name, source, n, unseen in s.execute(query)}
+    return {(name, source): [int(n or 0) for n in rest] for name, source, *rest in s.execute(query)}
 
 
-def _pairs(s: Any, study_id: str, valid: Any) -> Iterator[tuple[str, str, Any, Any]]:
-    """(field, source, suggested value, answer value) of every answer, streamed."""
+def _changed(s: Any, study_id: str, valid: Any) -> Iterator[tuple[str, str, Any, Any, int]]:
+    """(field, source, suggested value, answer, how many) of the answers whose stored text differs from the
+    suggestion's, counted by the database per distinct pair."""
     suggestion, value = FieldSuggestionRow, FieldValueRow
+    suggested, given = _json_text(suggestion.value).label("suggested"), _json_text(value.value).label("given")
     query = (
-        sa.select(suggestion.field, suggestion.source, suggestion.value, value.value)
+        sa.select(suggestion.field, suggestion.source, suggested, given, sa.func.count())
         .join(EpisodeRow, EpisodeRow.id == suggestion.episode_id)
         .join(value, _answer(value, suggestion))
-        .where(EpisodeRow.study_id == study_id, *([] if valid is None else [valid]))
+        .where(EpisodeRow.study_id == study_id, given != suggested, *([] if valid is None else [valid]))
+        .group_by(suggestion.field, suggestion.source, suggested, given)
         .execution_options(yield_per=BATCH)
     )
-    yield from s.execute(query)
+    for name, source, a, b, n in s.execute(query):
+        yield name, source, json.loads(a), json.loads(b), n
 
 
 def _places(rows: Any) -> Iterator[tuple[str, list[Any], dict[str, Any]]]:
@@ -148,20 +164,22 @@ def _shared(s: Any, study_id: str, valid: Any) -> Iterator[tuple[str, list[Any],
     yield from _places(s.execute(query))
 
 
-def _single(s: Any, study_id: str, valid: Any) -> Iterator[tuple[str, list[Any], dict[str, Any]]]:
-    """Places one person gave a value and a source suggested one: found from the suggestions."""
+def _single(s: Any, study_id: str, valid: Any) -> Iterator[tuple[str, str, Any, Any, int]]:
+    """(field, source, the person's value, the suggested value, how many places) of the places one person gave a
+    value and a source suggested one: found from the suggestions, counted by the database per distinct pair."""
     place, value, suggestion = FieldPlaceRow, FieldValueRow, FieldSuggestionRow
-    order = [suggestion.field, suggestion.episode_id, suggestion.step_index, suggestion.end_index]
+    given, suggested = _json_text(value.value).label("given"), _json_text(suggestion.value).label("suggested")
     query = (
-        sa.select(*order, value.user, value.value, suggestion.source, suggestion.value)
+        sa.select(suggestion.field, suggestion.source, given, suggested, sa.func.count())
         .join(EpisodeRow, EpisodeRow.id == suggestion.episode_id)
         .join(place, _same(place, suggestion))
         .join(value, _same(value, suggestion))
         .where(EpisodeRow.study_id == study_id, place.annotators == 1, *([] if valid is None else [valid]))
-        .order_by(*order, value.id, suggestion.id)
+        .group_by(suggestion.field, suggestion.source, given, suggested)
         .execution_options(yield_per=BATCH)
     )
-    yield from _places(s.execute(query))
+    for name, source, a, b, n in s.execute(query):
+        yield name, source, json.loads(a), json.loads(b), n
 
 
 def study_field_review(repo: Any, study_id: str) -> list[SourceReview]:
@@ -173,11 +191,11 @@ def study_field_review(repo: Any, study_id: str) -> list[SourceReview]:
         counts = {key: n for key, n in _counts(s, study_id, valid).items() if key[0] in defs}
         if not counts:
             return []
-        answers: dict[tuple[str, str], dict[str, int]] = {key: {} for key in counts}
-        for name, source, suggested, given in _pairs(s, study_id, valid):
+        answers: dict[tuple[str, str], dict[str, int]] = {key: {"accepted": n[3]} for key, n in counts.items()}
+        for name, source, suggested, given, n in _changed(s, study_id, valid):
             if (name, source) in answers:
                 kind = answer_kind(defs[name], suggested, given)
-                answers[(name, source)][kind] = answers[(name, source)].get(kind, 0) + 1
+                answers[(name, source)][kind] = answers[(name, source)].get(kind, 0) + n
         sources: dict[str, list[str]] = {}
         for name, source in sorted(counts):
             sources.setdefault(name, []).append(source)
@@ -185,22 +203,23 @@ def study_field_review(repo: Any, study_id: str) -> list[SourceReview]:
         people_units = dict.fromkeys(sources, 0)
         with_model: dict[tuple[str, str], Alpha] = {key: alpha_for(defs[key[0]]) for key in counts}
         units = dict.fromkeys(counts, 0)
-        for shared, places in ((True, _shared(s, study_id, valid)), (False, _single(s, study_id, valid))):
-            for name, given, models in places:
-                if name not in sources:
-                    continue
-                if shared:
-                    people[name].add(given)
-                    people_units[name] += 1
-                for source in sources[name]:
-                    unit = [*given, models[source]] if source in models else given
-                    if len(unit) >= 2:
-                        with_model[(name, source)].add(unit)
-                        units[(name, source)] += 1
+        for name, given, models in _shared(s, study_id, valid):
+            if name not in sources:
+                continue
+            people[name].add(given)
+            people_units[name] += 1
+            for source in sources[name]:
+                unit = [*given, models[source]] if source in models else given
+                with_model[(name, source)].add(unit)
+                units[(name, source)] += 1
+        for name, source, given, suggested, n in _single(s, study_id, valid):
+            if (name, source) in with_model:
+                with_model[(name, source)].add([given, suggested], times=n)
+                units[(name, source)] += n
     out = []
     for name in (d for d in defs if d in sources):
         for source in sources[name]:
-            (n, unseen), got = counts[(name, source)], answers[(name, source)]
+            (n, unseen, _, _), got = counts[(name, source)], answers[(name, source)]
             accepted, edited, replaced = (got.get(k, 0) for k in ("accepted", "edited", "replaced"))
             out.append(SourceReview(
                 name, defs[name].kind, source, n, unseen, accepted + edited + replaced, accepted, edited, replaced,
