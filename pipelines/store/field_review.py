@@ -14,12 +14,12 @@ Definitions (schemas/store.md, "Review of suggestions"):
   value) over every place where two or more of people and the source gave a value; `alpha_people`: the same
   over people only (the field's agreement, `field_agreement`). Both with the field's distance.
 
-INVALID sessions' episodes are left out, as agreement leaves them out. The counts are SQL aggregates: totals,
-unseen, answers and those equal to the suggestion per field and source, and the other answers per distinct
-(suggestion, answer) pair, which Python sorts into edited and replaced; alpha reads the places two or more
-annotators gave a value (the partial index of `field_places`) one at a time, and the places of one person with a
-suggestion per distinct (value, suggestion) pair with their count, into running sums (`field_agreement.Alpha`),
-BATCH rows at a time: memory does not grow with the study.
+INVALID sessions' episodes are left out, as agreement leaves them out. Two reads, BATCH rows at a time, into
+running sums (`field_agreement.Alpha`), so memory does not grow with the study: one pass over every suggestion
+with the value at its place where at most one person gave one, aggregated by the database per distinct
+(suggestion, value, answered) row (JSON compared as its stored text); and the places two or more people gave a
+value (the partial index of `field_places`, as agreement reads them) with the suggestions there, one place at a
+time. Time grows with the suggestions (bench/bench_store_scale.py).
 """
 
 from __future__ import annotations
@@ -93,65 +93,64 @@ def _json_text(column: Any) -> Any:
     return sa.cast(column, sa.Text)
 
 
-def _counts(s: Any, study_id: str, valid: Any) -> dict[tuple[str, str], list[int]]:
-    """(field, source) -> [suggestions, unseen, answers, answers equal to the suggestion as stored text], one
-    aggregate over the suggestions and their answers."""
-    suggestion, value = FieldSuggestionRow, FieldValueRow
-    same = sa.and_(value.id.is_not(None), _json_text(value.value) == _json_text(suggestion.value))
-    query = (
-        sa.select(suggestion.field, suggestion.source, sa.func.count(sa.distinct(suggestion.id)),
-                  sa.func.sum(sa.case((value.id.is_(None), 1), else_=0)), sa.func.count(value.id),
-                  sa.func.sum(sa.case((same, 1), else_=0)))  # fmt: skip
-        .join(EpisodeRow, EpisodeRow.id == suggestion.episode_id)
-        .outerjoin(value, _answer(value, suggestion))
-        .where(EpisodeRow.study_id == study_id, *([] if valid is None else [valid]))
-        .group_by(suggestion.field, suggestion.source)
-    )
-    return {(name, source): [int(n or 0) for n in rest] for name, source, *rest in s.execute(query)}
+def _answered(value: Any, suggestion: Any) -> Any:
+    """1 where the row's person value answers the suggestion (module docstring), else 0 (or no value)."""
+    answer = sa.and_(value.origin != "imported", value.created_time >= suggestion.created_time)
+    return sa.case((answer, 1), else_=0).label("answered")
 
 
-def _changed(s: Any, study_id: str, valid: Any) -> Iterator[tuple[str, str, Any, Any, int]]:
-    """(field, source, suggested value, answer, how many) of the answers whose stored text differs from the
-    suggestion's, counted by the database per distinct pair."""
-    suggestion, value = FieldSuggestionRow, FieldValueRow
+def _by_pair(s: Any, study_id: str, valid: Any) -> Iterator[tuple[str, str, str, str | None, int, int, int]]:
+    """(field, source, suggested value's text, the person's value's text or None, answered, shared, how many)
+    over every suggestion, counted by the database per distinct row: one pass over the suggestions. At a place
+    two or more people gave a value (`shared`: 1) the values are not joined (`_shared` reads those places)."""
+    place, value, suggestion = FieldPlaceRow, FieldValueRow, FieldSuggestionRow
     suggested, given = _json_text(suggestion.value).label("suggested"), _json_text(value.value).label("given")
+    answered = _answered(value, suggestion)
+    shared = sa.case((place.annotators >= 2, 1), else_=0).label("shared")
     query = (
-        sa.select(suggestion.field, suggestion.source, suggested, given, sa.func.count())
+        sa.select(suggestion.field, suggestion.source, suggested, given, answered, shared, sa.func.count())
         .join(EpisodeRow, EpisodeRow.id == suggestion.episode_id)
-        .join(value, _answer(value, suggestion))
-        .where(EpisodeRow.study_id == study_id, given != suggested, *([] if valid is None else [valid]))
-        .group_by(suggestion.field, suggestion.source, suggested, given)
+        .outerjoin(place, _same(place, suggestion))
+        .outerjoin(value, sa.and_(_same(value, suggestion), place.annotators < 2))
+        .where(EpisodeRow.study_id == study_id, *([] if valid is None else [valid]))
+        .group_by(suggestion.field, suggestion.source, suggested, given, answered, shared)
         .execution_options(yield_per=BATCH)
     )
-    for name, source, a, b, n in s.execute(query):
-        yield name, source, json.loads(a), json.loads(b), n
+    yield from s.execute(query)
 
 
-def _places(rows: Any) -> Iterator[tuple[str, list[Any], dict[str, Any]]]:
-    """(field, people's values in the order given, {source: suggested value}) per place, from rows
-    (field, episode, step, end, user, value, source, suggested) ordered by place (a join repeats both sides)."""
+Place = tuple[str, list[Any], dict[str, Any], dict[str, list[Any]]]
+
+
+def _places(rows: Any) -> Iterator[Place]:
+    """(field, people's values in the order given, {source: suggested value}, {source: the values answering
+    it}) per place, from rows (field, episode, step, end, user, value, source, suggested, answered) ordered by
+    place (a join repeats both sides)."""
     current = None
     people: dict[str, Any] = {}
     models: dict[str, Any] = {}
-    for name, episode_id, step, end, user, given, source, suggested in rows:
+    answers: dict[str, dict[str, Any]] = {}
+    for name, episode_id, step, end, user, given, source, suggested, answered in rows:
         key = (name, episode_id, step, end)
         if key != current:
             if current is not None:
-                yield current[0], list(people.values()), models
-            current, people, models = key, {}, {}
+                yield current[0], list(people.values()), models, {k: list(v.values()) for k, v in answers.items()}
+            current, people, models, answers = key, {}, {}, {}
         people.setdefault(user, given)
         if source is not None:
             models.setdefault(source, suggested)
+            if answered:
+                answers.setdefault(source, {})[user] = given
     if current is not None:
-        yield current[0], list(people.values()), models
+        yield current[0], list(people.values()), models, {k: list(v.values()) for k, v in answers.items()}
 
 
-def _shared(s: Any, study_id: str, valid: Any) -> Iterator[tuple[str, list[Any], dict[str, Any]]]:
-    """Places two or more people gave a value, with every source's suggestion there."""
+def _shared(s: Any, study_id: str, valid: Any) -> Iterator[Place]:
+    """Places two or more people gave a value, with every source's suggestion there and who answered it."""
     place, value, suggestion = FieldPlaceRow, FieldValueRow, FieldSuggestionRow
     order = [place.field, place.episode_id, place.step_index, place.end_index]
     query = (
-        sa.select(*order, value.user, value.value, suggestion.source, suggestion.value)
+        sa.select(*order, value.user, value.value, suggestion.source, suggestion.value, _answered(value, suggestion))
         .join(value, _same(value, place))
         .outerjoin(suggestion, _same(suggestion, place))
         # the partial index's own condition, as a literal (as `field_agreement.shared_places` reads it)
@@ -164,65 +163,76 @@ def _shared(s: Any, study_id: str, valid: Any) -> Iterator[tuple[str, list[Any],
     yield from _places(s.execute(query))
 
 
-def _single(s: Any, study_id: str, valid: Any) -> Iterator[tuple[str, str, Any, Any, int]]:
-    """(field, source, the person's value, the suggested value, how many places) of the places one person gave a
-    value and a source suggested one: found from the suggestions, counted by the database per distinct pair."""
-    place, value, suggestion = FieldPlaceRow, FieldValueRow, FieldSuggestionRow
-    given, suggested = _json_text(value.value).label("given"), _json_text(suggestion.value).label("suggested")
-    query = (
-        sa.select(suggestion.field, suggestion.source, given, suggested, sa.func.count())
-        .join(EpisodeRow, EpisodeRow.id == suggestion.episode_id)
-        .join(place, _same(place, suggestion))
-        .join(value, _same(value, suggestion))
-        .where(EpisodeRow.study_id == study_id, place.annotators == 1, *([] if valid is None else [valid]))
-        .group_by(suggestion.field, suggestion.source, given, suggested)
-        .execution_options(yield_per=BATCH)
-    )
-    for name, source, a, b, n in s.execute(query):
-        yield name, source, json.loads(a), json.loads(b), n
+class _Tally:
+    """One (field, source)'s figures as places and counted rows come."""
+
+    def __init__(self, definition: FieldDef) -> None:
+        self.definition = definition
+        self.suggestions = self.unseen = self.units = 0
+        self.kinds = {"accepted": 0, "edited": 0, "replaced": 0}
+        self.alpha = alpha_for(definition)
+
+    def answer(self, suggested: Any, given: Any, times: int = 1) -> None:
+        self.kinds[answer_kind(self.definition, suggested, given)] += times
 
 
 def study_field_review(repo: Any, study_id: str) -> list[SourceReview]:
     """Every source's review figures per field of the study (removed fields too), in field then source order."""
     repo.get_study(study_id)  # NotFound names the study
     defs = {d.name: d for d in fv.definitions(repo, study_id, include_removed=True)}
+    tallies: dict[tuple[str, str], _Tally] = {}
+    people: dict[str, Alpha] = {}
+    people_units: dict[str, int] = {}
     with repo._read() as s:
         valid = listing.valid_only(s, listing.EpisodeQuery(study_id=study_id))
-        counts = {key: n for key, n in _counts(s, study_id, valid).items() if key[0] in defs}
-        if not counts:
-            return []
-        answers: dict[tuple[str, str], dict[str, int]] = {key: {"accepted": n[3]} for key, n in counts.items()}
-        for name, source, suggested, given, n in _changed(s, study_id, valid):
-            if (name, source) in answers:
-                kind = answer_kind(defs[name], suggested, given)
-                answers[(name, source)][kind] = answers[(name, source)].get(kind, 0) + n
+        for name, source, suggested_text, given_text, answered, shared, n in _by_pair(s, study_id, valid):
+            if name not in defs:
+                continue
+            tally = tallies.get((name, source)) or tallies.setdefault((name, source), _Tally(defs[name]))
+            if shared:  # counted place by place below
+                continue
+            tally.suggestions += n
+            if given_text is None:
+                tally.unseen += n
+                continue
+            suggested, given = json.loads(suggested_text), json.loads(given_text)
+            if answered:
+                if given_text == suggested_text:  # equal texts: equal values
+                    tally.kinds["accepted"] += n
+                else:
+                    tally.answer(suggested, given, n)
+            else:
+                tally.unseen += n
+            tally.alpha.add([given, suggested], times=n)
+            tally.units += n
         sources: dict[str, list[str]] = {}
-        for name, source in sorted(counts):
+        for name, source in sorted(tallies):
             sources.setdefault(name, []).append(source)
+        if not sources:
+            return []
         people = {name: alpha_for(defs[name]) for name in sources}
         people_units = dict.fromkeys(sources, 0)
-        with_model: dict[tuple[str, str], Alpha] = {key: alpha_for(defs[key[0]]) for key in counts}
-        units = dict.fromkeys(counts, 0)
-        for name, given, models in _shared(s, study_id, valid):
+        for name, given, models, answers in _shared(s, study_id, valid):
             if name not in sources:
                 continue
             people[name].add(given)
             people_units[name] += 1
             for source in sources[name]:
-                unit = [*given, models[source]] if source in models else given
-                with_model[(name, source)].add(unit)
-                units[(name, source)] += 1
-        for name, source, given, suggested, n in _single(s, study_id, valid):
-            if (name, source) in with_model:
-                with_model[(name, source)].add([given, suggested], times=n)
-                units[(name, source)] += n
+                tally = tallies[(name, source)]
+                if source in models:
+                    tally.suggestions += 1
+                    tally.unseen += source not in answers
+                    for answer in answers.get(source, ()):
+                        tally.answer(models[source], answer)
+                tally.alpha.add([*given, models[source]] if source in models else given)
+                tally.units += 1
     out = []
     for name in (d for d in defs if d in sources):
         for source in sources[name]:
-            (n, unseen, _, _), got = counts[(name, source)], answers[(name, source)]
-            accepted, edited, replaced = (got.get(k, 0) for k in ("accepted", "edited", "replaced"))
+            tally = tallies[(name, source)]
+            accepted, edited, replaced = (tally.kinds[k] for k in ("accepted", "edited", "replaced"))
             out.append(SourceReview(
-                name, defs[name].kind, source, n, unseen, accepted + edited + replaced, accepted, edited, replaced,
-                units[(name, source)], with_model[(name, source)].value(), people_units[name], people[name].value(),
+                name, defs[name].kind, source, tally.suggestions, tally.unseen, accepted + edited + replaced,
+                accepted, edited, replaced, tally.units, tally.alpha.value(), people_units[name], people[name].value(),
             ))  # fmt: skip
     return out
