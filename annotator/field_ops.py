@@ -1,6 +1,7 @@
 """The annotator's side of a study's own fields (issue 26): the definitions as editable text (Studies page) and
-the per-field agreement as tables with adjudication (Quality page). Thin over `pipelines.store.field_values`,
-`field_defs` and `field_agreement`; every change is made as `ops.user`."""
+the per-field agreement as tables with adjudication, and the review of suggestions (Quality page). Thin over
+`pipelines.store.field_values`, `field_defs`, `field_agreement` and `field_review`; every change is made as
+`ops.user`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import yaml
 from pipelines.store import field_agreement, field_values
 from pipelines.store.field_agreement import FieldAgreement
 from pipelines.store.field_defs import FieldDef, parse_text
+from pipelines.store.field_review import SourceReview
 from protos.rlds_creator import client_pb2
 
 
@@ -59,6 +61,20 @@ def agreement_tables(fields: list[FieldAgreement]) -> dict[str, pd.DataFrame]:
         columns=["field", "episode", "step", "values", "similarity", "consensus"],
     )  # fmt: skip
     return {"fields": summary, "disputes": disputes}
+
+
+REVIEW_COLUMNS = ["field", "source", "suggestions", "unseen", "accepted", "edited", "replaced", "accepted rate",
+                  "alpha with the source", "units", "alpha among people", "people units"]  # fmt: skip
+
+
+def review_table(reviews: list[SourceReview]) -> pd.DataFrame:
+    """Per field and suggestion source, what people did with the suggestions and alpha with the source as one
+    more annotator (`pipelines.store.field_review`), as `stepmark agreement` prints it."""
+    return pd.DataFrame(
+        [[r.field, r.source, r.suggestions, r.unseen, r.accepted, r.edited, r.replaced, r.accepted_rate, r.alpha,
+          r.units, r.alpha_people, r.people_units] for r in reviews],
+        columns=REVIEW_COLUMNS,
+    )  # fmt: skip
 
 
 def adjudicate(ops, episode_id: str, field: str, step: int, end: int, value: Any) -> Any:

@@ -6,8 +6,11 @@ the rejected ones), a
 queue of overlap 2 with one episode in 500 labelled by two annotators), and study fields with their values
 (a step choice `action_ok` and a step text `instruction` from the two annotators of each labelled episode on
 its first four steps, as a labelling pass gives them; an episode choice `success` from one annotator on every
-episode, as a triage pass gives it, and from a second on one episode in 50, as a check of that pass), to each
-size given (default 10k, 100k, 1M), and at each size measures:
+episode, as a triage pass gives it, and from a second on one episode in 50, as a check of that pass), and a
+model's suggestions (source `model:bench-vlm@1`, stored before the people's values: `success` on every episode,
+agreeing with the triage four times in five; `action_ok` and `instruction` where the queue's two annotators
+gave theirs), so the agreement and report figures include the review of suggestions
+(pipelines/store/field_review.py), to each size given (default 10k, 100k, 1M), and at each size measures:
   - the repository's list queries in process (count, first page, a jump to the middle page, the page after
     it, sort by steps descending, filters by state, tag and notes text, queue progress), in ms;
   - `stepmark report --study`, `stepmark agreement` (tags and study fields) and `stepmark queue show` under
@@ -66,6 +69,7 @@ FIELDS = """fields:
   - {name: success, scope: episode, kind: choice, options: [yes, no, partial]}
 """
 WORDS = "tap open the settings menu search bar type pizza scroll down go back and then".split()
+MODEL = "model:bench-vlm@1"
 
 
 def _hex(i: int) -> str:
@@ -81,7 +85,7 @@ def setup(url: str | None, data_dir: Path, converted: Path):
     from pipelines.store import open_store
     from pipelines.store import queue as work_queue
     from pipelines.store.field_defs import parse_text
-    from pipelines.store.models import EpisodeRow, FieldValueRow
+    from pipelines.store.models import EpisodeRow, FieldSuggestionRow, FieldValueRow
     from pipelines.ui_import import find_or_create_study
 
     t = time.perf_counter()
@@ -105,8 +109,12 @@ def setup(url: str | None, data_dir: Path, converted: Path):
             sa.select(sa.func.count()).select_from(FieldValueRow)
             .where(FieldValueRow.field == "success", FieldValueRow.user == USERS[3])
         )  # fmt: skip
+        with_suggestions = conn.scalar(  # and one `success` suggestion of the model
+            sa.select(sa.func.count()).select_from(FieldSuggestionRow)
+            .where(FieldSuggestionRow.field == "success", FieldSuggestionRow.source == MODEL)
+        )  # fmt: skip
     shard = next(converted.glob("episodes-*.tfrecord"))
-    return repo, study.id, session_id, str(shard.resolve()), have, with_fields
+    return repo, study.id, session_id, str(shard.resolve()), have, with_fields, with_suggestions
 
 
 def grow(repo, study_id: str, session_id: str, shard: str, start: int, stop: int) -> None:
@@ -201,6 +209,34 @@ def grow_fields(repo, start: int, stop: int) -> None:
     repo.analyze()
 
 
+def grow_suggestions(repo, start: int, stop: int) -> None:
+    """The model's suggestions of episodes start..stop-1 (see the module's docstring), a day before the values."""
+    import sqlalchemy as sa
+
+    from pipelines.store.models import FieldSuggestionRow
+
+    base = datetime(2026, 1, 1, tzinfo=UTC) - timedelta(days=1)
+    for lo in range(start, stop, INSERT_BATCH):
+        rows = []
+        for i in range(lo, min(stop, lo + INSERT_BATCH)):
+            h = _hex(i)
+            steps = 1 + int(h[:4], 16) % 30
+            row = {"episode_id": h, "source": MODEL, "created_time": base + timedelta(milliseconds=i)}
+            k = int(h[4], 16)
+            verdict = ("yes", "no", "partial")[(k + (1 if int(h[8], 16) % 5 == 0 else 0)) % 3]
+            rows.append({**row, "field": "success", "step_index": -1, "end_index": -1, "value": verdict})
+            if i % 500 == 13:
+                for step in range(min(steps, 4)):
+                    k = int(h[7 + step], 16)
+                    words = [WORDS[(k + j * 7) % len(WORDS)] for j in range(5)]
+                    place = {"step_index": step, "end_index": step}
+                    rows.append({**row, **place, "field": "action_ok", "value": ("yes", "no", "unsure")[(k + 1) % 3]})
+                    rows.append({**row, **place, "field": "instruction", "value": " ".join(words[:4])})
+        with repo.engine.begin() as conn:
+            conn.execute(sa.insert(FieldSuggestionRow.__table__), rows)
+    repo.analyze()
+
+
 def timed(fn) -> tuple[float, object]:
     t = time.perf_counter()
     out = fn()
@@ -209,7 +245,7 @@ def timed(fn) -> tuple[float, object]:
 
 def repo_figures(url: str | None, data_dir: Path, study_id: str) -> dict[str, float]:
     """The list queries the pages run, in a freshly opened store (ms; the best of 3 after a first run)."""
-    from pipelines.store import listing, open_store
+    from pipelines.store import field_agreement, field_review, listing, open_store
     from pipelines.store import queue as work_queue
     from pipelines.store.listing import EpisodeQuery, Sort
     from protos.rlds_creator import study_pb2
@@ -249,6 +285,9 @@ def repo_figures(url: str | None, data_dir: Path, study_id: str) -> dict[str, fl
                 repo.page_episodes(s, Sort(), None, 50),
             ),
             "queue progress": lambda: work_queue.progress(repo, study_id),
+            # beside it: the study fields' agreement, and the review of the model's suggestions (issue 33)
+            "field agreement": lambda: field_agreement.study_field_agreement(repo, study_id),
+            "review of suggestions": lambda: field_review.study_field_review(repo, study_id),
         }
         for name, fn in cases.items():
             fn()
@@ -465,7 +504,7 @@ def main() -> None:
             results[backend] = {}
             for size in sorted(args.sizes):
                 url, data_dir = store_location(backend, size, root, kept)
-                repo, study_id, session_id, shard, have, with_fields = setup(url, data_dir, converted)
+                repo, study_id, session_id, shard, have, with_fields, with_suggestions = setup(url, data_dir, converted)
                 if have < size:
                     t = time.perf_counter()
                     grow(repo, study_id, session_id, shard, have, size)
@@ -474,6 +513,11 @@ def main() -> None:
                     t = time.perf_counter()
                     grow_fields(repo, with_fields, size)
                     print(f"[{backend}] field values of episodes {with_fields:,}..{size - 1:,} added in "
+                          f"{time.perf_counter() - t:.1f} s", flush=True)  # fmt: skip
+                if with_suggestions < size:
+                    t = time.perf_counter()
+                    grow_suggestions(repo, with_suggestions, size)
+                    print(f"[{backend}] model suggestions of episodes {with_suggestions:,}..{size - 1:,} added in "
                           f"{time.perf_counter() - t:.1f} s", flush=True)  # fmt: skip
                 repo.close()
                 if args.build_only:

@@ -9,6 +9,7 @@ from pipelines.episodes.publish import open_store
 from pipelines.store import queue as work_queue
 from pipelines.store.agreement import AgreementReport, adjudicate, study_agreement
 from pipelines.store.field_agreement import FieldAgreement, study_field_agreement
+from pipelines.store.field_review import SourceReview, study_field_review
 from stepmark.cmd_store import _table
 
 
@@ -72,14 +73,28 @@ def format_field_agreement(fields: list[FieldAgreement]) -> str:
     return "\n".join(lines)
 
 
+def format_field_review(reviews: list[SourceReview]) -> str:
+    """What people did with each source's suggestions per field, and alpha with the source as one more
+    annotator (pipelines/store/field_review.py; the Quality page shows the same table)."""
+    if not reviews:
+        return ""
+    rows = [["FIELD", "SOURCE", "SUGGESTIONS", "UNSEEN", "ACCEPTED", "EDITED", "REPLACED", "ALPHA WITH SOURCE",
+             "UNITS", "ALPHA PEOPLE", "PEOPLE UNITS"]]  # fmt: skip
+    rows += [[r.field, r.source, str(r.suggestions), str(r.unseen), str(r.accepted), str(r.edited), str(r.replaced),
+              _fmt(r.alpha), str(r.units), _fmt(r.alpha_people), str(r.people_units)] for r in reviews]  # fmt: skip
+    return "\n".join(["", "review of suggestions (per field and source):", _table(rows)])
+
+
 def agreement_command(args: argparse.Namespace) -> int:
     with open_store(args.store, args.data) as repo:
         report = study_agreement(repo, args.study)
         fields = study_field_agreement(repo, args.study)
+        reviews = study_field_review(repo, args.study)
     if args.json:
-        print(json.dumps({**report.to_json(), "fields": [f.to_json() for f in fields]}, indent=2))
+        print(json.dumps({**report.to_json(), "fields": [f.to_json() for f in fields],
+                          "field_review": [r.to_json() for r in reviews]}, indent=2))  # fmt: skip
     else:
-        print(format_agreement(report) + format_field_agreement(fields))
+        print(format_agreement(report) + format_field_agreement(fields) + format_field_review(reviews))
     return 0
 
 

@@ -111,6 +111,24 @@ FIELDS_MEAN = (
 )
 
 
+REVIEW_MEANS = (
+    "Per field and suggestion source (a model: model:NAME@VERSION): a person's answer is their value at the "
+    "suggestion's place written after it was stored (not imported). Accepted: equal to the suggestion; edited: "
+    "kept in part (a text at least half alike, options sharing one); replaced: any other value; unseen: "
+    "suggestions nobody answered yet. Alpha with the source: the field's alpha with the source counted as one "
+    "more annotator, beside alpha among people only."
+)
+
+
+def review_section(reviews: list) -> None:
+    """What people did with each source's suggestions, and its agreement with them (issue 33)."""
+    if not reviews:
+        return
+    st.subheader("Review of suggestions")
+    st.dataframe(field_ops.review_table(reviews), hide_index=True, key="field_review")
+    st.caption(REVIEW_MEANS)
+
+
 def study_fields_section(ops, fields: list) -> None:
     """Agreement per study field and adjudication of a disputed place (issue 26)."""
     if not fields:
@@ -177,6 +195,7 @@ def render() -> None:
     show_plots(summary.plots)
 
     study_fields_section(ops, summary.stats.field_agreement)  # remembered with the summary
+    review_section(summary.stats.field_review)
     st.header("Agreement")
     report = stats.agreement
     if report is None or not report.units:

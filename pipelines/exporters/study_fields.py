@@ -1,5 +1,6 @@
-"""A study's own fields in an export (issue 26): one named, typed column/feature per field on every step, and
-`field:<name>:origin` saying how the value came to be. Documented in schemas/dataset_spec.md ("Study fields").
+"""A study's own fields in an export (issue 26): one named, typed column/feature per field on every step,
+`field:<name>:origin` saying how the value came to be and `field:<name>:source` who it came from (issue 33).
+Documented in schemas/dataset_spec.md ("Study fields").
 
 Which value a step gets (`--annotations`, as for grounding):
 - `none`: no field columns;
@@ -15,7 +16,10 @@ values stay); the dataset metadata lists every field with `active`.
 Types, the same in every format: text and choice -> string ("" = none), number -> float64 (NaN = none),
 boolean -> bool (false = none), multi_choice -> bool[len(options)] (one flag per option, in the field's order).
 `field:<name>:origin` is "" where the step has no value, else accepted | edited | scratch | imported |
-adjudicated.
+adjudicated. `field:<name>:source` is "" where the step has no value; for an accepted value the source of the
+suggestion it equals at its place (the oldest such: a model's `model:NAME@VERSION`, any imported source's
+name), else `episode` (the converted episode's step text, as the player names that suggestion); for an
+adjudicated value the adjudicator; else the annotator who gave it.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ from pipelines.errors import StepmarkError
 
 PREFIX = "field:"
 ORIGIN = ":origin"
+SOURCE = ":source"
+STEP_TEXT = "episode"  # the source of a suggestion that is the converted episode's step text (field_routes)
 MODES = ("none", "mine", "all", "consensus")
 
-# episode id -> field -> [(start, end, value, origin)], newest chosen value last
-Resolved = dict[str, dict[str, list[tuple[int, int, Any, str]]]]
+# episode id -> field -> [(start, end, value, origin, source)], newest chosen value last
+Resolved = dict[str, dict[str, list[tuple[int, int, Any, str, str]]]]
 
 
 def column(name: str) -> str:
@@ -49,9 +55,9 @@ class StudyFields:
         self.repo, self.mode, self.user = repo, mode, user
         self._of_study: dict[str, list[dict[str, Any]]] = {}
         self._names: set[str] = set()  # fields defined in the studies seen so far
-        self._decided: dict[tuple[str, str, int, int], tuple[Any, datetime]] = {}
+        self._decided: dict[tuple[str, str, int, int], tuple[Any, datetime, str]] = {}
         # the same places by episode: adjudicated places nobody holds now are found per episode
-        self._decided_of: dict[str, list[tuple[str, int, int, Any, datetime]]] = {}
+        self._decided_of: dict[str, list[tuple[str, int, int, Any, datetime, str]]] = {}
 
     def _see(self, study_ids: Iterable[str]) -> None:
         from pipelines.store import field_values as fv
@@ -66,8 +72,8 @@ class StudyFields:
             if found and self.mode == "consensus":
                 decided = fv.decisions(self.repo, study_id)
                 self._decided.update(decided)
-                for (episode_id, name, start, end), (value, time) in decided.items():
-                    self._decided_of.setdefault(episode_id, []).append((name, start, end, value, time))
+                for (episode_id, name, start, end), (value, time, user) in decided.items():
+                    self._decided_of.setdefault(episode_id, []).append((name, start, end, value, time, user))
 
     @property
     def defs(self) -> tuple[dict[str, Any], ...]:
@@ -96,7 +102,8 @@ class StudyFields:
             return {}
         episode_ids = [e.id for e in episodes]
         defs, mode, user = self._names, self.mode, self.user
-        by_episode: dict[str, dict[str, list[tuple[datetime, int, int, Any, str]]]] = {}
+        by_episode: dict[str, dict[str, list[tuple[datetime, int, int, Any, str, str]]]] = {}
+        suggested: dict[str, list[Any]] | None = None  # read once a batch has an accepted value
         for episode_id, given in fv.values(self.repo, episode_ids).items():
             places: dict[tuple[str, int, int], list[Any]] = {}
             for v in given:
@@ -105,20 +112,26 @@ class StudyFields:
             out = by_episode.setdefault(episode_id, {})
             for (name, start, end), vs in places.items():
                 chosen = _choose(vs, mode, self._decided.get((episode_id, name, start, end), _NONE))
-                if chosen is not None:
-                    out.setdefault(name, []).append((chosen[2], start, end, chosen[0], chosen[1]))
+                if chosen is None:
+                    continue
+                value, origin, time, source = chosen
+                if origin == "accepted":
+                    if suggested is None:
+                        suggested = fv.suggestions(self.repo, episode_ids)
+                    source = _accepted_from(suggested.get(episode_id, ()), name, start, end, value)
+                out.setdefault(name, []).append((time, start, end, value, origin, source))
         for episode_id in dict.fromkeys(episode_ids):  # adjudicated places nobody holds now
-            for name, start, end, value, time in self._decided_of.get(episode_id, ()):
+            for name, start, end, value, time, decider in self._decided_of.get(episode_id, ()):
                 out = by_episode.setdefault(episode_id, {})
                 if name in defs and not any((s, e) == (start, end) for _, s, e, *_ in out.get(name, [])):
-                    out.setdefault(name, []).append((time, start, end, value, "adjudicated"))
+                    out.setdefault(name, []).append((time, start, end, value, "adjudicated", decider))
         resolved: Resolved = {}
         for episode_id, out in by_episode.items():
             # the newest chosen value last: the last hit wins in step_columns
             for name, places_of in out.items():
                 places_of.sort(key=lambda p: (p[0], p[1], p[2]))
                 resolved.setdefault(episode_id, {})[name] = [
-                    (s, e, value, origin) for _, s, e, value, origin in places_of
+                    (s, e, value, origin, source) for _, s, e, value, origin, source in places_of
                 ]
         return resolved
 
@@ -143,19 +156,29 @@ _NONE = object()
 _EPOCH = datetime.min.replace(tzinfo=UTC)
 
 
-def _choose(vs: list[Any], mode: str, adjudicated: Any) -> tuple[Any, str, datetime] | None:
-    """(value, origin, time) of a place under `mode`: the time orders overlapping segments (newest wins)."""
+def _accepted_from(suggestions: Iterable[Any], name: str, start: int, end: int, value: Any) -> str:
+    """The source of the oldest suggestion at the place equal to an accepted value (`field_values.origin_of`'s
+    equality); none stored: the converted episode's step text, the other suggestion a value is accepted from."""
+    for s in suggestions:  # oldest first
+        if (s.field, s.step, s.end) == (name, start, end) and s.value == value:
+            return s.user
+    return STEP_TEXT
+
+
+def _choose(vs: list[Any], mode: str, adjudicated: Any) -> tuple[Any, str, datetime, str] | None:
+    """(value, origin, time, who gave it) of a place under `mode`: the time orders overlapping segments (newest
+    wins)."""
     vs = sorted(vs, key=lambda v: (v.time or _EPOCH, v.user))
     if mode in ("mine", "all"):
-        return vs[-1].value, vs[-1].origin, vs[-1].time or _EPOCH
+        return vs[-1].value, vs[-1].origin, vs[-1].time or _EPOCH, vs[-1].user
     if adjudicated is not _NONE:
-        return adjudicated[0], "adjudicated", adjudicated[1] or _EPOCH
+        return adjudicated[0], "adjudicated", adjudicated[1] or _EPOCH, adjudicated[2]
     counts = Counter(_key(v.value) for v in vs)
     top, n = counts.most_common(1)[0]
     if n * 2 <= len(vs):
         return None
     agreeing = [v for v in vs if _key(v.value) == top]
-    return agreeing[0].value, agreeing[0].origin, agreeing[-1].time or _EPOCH
+    return agreeing[0].value, agreeing[0].origin, agreeing[-1].time or _EPOCH, agreeing[0].user
 
 
 def _key(value: Any) -> Any:
@@ -187,18 +210,19 @@ def typed(definition: dict[str, Any], value: Any) -> Any:
 
 
 def step_columns(
-    defs: Iterable[dict[str, Any]], resolved: dict[str, list[tuple[int, int, Any, str]]] | None, index: int
+    defs: Iterable[dict[str, Any]], resolved: dict[str, list[tuple[int, int, Any, str, str]]] | None, index: int
 ) -> dict[str, Any]:
     """The field columns of exported step `index` (every field, "none" values where it has none)."""
     out: dict[str, Any] = {}
     for d in defs:
         name = d["name"]
         hit = None
-        for start, end, value, origin in (resolved or {}).get(name, ()):
+        for start, end, value, origin, source in (resolved or {}).get(name, ()):
             if (start == -1 and d["scope"] == "episode") or start <= index <= end:
-                hit = (value, origin)  # newest last: the last hit wins
+                hit = (value, origin, source)  # newest last: the last hit wins
         out[column(name)] = typed(d, hit[0]) if hit else empty_value(d)
         out[column(name) + ORIGIN] = hit[1] if hit else ""
+        out[column(name) + SOURCE] = hit[2] if hit else ""
     return out
 
 

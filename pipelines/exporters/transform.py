@@ -82,7 +82,8 @@ class ExportStep:
     image: bytes | None = None
     keys: list[str] | None = None
     info: dict[str, Any] | None = None
-    # Study fields (issue 26): "field:<name>" and "field:<name>:origin" -> typed value (exporters/study_fields.py)
+    # Study fields (issue 26): "field:<name>", "field:<name>:origin" and ":source" -> typed value
+    # (exporters/study_fields.py)
     fields: dict[str, Any] = field(default_factory=dict)
 
 

@@ -112,6 +112,25 @@ def _fields_table(store: StoreStats) -> str:
     return f"<h2>Study fields</h2><table><tr>{header}</tr>{''.join(rows)}</table>"
 
 
+def _review_table(store: StoreStats) -> str:
+    """Per study field and suggestion source (a model): what people did with its suggestions and alpha with it
+    as one more annotator (store/field_review.py)."""
+    if not store.field_review:
+        return ""
+    head = ("field", "source", "suggestions", "unseen", "accepted", "edited", "replaced", "alpha with the source",
+            "units", "alpha among people", "units")  # fmt: skip
+    rows = []
+    for r in store.field_review:
+        cells = (r.field, r.source, str(r.suggestions), str(r.unseen), str(r.accepted), str(r.edited),
+                 str(r.replaced), "n/a" if r.alpha is None else f"{r.alpha:.3f}", str(r.units),
+                 "n/a" if r.alpha_people is None else f"{r.alpha_people:.3f}", str(r.people_units))  # fmt: skip
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    header = "".join(f"<th>{h}</th>" for h in head)
+    return (f'<h2>Review of suggestions</h2><table id="field-review"><tr>{header}</tr>{"".join(rows)}</table>'
+            "<p>A person's answer is their value at the suggestion's place written after it was stored (not "
+            "imported); unseen: no answer yet (schemas/store.md, \"Review of suggestions\").</p>")  # fmt: skip
+
+
 def _plots(plots: list[Plot]) -> str:
     parts = []
     for p in plots:
@@ -141,6 +160,7 @@ def render(ui: UiStats | None, store: StoreStats | None) -> str:
             "<h2>Queue and agreement</h2>",
             _table(figures, ("queue-", "agreement-")),
             _fields_table(store),
+            _review_table(store),
             _plots(store_plots(store)),
         ]
     made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from pipelines.store import Repository, listing
 from pipelines.store.agreement import AgreementReport, study_agreement
+from pipelines.store.field_review import study_field_review
 from pipelines.store.listing import EpisodeQuery
 from pipelines.store.models import EpisodeRow, EpisodeTagRow, SessionRow, StepTagRow
 from pipelines.store.queue import QueueProgress, progress
@@ -45,6 +46,7 @@ class StoreStats:
     agreement: AgreementReport | None = None
     fields: list = field(default_factory=list)  # study fields (issue 26): report/field_stats.FieldStat per field
     field_agreement: list = field(default_factory=list)  # their agreement: store/field_agreement.FieldAgreement
+    field_review: list = field(default_factory=list)  # their suggestions: store/field_review.SourceReview
 
     @property
     def success_rate(self) -> dict[str, float]:
@@ -157,4 +159,5 @@ def store_stats(repo: Repository, study_id: str) -> StoreStats:
     from pipelines.report.field_stats import field_summary
 
     stats.fields, stats.field_agreement = field_summary(repo, study_id, whole)
+    stats.field_review = study_field_review(repo, study_id)
     return stats

@@ -126,20 +126,21 @@ class Alpha:
         self.sample: list[Any] = []
         self._rng = random.Random(0)
 
-    def add(self, values: list[Any], distances: dict[tuple[int, int], float] | None = None) -> None:
-        """One unit's values; `distances`: `pair_distances` of them, when the caller has them already."""
+    def add(self, values: list[Any], distances: dict[tuple[int, int], float] | None = None, times: int = 1) -> None:
+        """One unit's values (`times` units alike: counted by the database); `distances`: `pair_distances` of
+        them, when the caller has them already."""
         m = len(values)
         if m < 2:
             return
         if self.nominal is not None:
-            self.nominal.add(Counter(_key(v) for v in values))
-            self.n += m
+            self.nominal.add(Counter(_key(v) for v in values), times)
+            self.n += m * times
             return
         if distances is None:
             distances = pair_distances(values, self.distance)
         pairs = itertools.permutations(range(m), 2)  # each pair both ways, as the definition sums them
-        self.observed += sum(distances[(i, j) if i < j else (j, i)] for i, j in pairs) / (m - 1)
-        for v in values:
+        within = sum(distances[(i, j) if i < j else (j, i)] for i, j in pairs) / (m - 1)
+        for v in (v for _ in range(times) for v in values):
             self.n += 1
             if self.level == "interval":
                 delta = float(v) - self.mean
@@ -157,6 +158,7 @@ class Alpha:
                     j = self._rng.randrange(self.n)
                     if j < MAX_DISTINCT:
                         self.sample[j] = v
+        self.observed += within * times
 
     def expected(self) -> float:
         n = self.n
@@ -182,12 +184,17 @@ class Alpha:
         return 1.0 - (self.observed / self.n) / expected
 
 
+def alpha_for(definition: FieldDef) -> Alpha:
+    """An empty alpha with the distance of the field's kind (METRICS)."""
+    return Alpha(METRICS[definition.kind] if definition.kind != "text" else "text")
+
+
 class Tally:
     """One field's agreement from its units, added in place order (`add`), in bounded memory (`result`)."""
 
     def __init__(self, definition: FieldDef) -> None:
         self.out = FieldAgreement(definition.name, definition.kind, definition.scope, METRICS[definition.kind])
-        self.alpha = Alpha(METRICS[definition.kind] if definition.kind != "text" else "text")
+        self.alpha = alpha_for(definition)
         self.annotators: set[str] = set()
         self.similarity = 0.0
         self.open: list[FieldDispute] = []  # the first MAX_DISPUTED without a consensus

@@ -475,18 +475,20 @@ def suggestions(repo: EpisodeAccess, episode_ids: Iterable[str]) -> dict[str, li
 
 def adjudications(repo: EpisodeAccess, study_id: str) -> dict[tuple[str, str, int, int], Any]:
     """(episode, field, step, end) -> the adjudicated value, for the study."""
-    return {key: value for key, (value, _) in decisions(repo, study_id).items()}
+    return {key: value for key, (value, *_) in decisions(repo, study_id).items()}
 
 
-def decisions(repo: EpisodeAccess, study_id: str) -> dict[tuple[str, str, int, int], tuple[Any, datetime]]:
-    """(episode, field, step, end) -> (the adjudicated value, the time it was decided), for the study."""
+def decisions(repo: EpisodeAccess, study_id: str) -> dict[tuple[str, str, int, int], tuple[Any, datetime, str]]:
+    """(episode, field, step, end) -> (the adjudicated value, the time it was decided, who decided), for the
+    study."""
     from pipelines.store import listing
 
     with repo._read() as s:
         rows = s.execute(
             sa.select(FieldAdjudicationRow).where(listing.in_study(FieldAdjudicationRow.episode_id, study_id))
         ).scalars()
-        return {(r.episode_id, r.field, r.step_index, r.end_index): (r.value, mapping.utc(r.time)) for r in rows}
+        return {(r.episode_id, r.field, r.step_index, r.end_index): (r.value, mapping.utc(r.time), r.user)
+                for r in rows}  # fmt: skip
 
 
 def adjudicate(

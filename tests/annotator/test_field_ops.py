@@ -46,3 +46,28 @@ def test_yaml_round_trip_tables_and_adjudication(env):
     assert field_ops.agreement_tables(field_ops.agreement(lead, env.study.id))["disputes"]["consensus"].tolist() == ["yes"]
     field_ops.save_fields(lead, env.study.id, "fields: []")
     assert field_ops.removed_fields(lead, env.study.id) == ["ok"]
+
+
+def test_quality_page_shows_the_review_of_suggestions(tmp_path, monkeypatch):
+    """The Quality page's table of suggestions per field and source is `field_ops.review_table` of the store's
+    figures (pipelines/store/field_review.py)."""
+    import pandas as pd
+    from streamlit.testing.v1 import AppTest
+
+    from pipelines.store import field_review, open_store
+    from tests.pipelines.store.test_field_review import MODEL, build
+
+    data = tmp_path / "data"
+    with open_store(None, data) as repo:
+        study_id = build(repo, tmp_path)
+        expected = field_ops.review_table(field_review.study_field_review(repo, study_id))
+    monkeypatch.setenv("STEPMARK_DATA", str(data))
+    monkeypatch.setenv("STEPMARK_USER", "lead")
+    at = AppTest.from_file("../../annotator/app.py", default_timeout=180).run()
+    at.switch_page("views/quality.py").run()
+    at.selectbox(key="quality_study").set_value(study_id).run()
+    assert not at.exception
+    (shown,) = [d.value for d in at.dataframe if "alpha with the source" in d.value.columns]
+    pd.testing.assert_frame_equal(shown.reset_index(drop=True), expected, check_dtype=False)
+    assert shown.iloc[0]["source"] == MODEL and shown.iloc[0]["accepted"] == 2
+    assert "Review of suggestions" in [h.value for h in at.subheader]

@@ -1,5 +1,5 @@
-"""Study fields in exports (pipelines/exporters/study_fields.py): one typed column per field and its origin, on
-the Parquet and envlogger paths, for each --annotations mode, read back with pyarrow's and envlogger's own
+"""Study fields in exports (pipelines/exporters/study_fields.py): one typed column per field, its origin and its
+source (a model's name for a value accepted from its suggestion), on the Parquet, envlogger, Minari and TFDS paths, for each --annotations mode, read back with pyarrow's and envlogger's own
 readers (the UI episode converted from the DroidBot run in ../shared/fixtures)."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from tests.pipelines.export.export_data import ALICE, ExportData, copy_data
 from tests.pipelines.export.readback import read_envlogger
 
 BOB = "bob@example.com"
+MODEL = "model:demo-vlm@1"
 FIELDS = """
 fields:
   - {name: step_instruction, scope: step, kind: text}
@@ -48,6 +49,11 @@ def annotated(export_data: ExportData, tmp_path_factory: pytest.TempPathFactory)
     fv.set_value(repo, ref, "action_correct", BOB, "no", step=1)
     fv.set_value(repo, ref, "task_success", ALICE, True)
     fv.set_value(repo, ref, "confidence", ALICE, 4, step=2)
+    suggestions = tmp_path_factory.mktemp("suggestions") / "model.jsonl"
+    suggestions.write_text(json.dumps({"episode": episode.id, "step": 2, "field": "action_correct", "value": "unsure",
+                                       "source": MODEL}) + "\n")  # fmt: skip
+    fv.import_values(repo, episode.study_id, suggestions, creator)
+    fv.set_value(repo, ref, "action_correct", ALICE, "unsure", step=2)  # accepted from the model
     fv.set_value(repo, ref, "problems", ALICE, ["loop", "slow"], step=1, end=2)
     fv.set_value(repo, ref, "old_field", ALICE, "kept", step=0)
     # the field is removed from the study afterwards: its value stays exported
@@ -73,12 +79,11 @@ def test_parquet_columns_are_typed_and_say_where_each_value_came_from(annotated,
     schema, rows = _parquet_rows(_export(annotated, tmp_path / "c", "parquet", "consensus"), annotated["episode"].id)
     types = {n: str(schema.field(n).type) for n in schema.names if n.startswith("field:")}
     assert types == {
-        "field:step_instruction": "string", "field:step_instruction:origin": "string",
-        "field:action_correct": "string", "field:action_correct:origin": "string",
-        "field:task_success": "bool", "field:task_success:origin": "string",
-        "field:confidence": "double", "field:confidence:origin": "string",
-        "field:problems": "list<element: bool>", "field:problems:origin": "string",
-        "field:old_field": "string", "field:old_field:origin": "string",
+        **{f"field:{name}:{what}": "string" for name in ("step_instruction", "action_correct", "task_success",
+                                                          "confidence", "problems", "old_field")
+           for what in ("origin", "source")},
+        "field:step_instruction": "string", "field:action_correct": "string", "field:task_success": "bool",
+        "field:confidence": "double", "field:problems": "list<element: bool>", "field:old_field": "string",
     }  # fmt: skip
     meta = json.loads(schema.metadata[parquet_writer.METADATA_KEY])
     fields = {d["name"]: d for d in meta["study_fields"]}
@@ -91,6 +96,15 @@ def test_parquet_columns_are_typed_and_say_where_each_value_came_from(annotated,
     assert rows[2]["field:confidence"] == 4.0 and math.isnan(rows[0]["field:confidence"])
     assert [r["field:problems"] for r in rows[:4]] == [[False] * 3, [True, False, True], [True, False, True], [False] * 3]
     assert rows[0]["field:old_field"] == "kept" and rows[0]["field:old_field:origin"] == "scratch"
+    # who each value came from: the model whose suggestion Alice accepted, the converted step text, the annotator
+    sources = {(i, name): (rows[i][f"field:{name}"], rows[i][f"field:{name}:origin"], rows[i][f"field:{name}:source"])
+               for i, name in ((2, "action_correct"), (1, "step_instruction"), (0, "old_field"), (2, "confidence"),
+                               (0, "action_correct"))}  # fmt: skip
+    assert sources == {
+        (2, "action_correct"): ("unsure", "accepted", MODEL), (1, "step_instruction"): ("open the menu", "accepted", "episode"),
+        (0, "old_field"): ("kept", "scratch", ALICE), (2, "confidence"): (4.0, "scratch", ALICE),
+        (0, "action_correct"): ("", "", ""),
+    }  # fmt: skip
 
 
 def test_parquet_with_fields_written_to_a_bucket_is_the_local_one(
@@ -114,6 +128,7 @@ def test_each_mode_on_parquet_and_envlogger(annotated, tmp_path: Path) -> None:
     episode_id = annotated["episode"].id
     _, mine = _parquet_rows(_export(annotated, tmp_path / "m", "parquet", "mine", BOB), episode_id)
     assert (mine[1]["field:action_correct"], mine[1]["field:step_instruction:origin"]) == ("no", "scratch")
+    assert (mine[1]["field:step_instruction:source"], mine[2]["field:action_correct:source"]) == (BOB, "")
     assert mine[0]["field:task_success"] is False and mine[0]["field:task_success:origin"] == ""
     _, everyone = _parquet_rows(_export(annotated, tmp_path / "a", "parquet", "all"), episode_id)
     assert everyone[1]["field:action_correct"] == "no"  # the newest wins
@@ -125,6 +140,7 @@ def test_each_mode_on_parquet_and_envlogger(annotated, tmp_path: Path) -> None:
     custom = [r["custom_data"] for r in episode["records"]]
     assert custom[1]["field:step_instruction"] == "open the menu"
     assert custom[1]["field:step_instruction:origin"] == "accepted"
+    assert (custom[2]["field:action_correct:origin"], custom[2]["field:action_correct:source"]) == ("accepted", MODEL)
     assert np.asarray(custom[2]["field:problems"]).tolist() == [True, False, True]
     assert custom[2]["field:confidence"] == 4.0 and bool(custom[0]["field:task_success"]) is True
 
@@ -143,6 +159,7 @@ def test_minari_infos_carry_the_fields(annotated, tmp_path: Path, monkeypatch: p
     infos = ep.infos
     assert infos["field:step_instruction"][1] == b"open the menu"  # HDF5 text comes back as UTF-8 bytes
     assert infos["field:step_instruction:origin"][1] == b"accepted"
+    assert infos["field:action_correct:source"][2] == MODEL.encode() and infos["field:old_field:source"][0] == ALICE.encode()
     assert np.asarray(infos["field:problems"][2]).tolist() == [True, False, True]
     assert float(infos["field:confidence"][2]) == 4.0 and bool(infos["field:task_success"][0]) is True
 
@@ -156,6 +173,7 @@ def test_tfds_features_carry_the_fields(annotated, tmp_path: Path) -> None:
     steps = episode["steps"]
     assert steps[1]["field:step_instruction"] == b"open the menu"
     assert steps[1]["field:step_instruction:origin"] == b"accepted"
+    assert steps[2]["field:action_correct:source"] == MODEL.encode() and steps[1]["field:step_instruction:source"] == b"episode"
     assert steps[2]["field:problems"].tolist() == [True, False, True]
     assert steps[2]["field:confidence"] == 4.0 and bool(steps[0]["field:task_success"]) is True
 
@@ -185,8 +203,23 @@ def test_where_segments_overlap_the_newest_chosen_value_wins(export_data: Export
     fv.set_value(repo, ref, "problems", BOB, ["loop"], step=2, end=4)  # B: ALICE and BOB agree, newer
     defs, resolved = study_fields.load(repo, [episode], "consensus", None)
     row = [study_fields.step_columns(defs, resolved[episode.id], i) for i in range(5)]
-    assert [(r["field:problems"], r["field:problems:origin"]) for r in row[:3]] == [
-        ([True, False, False], "adjudicated"), ([True, False, False], "adjudicated"),
-        ([False, False, True], "scratch"),
+    assert [(r["field:problems"], r["field:problems:origin"], r["field:problems:source"]) for r in row[:3]] == [
+        ([True, False, False], "adjudicated", creator), ([True, False, False], "adjudicated", creator),
+        ([False, False, True], "scratch", ALICE),
     ]  # fmt: skip
     repo.close()
+
+
+def test_the_field_columns_with_their_source_are_in_the_closed_schema(annotated, tmp_path: Path) -> None:
+    """The envlogger export with study fields validates against schemas/dataset_spec.schema.json (closed
+    objects: an undocumented `field:<name>:source` would fail), and the prose spec names the column."""
+    import jsonschema
+
+    from tests.conftest import REPO_ROOT
+    from tests.pipelines.export import readback
+
+    instance = readback.envlogger_instance(_export(annotated, tmp_path / "e", "envlogger", "consensus"))
+    jsonschema.validate(instance, readback.schema())
+    written = {k for e in instance["episodes"] for r in e["records"] for k in r["custom_data"] if k.endswith(":source")}
+    assert "field:action_correct:source" in written
+    assert "`field:<name>:source`" in (REPO_ROOT / "schemas" / "dataset_spec.md").read_text(encoding="utf-8")
