@@ -202,7 +202,7 @@ class WriteSuggestions(beam.DoFn):
         self.batch = batch
 
     def setup(self) -> None:
-        from pipelines.store import open_store
+        from pipelines.episodes.publish import open_store
 
         self.repo = open_store(self.store, self.data_dir)
         self.stored = Metrics.counter(NAMESPACE, "suggestions_stored")
@@ -457,7 +457,7 @@ def run(argv: Sequence[str] | None = None, *, parsed: argparse.Namespace | None 
     backend = backend_from_spec(args.backend, args.model)
     model = Model(backend.name, backend.version)
     backend.close()
-    from pipelines.store import open_store
+    from pipelines.episodes.publish import open_store
 
     with open_store(args.store, args.data) as repo:
         with repo._read() as s:
