@@ -68,7 +68,7 @@ def shard_name(index: int) -> str:
     return f"{index:08d}"
 
 
-def step_metadata(step: ExportStep) -> dict[str, Any]:
+def step_metadata(step: ExportStep, ui: bool = False) -> dict[str, Any]:
     """The per-step fields besides observation/action/reward/discount/flags, named and nested exactly as in
     the TFDS export: `info` = {"episode", "json"}, `tag:<label>`, and (not stripped) `image` and `keys`.
 
@@ -79,7 +79,8 @@ def step_metadata(step: ExportStep) -> dict[str, Any]:
     data: dict[str, Any] = {}
     if step.info is not None:  # not stripped: the internal metadata the recorder stored
         info[INFO_JSON] = info_json(step.info)
-        data[CUSTOM_IMAGE] = bytes(step.image) if step.image is not None else b""  # on every step, as in TFDS
+        if not ui:  # UI: no `image` (the screenshot is the observation's), as in every format
+            data[CUSTOM_IMAGE] = bytes(step.image) if step.image is not None else b""  # on every step
         data[CUSTOM_KEYS] = list(step.keys or [])
     data[CUSTOM_INFO] = info
     data.update({k: bool(v) for k, v in step.tags.items()})
@@ -95,14 +96,15 @@ def episode_records(episode: ExportEpisode) -> list[step_data.StepData]:
     steps = episode.steps
     records: list[step_data.StepData] = []
     n = len(steps)
+    ui = episode.meta.kind == "ui"
     for t, step in enumerate(steps):
         if t == 0:
-            records.append(step_data.StepData(dm_env.restart(step.observation), None, step_metadata(step)))
+            records.append(step_data.StepData(dm_env.restart(step.observation), None, step_metadata(step, ui)))
             continue
         prev = steps[t - 1]
         step_type = dm_env.StepType.LAST if t == n - 1 else dm_env.StepType.MID
         ts = dm_env.TimeStep(step_type, float(prev.reward), float(prev.discount), step.observation)
-        records.append(step_data.StepData(ts, prev.action, step_metadata(step)))
+        records.append(step_data.StepData(ts, prev.action, step_metadata(step, ui)))
     return records
 
 

@@ -129,6 +129,7 @@ class RowBuilder:
             obs = step.observation
             cols = {
                 "observation/screenshot": obs["screenshot"],
+                "observation/has_screenshot": bool(obs["has_screenshot"]),
                 "observation/screen_width": int(obs["screen_width"]),
                 "observation/screen_height": int(obs["screen_height"]),
                 "observation/proto": obs["proto"],

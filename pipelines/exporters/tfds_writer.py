@@ -168,6 +168,7 @@ def _ui_observation_features(padded: int = 0) -> Any:
     assert tuple(windows) == UI_WINDOW_FIELDS
     fields: dict[str, Any] = {
         "screenshot": tfds.features.Tensor(shape=(), dtype=np.object_),
+        "has_screenshot": np.bool_,
         "screen_width": np.int32,
         "screen_height": np.int32,
         "proto": tfds.features.Tensor(shape=(), dtype=np.object_),
@@ -287,7 +288,7 @@ def build_features(sample: ExportEpisode, options: TransformOptions, *, jpeg_fra
         else:
             step[name] = _float64() if isinstance(value, float) else np.bool_
     if not strip:
-        if leaf is None:
+        if leaf is None and sample.meta.kind != KIND_UI:  # UI: the screenshot is the observation's
             step["image"] = tfds.features.Tensor(shape=(), dtype=np.object_)
         step["keys"] = tfds.features.Sequence(tfds.features.Text())
     text = tfds.features.Text()
@@ -386,7 +387,7 @@ def _step_example(
         **{k: np.asarray(v, np.bool_) if isinstance(v, list) else v for k, v in step.fields.items()},
     }
     if not strip:
-        if leaf is None:
+        if leaf is None and "image" in step_features.keys():
             ex["image"] = bytes(step.image) if step.image is not None else b""
         ex["keys"] = list(step.keys or [])
     return ex

@@ -397,6 +397,8 @@ def ui_observation(
     without_screenshot.ClearField("screenshot")
     out = {
         "screenshot": bytes(observation.screenshot),
+        # False on the placeholder screen and on a screen recorded without one: `screenshot` is then b"".
+        "has_screenshot": np.bool_(len(observation.screenshot) > 0),
         "screen_width": np.int32(observation.screen_width),
         "screen_height": np.int32(observation.screen_height),
         "proto": without_screenshot.SerializeToString(deterministic=True),

@@ -34,15 +34,21 @@ KEY_PRESSES = [["ArrowRight"], [], ["ArrowRight", "ArrowUp"], ["ArrowUp"], ["Arr
 # What each block's variables show, printed as one JSON line after the block.
 EPILOGUES = {
     "envlogger": 'print("RESULT " + __import__("json").dumps({"split_names": meta["split_names"], '
-    '"episodes": len(episodes), "r": float(stats["r"])}))',
+    '"episodes": len(episodes), "r": float(stats["r"]), "pairs": len(pairs), "records": len(steps), '
+    '"pair_actions": sum(a is not None for _, a in pairs)}))',
     "tfds": 'print("RESULT " + __import__("json").dumps({"split_names": info["split_names"], '
     '"splits": sorted(builder.info.splits), "space": str(action_space), "batch": int(len(batch["is_last"])), '
-    '"keys": [[k.decode() for k in row] for row in batch["keys"].to_list()] if "keys" in batch else None}))',
+    '"keys": [[k.decode() for k in row] for row in batch["keys"].to_list()] if "keys" in batch else None, '
+    '"bc_steps": sum(len(b["is_last"]) for b in tfds.as_numpy(transitions)), '
+    '"bc_last": any(bool(b["is_last"].any()) for b in tfds.as_numpy(transitions)), '
+    '"all_steps": sum(len(b["is_last"]) for b in tfds.as_numpy(steps)), "episodes_in_train": builder.info.splits["train"].num_examples}))',
     "parquet": 'print("RESULT " + __import__("json").dumps({"split_names": info["split_names"], '
-    '"hf_splits": sorted(ds), "rows": len(df), "finals": len(finals), "first_is_first": bool(first["is_first"])}))',
+    '"hf_splits": sorted(ds), "rows": len(df), "finals": len(finals), "first_is_first": bool(first["is_first"]), '
+    '"bc_rows": len(transitions), "bc_last": bool(transitions.is_last.any())}))',
     "minari": 'print("RESULT " + __import__("json").dumps({"split_names": info["split_names"], '
     '"splits": {k: list(v) for k, v in splits.items()}, "train": int(train.total_episodes), '
-    '"episodes": int(ds.total_episodes), "ret": float(ret)}))',
+    '"episodes": int(ds.total_episodes), "ret": float(ret), "n": int(n), "actions": int(len(ep.rewards)), '
+    '"observations": int(ep.infos["episode"]["r"].shape[0])}))',
 }
 
 
@@ -148,17 +154,23 @@ def _check(fmt: str, kind: str, result: dict[str, Any], names: list[str]) -> Non
     assert result["split_names"] == names
     if fmt == "envlogger":
         assert result["episodes"] >= 1
+        # the BC pairs: one per transition, each with an action (records - 1)
+        assert result["pairs"] == result["pair_actions"] == result["records"] - 1 >= 1
     elif fmt == "tfds":
         assert result["splits"] == sorted(names)  # empty splits listed too
         assert result["space"].startswith("Discrete" if kind != "ui" else "Dict") and result["batch"] >= 2
+        # the BC view: every step but each episode's final one
+        assert not result["bc_last"] and result["bc_steps"] == result["all_steps"] - result["episodes_in_train"]
         if kind == "procgen":  # the key-press episode is in train: a varying number of keys per step
             assert {len(k) for k in result["keys"]} >= {0, 1}
     elif fmt == "parquet":
         assert result["rows"] >= 2 and result["finals"] >= 1 and result["first_is_first"]
+        assert not result["bc_last"] and result["bc_rows"] == result["rows"] - result["finals"] >= 1
         assert "train" in result["hf_splits"] and set(result["hf_splits"]) <= set(names)  # names kept as given
     elif fmt == "minari":
         assert sorted(result["splits"]) == sorted(names) and result["train"] == len(result["splits"]["train"]) >= 1
         assert result["episodes"] == sum(len(v) for v in result["splits"].values())
+        assert result["n"] == result["actions"] == result["observations"] - 1 >= 1  # N transitions, N+1 obs
         if "test" in result["splits"]:
             assert result["splits"]["test"] == []
 
