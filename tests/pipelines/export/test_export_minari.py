@@ -196,6 +196,7 @@ def test_ui_episodes_load_with_padded_objects(
     for k, record in enumerate(records):
         obs = {
             "screen_width": np.asarray(ep.observations["screen_width"][k]),
+            "has_screenshot": np.asarray(ep.observations["has_screenshot"][k]),
             "screen_height": np.asarray(ep.observations["screen_height"][k]),
             "objects_padded": {name: np.asarray(v[k]) for name, v in padded.items()},
         }

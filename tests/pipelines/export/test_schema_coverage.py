@@ -171,3 +171,76 @@ def test_every_schema_field_is_in_the_prose_spec() -> None:
     text = SPEC_MD.read_text(encoding="utf-8")
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
     assert sorted(n for n in names if n not in words) == []
+
+
+# The per-step metadata every format carries under its own name (schemas/dataset_spec.md, each format's table).
+STEP_METADATA = ("image", "keys", "json")
+
+
+def _envlogger_fields(out: Path) -> dict[str, set[str]]:
+    """{"metadata": step metadata names, "observation": top-level observation names} of an envlogger export."""
+    records = [r for e in readback.read_envlogger(out) for r in e["records"]]
+    meta = {n for r in records for n in r["custom_data"] if n in STEP_METADATA}
+    meta |= {n for r in records for n in r["custom_data"]["info"] if n in STEP_METADATA}
+    return {"metadata": meta, "observation": {n for r in records for n in r["observation"]}}
+
+
+def _parquet_fields(out: Path) -> dict[str, set[str]]:
+    import pyarrow.parquet as pq
+
+    names = pq.read_schema(next((out / "data").glob("*.parquet"))).names
+    meta = {n.removeprefix("info_") for n in names if n.removeprefix("info_") in STEP_METADATA}
+    obs = {n.split("/")[1] for n in names if n.startswith("observation/")}
+    return {"metadata": meta, "observation": obs}
+
+
+def _minari_fields(out: Path) -> dict[str, set[str]]:
+    import minari
+
+    ds = minari.MinariDataset(str(out / "data"))
+    meta: set[str] = set()
+    obs: set[str] = set()
+    for ep in ds.iterate_episodes():
+        meta |= {n for n in ep.infos if n in STEP_METADATA}
+        obs |= set(ep.observations) | set(ep.infos.get("observation", {}))
+    return {"metadata": meta, "observation": obs}
+
+
+def _fields_by_kind(data: ExportData, tmp_path: Path, fmt: str, read: Any) -> dict[str, dict[str, set[str]]]:
+    """The step fields of an environment and of a UI export (padded objects: the form every format holds)."""
+    out: dict[str, dict[str, set[str]]] = {}
+    for kind, kw in {
+        "env": {"refs": [data.ref(data.procgen[0])]},
+        "ui": {"study_id": data.ui_study_id, "ui_objects": "padded:8"},
+    }.items():
+        dest = tmp_path / f"{fmt}-{kind}" / f"{kind}-v0"
+        dest.parent.mkdir(parents=True)
+        export.export_episodes(export.ExportRequest(data_dir=str(data.data_dir), out=str(dest), format=fmt, **kw))
+        out[kind] = read(dest)
+    return out
+
+
+def test_step_fields_agree_across_envlogger_parquet_and_minari(export_data: ExportData, tmp_path: Path) -> None:
+    """Drift between formats (a field the spec lists for every format but one format leaves out, e.g. a UI
+    `image` written by some formats only) fails: the step metadata and the UI observation's fields are the
+    same in every format. UI steps have no `image` (schemas/dataset_spec.md: the screenshot is the observation's)."""
+    el = _fields_by_kind(export_data, tmp_path, "envlogger", _envlogger_fields)
+    assert el["env"]["metadata"] == {"image", "keys", "json"} and el["ui"]["metadata"] == {"keys", "json"}
+    assert "has_screenshot" in el["ui"]["observation"]
+    for fmt, read in {"parquet": _parquet_fields, "minari": _minari_fields}.items():
+        got = _fields_by_kind(export_data, tmp_path, fmt, read)
+        for kind in ("env", "ui"):
+            assert got[kind]["metadata"] == el[kind]["metadata"], (fmt, kind)
+        assert got["ui"]["observation"] == el["ui"]["observation"], fmt
+
+
+@pytest.mark.tfds
+def test_tfds_step_fields_agree_with_envlogger(export_data: ExportData, tmp_path: Path) -> None:
+    def tfds_fields(out: Path) -> dict[str, set[str]]:
+        steps = [s for e in readback.read_tfds(out) for s in e["steps"]]
+        meta = {n for s in steps for n in s if n in STEP_METADATA} | {n for s in steps for n in s["info"] if n in STEP_METADATA}
+        return {"metadata": meta, "observation": {n for s in steps for n in s["observation"]}}
+
+    assert _fields_by_kind(export_data, tmp_path, "tfds", tfds_fields) == _fields_by_kind(
+        export_data, tmp_path, "envlogger", _envlogger_fields
+    )
