@@ -46,11 +46,18 @@ SORT_LABELS = {
 FILTER_KEYS = ("f_study", "f_env", "f_status", "f_tag", "f_notes", "f_mine", "f_sort", "f_desc", "f_run")
 
 
+OUTCOME_COLUMNS = ("total reward", "success")  # an environment's reward and success: nothing a UI trace has
+
+
 def rows(episodes: client_pb2.EpisodesResponse) -> pd.DataFrame:
+    """The page's table. A UI episode has no reward or success (its steps are a person's actions on an app, not
+    an environment's transitions): its cells stay empty, and a page of UI episodes only has no such columns at
+    all (docs/annotator.md)."""
     data = []
     for meta in episodes.episodes:
         e = meta.episode
-        success = episode_success(e)
+        outcome = episode_kind(e) != "ui"
+        success = episode_success(e) if outcome else None
         data.append(
             {
                 "episode": ref_key(ref_of(e)),
@@ -61,7 +68,7 @@ def rows(episodes: client_pb2.EpisodesResponse) -> pd.DataFrame:
                 "status": meta.status,
                 "duration": meta.duration,
                 "steps": e.num_steps,
-                "total reward": round(e.total_reward, 4),
+                "total reward": round(e.total_reward, 4) if outcome else None,
                 "success": "" if success is None else ("yes" if success else "no"),
                 "tags": ", ".join(t.label for t in e.tags),
                 "notes": e.notes,
@@ -70,6 +77,8 @@ def rows(episodes: client_pb2.EpisodesResponse) -> pd.DataFrame:
         )
     columns = ["study", "user", "environment", "kind", "status", "duration", "steps", "total reward",
                "success", "tags", "notes", "episode", "can delete"]  # fmt: skip
+    if data and all(row["kind"] == "ui" for row in data):
+        columns = [c for c in columns if c not in OUTCOME_COLUMNS]
     return pd.DataFrame(data, columns=columns)
 
 

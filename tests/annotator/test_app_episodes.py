@@ -235,3 +235,20 @@ def test_filter_by_the_failed_episodes_of_an_evaluation_run(tmp_path, monkeypatc
     assert "No episode matches" in at.info[0].value
     at.selectbox(key="f_run").set_value("(any)").run()
     assert len(table(at)) == 7
+
+
+def test_ui_episodes_have_no_reward_or_success_columns(data, monkeypatch):
+    """A study of UI episodes shows no reward or success; an environment study keeps them; a page of both shows
+    them for the environment episodes only (UI cells empty)."""
+    env, ui_study = data
+    at = episodes_page(env.data_dir, ALICE, monkeypatch)
+    mixed = table(at)
+    assert {"total reward", "success"} <= set(mixed.columns)
+    ui_rows = mixed[mixed["kind"] == "ui"]
+    assert len(ui_rows) and ui_rows["total reward"].isna().all() and (ui_rows["success"] == "").all()
+    env_rows = mixed[mixed["kind"] == "env"]
+    assert env_rows["total reward"].notna().all() and env_rows["success"].isin(["yes", "no"]).all()
+    at.selectbox(key="f_study").set_value(ui_study.id).run()
+    assert "total reward" not in table(at).columns and "success" not in table(at).columns
+    at.selectbox(key="f_study").set_value(env.study.id).run()
+    assert {"total reward", "success"} <= set(table(at).columns)
