@@ -28,7 +28,7 @@ from annotator.plain import md_escape
 from annotator.views import queue_panel, session
 from pipelines.errors import StepmarkError
 from pipelines.evaluation import runs as evaluation_runs
-from pipelines.store.listing import Sort
+from pipelines.store.listing import Sort, TagCounts
 from protos.rlds_creator import client_pb2
 
 ANY = "(any)"
@@ -49,10 +49,20 @@ FILTER_KEYS = ("f_study", "f_env", "f_status", "f_tag", "f_notes", "f_mine", "f_
 OUTCOME_COLUMNS = ("total reward", "success")  # an environment's reward and success: nothing a UI trace has
 
 
-def rows(episodes: client_pb2.EpisodesResponse) -> pd.DataFrame:
-    """The page's table. A UI episode has no reward or success (its steps are a person's actions on an app, not
-    an environment's transitions): its cells stay empty, and a page of UI episodes only has no such columns at
-    all (docs/annotator.md)."""
+def tags_cell(labels: list[str], counts: TagCounts | None) -> str:
+    """The episode's tag labels, then how many tags its steps carry (counted in SQL: `listing.tag_counts`)."""
+    text = ", ".join(labels)
+    if counts is not None and counts.steps:
+        on_steps = f"{counts.steps} step tag{'s' * (counts.steps != 1)} on {counts.tagged_steps} " \
+                   f"step{'s' * (counts.tagged_steps != 1)}"  # fmt: skip
+        text = f"{text}; {on_steps}" if text else on_steps
+    return text
+
+
+def rows(episodes: client_pb2.EpisodesResponse, counts: dict[str, TagCounts] | None = None) -> pd.DataFrame:
+    """The page's table (`counts`: each episode's tags, `Repository.tag_counts`). A UI episode has no reward
+    or success (its steps are a person's actions on an app, not an environment's transitions): its cells stay
+    empty, and a page of UI episodes only has no such columns at all (docs/annotator.md)."""
     data = []
     for meta in episodes.episodes:
         e = meta.episode
@@ -70,7 +80,7 @@ def rows(episodes: client_pb2.EpisodesResponse) -> pd.DataFrame:
                 "steps": e.num_steps,
                 "total reward": round(e.total_reward, 4) if outcome else None,
                 "success": "" if success is None else ("yes" if success else "no"),
-                "tags": ", ".join(t.label for t in e.tags),
+                "tags": tags_cell([t.label for t in e.tags], (counts or {}).get(e.id)),
                 "notes": e.notes,
                 "can delete": meta.can_delete,
             }
@@ -262,7 +272,8 @@ def render() -> None:
             "No episode matches. Import UI traces (`stepmark import-ui`) or record one on the Record page."
         )
         return
-    table = rows(page_of(ops, chosen, sort, page))
+    found = page_of(ops, chosen, sort, page)
+    table = rows(found, ops.repo.tag_counts([m.episode.id for m in found.episodes]))
     event = st.dataframe(
         table,
         key=TABLE_KEY,

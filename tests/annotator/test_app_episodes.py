@@ -252,3 +252,15 @@ def test_ui_episodes_have_no_reward_or_success_columns(data, monkeypatch):
     assert "total reward" not in table(at).columns and "success" not in table(at).columns
     at.selectbox(key="f_study").set_value(env.study.id).run()
     assert {"total reward", "success"} <= set(table(at).columns)
+
+
+def test_the_tags_column_counts_step_tags_too(data, monkeypatch):
+    env, _ = data
+    second = ref_of(env.episodes[2])
+    env.repo.add_segment_tag(second, 1, 3, "slow", BOB)
+    env.repo.add_episode_tag(second, "hard", BOB)
+    at = episodes_page(env.data_dir, ALICE, monkeypatch)
+    rows = table(at).set_index("episode")
+    assert rows.loc[ref_key(ref_of(env.episodes[0])), "tags"] == "1 step tag on 1 step"  # "crash" on step 3
+    assert rows.loc[ref_key(second), "tags"] == "hard; 3 step tags on 3 steps"
+    assert rows.loc[ref_key(ref_of(env.episodes[1])), "tags"] == ""
