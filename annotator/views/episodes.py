@@ -20,6 +20,7 @@ from annotator.operations import (
     EpisodeFilter,
     episode_kind,
     episode_success,
+    episode_title,
     parse_ref_key,
     ref_key,
     ref_of,
@@ -71,6 +72,7 @@ def rows(episodes: client_pb2.EpisodesResponse, counts: dict[str, TagCounts] | N
         data.append(
             {
                 "episode": ref_key(ref_of(e)),
+                "title": episode_title(e),
                 "study": meta.study.name,
                 "user": e.user.email,
                 "environment": e.environment_id or "",
@@ -85,7 +87,7 @@ def rows(episodes: client_pb2.EpisodesResponse, counts: dict[str, TagCounts] | N
                 "can delete": meta.can_delete,
             }
         )
-    columns = ["study", "user", "environment", "kind", "status", "duration", "steps", "total reward",
+    columns = ["title", "study", "user", "environment", "kind", "status", "duration", "steps", "total reward",
                "success", "tags", "notes", "episode", "can delete"]  # fmt: skip
     if data and all(row["kind"] == "ui" for row in data):
         columns = [c for c in columns if c not in OUTCOME_COLUMNS]
