@@ -60,12 +60,14 @@ def headers(page, index: int = 0) -> list[str]:
 
 def test_episodes_table_outcomes_and_tags(server, browser):
     url, env, ui_study = server
-    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    # wide enough for every column: the grid's accessible cells are those of the columns in view
+    page = browser.new_page(viewport={"width": 2600, "height": 1000})
     page.goto(url)
     wait_idle(page)
     rows = {r["episode"]: r for r in grid(page)}
     first = rows[ref_key(ref_of(env.episodes[0]))]
     assert first["tags"] == "hard; 2 step tags on 2 steps"  # the episode's tag, and the segment's two
+    assert first["title"].startswith("coinrun · seed 3 · ")  # a title beside the id
     assert first["success"] in ("yes", "no") and first["total reward"] != ""
     ui_rows = [r for r in rows.values() if r["kind"] == "ui"]
     assert ui_rows and all(r["total reward"] == "" and r["success"] == "" for r in ui_rows)
