@@ -116,6 +116,32 @@ def episode_success(episode: study_pb2.Episode) -> bool | None:
     return value.bool_value
 
 
+TITLE_CHARS = 120  # a title's length at most (a goal can be a paragraph)
+
+
+def episode_title(episode: study_pb2.Episode) -> str:
+    """A name people can tell episodes apart by (the id stays beside it): a UI episode's app and goal, an
+    environment episode's environment, seed and start date (schemas/store.md)."""
+    fields = episode.metadata.fields if episode.HasField("metadata") else {}
+
+    def text(key: str) -> str:
+        value = fields.get(key)
+        return value.string_value.strip() if value is not None and value.WhichOneof("kind") == "string_value" else ""
+
+    if episode_kind(episode) == "ui":
+        parts = [p for p in (text("app_package") or "UI episode", text("goal")) if p]
+        title = " — ".join(parts)
+    else:
+        parts = [episode.environment_id or "environment"]
+        seed = fields.get("seed")
+        if seed is not None and seed.WhichOneof("kind") == "number_value":
+            parts.append(f"seed {seed.number_value:g}")
+        if episode.HasField("start_time"):
+            parts.append(episode.start_time.ToDatetime().strftime("%Y-%m-%d %H:%M:%S UTC"))
+        title = " · ".join(parts)
+    return title if len(title) <= TITLE_CHARS else title[: TITLE_CHARS - 1] + "…"
+
+
 def step_tags(episode: study_pb2.Episode, index: int) -> list[str]:
     if index not in episode.step_metadata:
         return []

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
+from urllib.parse import urlencode
 
 import pandas as pd
 import sqlalchemy as sa
@@ -181,8 +182,18 @@ def adjudicate(ops, episode_id: str, step: int, labels: list[str]) -> list[str]:
     return agreement.adjudicate(ops.repo, episode_id, step, labels, ops.user)
 
 
-def agreement_tables(report: AgreementReport) -> dict[str, pd.DataFrame]:
-    """The tables `stepmark agreement` prints, as data frames."""
+REPLAY_PATH = "replay"  # the Replay page's URL path (views/replay.py), relative to the annotator's root
+
+
+def replay_link(key: str, step: int) -> str:
+    """The Replay page's deep link to one step of an episode (it reads `episode` and `step` from the query)."""
+    return f"{REPLAY_PATH}?{urlencode({'episode': key, 'step': str(step)})}"
+
+
+def agreement_tables(report: AgreementReport, keys: dict[str, str] | None = None) -> dict[str, pd.DataFrame]:
+    """The tables `stepmark agreement` prints, as data frames; with `keys` (episode id -> Replay key: the
+    `episode_keys` of the disputed episodes) each disputed step links to it in Replay."""
+    keys = keys or {}
     return {
         "labels": pd.DataFrame(
             [{"label": a.label, "alpha": a.alpha, "marks": a.marks} for a in report.labels],
@@ -217,10 +228,11 @@ def agreement_tables(report: AgreementReport) -> dict[str, pd.DataFrame]:
                     "labels": "; ".join(f"{u}: {', '.join(v) or '-'}" for u, v in d.labels.items()),
                     "majority": "" if d.majority is None else ", ".join(d.majority) or "-",
                     "consensus": "" if d.consensus is None else ", ".join(d.consensus) or "-",
+                    "open": replay_link(keys[d.episode_id], d.step_index) if d.episode_id in keys else None,
                 }
                 for d in report.disagreements
             ],
-            columns=["episode", "step", "labels", "majority", "consensus"],
+            columns=["episode", "step", "labels", "majority", "consensus", "open"],
         ),
     }
 

@@ -38,9 +38,10 @@ class ImportResult:
     skipped: int = 0  # records already in the study
 
 
-# UiEpisode (protos/stepmark/ui_episode.proto): episode_id = 1, episode = 2, app_package = 5, source = 6;
-# llm4mobile Episode: time_steps = 4.
-_ID, _EPISODE, _APP, _SOURCE, _TIME_STEPS = 1, 2, 5, 6, 4
+# UiEpisode (protos/stepmark/ui_episode.proto): episode_id = 1, episode = 2, app_package = 5, source = 6,
+# goal = 8; llm4mobile Episode: time_steps = 4.
+_ID, _EPISODE, _APP, _SOURCE, _GOAL, _TIME_STEPS = 1, 2, 5, 6, 8, 4
+MAX_GOAL = 500  # characters of a goal kept in the episode's metadata (its title); the record keeps all
 
 
 def record_header(data: bytes, shard: str, offset: int) -> RecordRef:
@@ -52,7 +53,7 @@ def record_header(data: bytes, shard: str, offset: int) -> RecordRef:
         for number, wire, start, end in protowire.fields(data, 0, len(data)):
             if wire != 2:
                 continue
-            if number in (_ID, _APP, _SOURCE):
+            if number in (_ID, _APP, _SOURCE, _GOAL):
                 found[number] = data[start:end].decode("utf-8")
             elif number == _EPISODE:
                 steps += sum(
@@ -60,7 +61,8 @@ def record_header(data: bytes, shard: str, offset: int) -> RecordRef:
                 )
     except (ValueError, UnicodeDecodeError) as exc:
         raise StepmarkError(f"{shard} at byte {offset}: not a serialized UiEpisode ({exc})") from exc
-    return RecordRef(found.get(_ID, ""), shard, offset, steps, found.get(_APP, ""), found.get(_SOURCE, ""))
+    return RecordRef(found.get(_ID, ""), shard, offset, steps, found.get(_APP, ""), found.get(_SOURCE, ""),
+                     found.get(_GOAL, ""))  # fmt: skip
 
 
 def iter_headers(output_path: str | Path) -> Iterator[RecordRef]:
@@ -163,6 +165,8 @@ def ui_episode(study_id: str, session: study_pb2.Session, record) -> study_pb2.E
             "success": False,
         }
     )
+    if record.goal:
+        episode.metadata["goal"] = record.goal[:MAX_GOAL]
     return episode
 
 

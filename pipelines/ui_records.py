@@ -35,6 +35,7 @@ class RecordRef:
     num_steps: int
     app_package: str
     source: str
+    goal: str = ""  # the episode's task, when the source has one (the Episodes table's title)
 
 
 #: UiEpisode's `part` field (protos/stepmark/ui_episode.proto).
@@ -218,7 +219,7 @@ def index_records(path: str) -> list[RecordRef]:
         e = parse_episode(data, where=f"{shard} at byte {offset}")
         steps += len(e.episode.time_steps)
         if ends:
-            refs.append(RecordRef(e.episode_id, shard, offset, steps, e.app_package, e.source))
+            refs.append(RecordRef(e.episode_id, shard, offset, steps, e.app_package, e.source, e.goal))
             steps = 0
     return refs
 

@@ -42,7 +42,8 @@ class Player {
     this.cur = 0;
     this.kind = "env";
     this.rewards = [];
-    this.tags = { episode_tags: [], step_tags: {}, state: "", version: "" };
+    const locked = { episode_tags: [], step_tags: {} }; // tags the viewer may not remove (no ✕)
+    this.tags = { episode_tags: [], step_tags: {}, state: "", version: "", locked };
     this.palette = [];
     this.frames = new Map(); // step -> HTMLImageElement (decoded)
     this.loading = new Map(); // step -> Promise
@@ -435,7 +436,9 @@ class Player {
     return this.tags.step_tags[String(step)] || [];
   }
 
-  chips(container, labels, onRemove) {
+  // `locked`: labels the viewer may not remove (another annotator's, on an episode the viewer may not review: the
+  // server's `locked` tags) are shown with no ✕.
+  chips(container, labels, onRemove, locked = []) {
     container.replaceChildren();
     if (!labels.length) {
       const none = document.createElement("span");
@@ -449,25 +452,37 @@ class Player {
       chip.className = "sm-chip";
       const text = document.createElement("span");
       text.textContent = label;
-      const x = document.createElement("button");
-      x.textContent = "✕";
-      x.title = "Remove this tag";
-      x.addEventListener("click", (e) => {
-        e.stopPropagation();
-        onRemove(label);
-      });
-      chip.append(text, x);
+      chip.append(text);
+      if (locked.includes(label)) {
+        chip.title = "Added by another annotator: only the episode's user, the study's creator or a reviewer may remove it";
+      } else {
+        const x = document.createElement("button");
+        x.textContent = "✕";
+        x.title = "Remove this tag";
+        x.addEventListener("click", (e) => {
+          e.stopPropagation();
+          onRemove(label);
+        });
+        chip.append(x);
+      }
       container.appendChild(chip);
     }
   }
 
   renderStepTags() {
     const step = this.cur;
-    this.chips(el(this.root, ".sm-step-chips"), this.stepTags(step), (label) =>
-      this.change({ op: "remove", scope: "step", step, label }),
+    const locked = this.tags.locked;
+    this.chips(
+      el(this.root, ".sm-step-chips"),
+      this.stepTags(step),
+      (label) => this.change({ op: "remove", scope: "step", step, label }),
+      locked.step_tags[String(step)] || [],
     );
-    this.chips(el(this.root, ".sm-ep-chips"), this.tags.episode_tags, (label) =>
-      this.change({ op: "remove", scope: "episode", label }),
+    this.chips(
+      el(this.root, ".sm-ep-chips"),
+      this.tags.episode_tags,
+      (label) => this.change({ op: "remove", scope: "episode", label }),
+      locked.episode_tags || [],
     );
   }
 
@@ -1052,6 +1067,7 @@ class Player {
       step_tags: body.step_tags || {},
       state: body.state || "",
       version: body.version || "",
+      locked: { episode_tags: [], step_tags: {}, ...(body.locked || {}) },
     };
     this.renderStepTags();
     this.drawTimeline();

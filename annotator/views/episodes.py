@@ -20,6 +20,7 @@ from annotator.operations import (
     EpisodeFilter,
     episode_kind,
     episode_success,
+    episode_title,
     parse_ref_key,
     ref_key,
     ref_of,
@@ -28,7 +29,7 @@ from annotator.plain import md_escape
 from annotator.views import queue_panel, session
 from pipelines.errors import StepmarkError
 from pipelines.evaluation import runs as evaluation_runs
-from pipelines.store.listing import Sort
+from pipelines.store.listing import Sort, TagCounts
 from protos.rlds_creator import client_pb2
 
 ANY = "(any)"
@@ -46,14 +47,32 @@ SORT_LABELS = {
 FILTER_KEYS = ("f_study", "f_env", "f_status", "f_tag", "f_notes", "f_mine", "f_sort", "f_desc", "f_run")
 
 
-def rows(episodes: client_pb2.EpisodesResponse) -> pd.DataFrame:
+OUTCOME_COLUMNS = ("total reward", "success")  # an environment's reward and success: nothing a UI trace has
+
+
+def tags_cell(labels: list[str], counts: TagCounts | None) -> str:
+    """The episode's tag labels, then how many tags its steps carry (counted in SQL: `listing.tag_counts`)."""
+    text = ", ".join(labels)
+    if counts is not None and counts.steps:
+        on_steps = f"{counts.steps} step tag{'s' * (counts.steps != 1)} on {counts.tagged_steps} " \
+                   f"step{'s' * (counts.tagged_steps != 1)}"  # fmt: skip
+        text = f"{text}; {on_steps}" if text else on_steps
+    return text
+
+
+def rows(episodes: client_pb2.EpisodesResponse, counts: dict[str, TagCounts] | None = None) -> pd.DataFrame:
+    """The page's table (`counts`: each episode's tags, `Repository.tag_counts`). A UI episode has no reward
+    or success (its steps are a person's actions on an app, not an environment's transitions): its cells stay
+    empty, and a page of UI episodes only has no such columns at all (docs/annotator.md)."""
     data = []
     for meta in episodes.episodes:
         e = meta.episode
-        success = episode_success(e)
+        outcome = episode_kind(e) != "ui"
+        success = episode_success(e) if outcome else None
         data.append(
             {
                 "episode": ref_key(ref_of(e)),
+                "title": episode_title(e),
                 "study": meta.study.name,
                 "user": e.user.email,
                 "environment": e.environment_id or "",
@@ -61,15 +80,17 @@ def rows(episodes: client_pb2.EpisodesResponse) -> pd.DataFrame:
                 "status": meta.status,
                 "duration": meta.duration,
                 "steps": e.num_steps,
-                "total reward": round(e.total_reward, 4),
+                "total reward": round(e.total_reward, 4) if outcome else None,
                 "success": "" if success is None else ("yes" if success else "no"),
-                "tags": ", ".join(t.label for t in e.tags),
+                "tags": tags_cell([t.label for t in e.tags], (counts or {}).get(e.id)),
                 "notes": e.notes,
                 "can delete": meta.can_delete,
             }
         )
-    columns = ["study", "user", "environment", "kind", "status", "duration", "steps", "total reward",
+    columns = ["title", "study", "user", "environment", "kind", "status", "duration", "steps", "total reward",
                "success", "tags", "notes", "episode", "can delete"]  # fmt: skip
+    if data and all(row["kind"] == "ui" for row in data):
+        columns = [c for c in columns if c not in OUTCOME_COLUMNS]
     return pd.DataFrame(data, columns=columns)
 
 
@@ -253,7 +274,8 @@ def render() -> None:
             "No episode matches. Import UI traces (`stepmark import-ui`) or record one on the Record page."
         )
         return
-    table = rows(page_of(ops, chosen, sort, page))
+    found = page_of(ops, chosen, sort, page)
+    table = rows(found, ops.repo.tag_counts([m.episode.id for m in found.episodes]))
     event = st.dataframe(
         table,
         key=TABLE_KEY,

@@ -211,7 +211,8 @@ def render() -> None:
         f"{report.units} steps of {report.episodes} episode(s), annotators {', '.join(report.annotators)}; "
         f"Krippendorff's alpha (label sets): {alpha}. " + ALPHA_MEANS
     )
-    tables = queue_ops.agreement_tables(report)
+    keys = queue_ops.episode_keys(ops, {d.episode_id for d in report.disagreements})
+    tables = queue_ops.agreement_tables(report, keys)
     c1, c2 = st.columns(2)
     with c1:
         st.dataframe(tables["labels"], hide_index=True, key="agree_labels")
@@ -226,8 +227,10 @@ def render() -> None:
         st.caption(f"{len(report.disagreements):,} disputed steps are listed, those without a consensus first, "
                    "in registration order (as `stepmark agreement` lists them): adjudicating them brings the next "
                    "ones here. All are counted in the figures above.")  # fmt: skip
-    st.dataframe(tables["disagreements"], hide_index=True, width="stretch", key="agree_disagreements")
-    adjudication(ops, report, queue_ops.episode_keys(ops, {d.episode_id for d in report.disagreements}))
+    st.dataframe(tables["disagreements"], hide_index=True, width="stretch", key="agree_disagreements",
+                 column_config={"open": st.column_config.LinkColumn("open", display_text="open step",
+                                                                    help="the step in Replay (a new tab)")})  # fmt: skip
+    adjudication(ops, report, keys)
 
 
 if __name__ == "__main__":  # run as a Streamlit page (importing it, e.g. in tests, renders nothing)

@@ -19,6 +19,7 @@ from annotator.operations import (
     STATE_LABELS,
     NotesConflict,
     episode_kind,
+    episode_title,
     parse_ref_key,
     ref_key,
 )
@@ -175,10 +176,12 @@ def header(ops, key: str, opened: client_pb2.ReplayEpisodeResponse, num_steps: i
     kind = episode_kind(meta.episode)
     length = length_text(meta.episode, num_steps)
     status = STATE_LABELS.get(episode.state, "Unspecified")
+    st.subheader(md_escape(episode_title(meta.episode)), anchor=False)
     st.caption(
         f"{md_escape(key)} · {md_escape(meta.study.name)} · {md_escape(meta.episode.environment_id or kind)} · "
-        f"**{md_escape(status)}** · {length} · return {meta.episode.total_reward:g} · "
-        f"by {md_escape(meta.episode.user.email)}"
+        f"**{md_escape(status)}** · {length} · "
+        + ("" if kind == "ui" else f"return {meta.episode.total_reward:g} · ")  # no reward in a UI trace
+        + f"by {md_escape(meta.episode.user.email)}"
     )
 
 

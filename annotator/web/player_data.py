@@ -148,8 +148,11 @@ def step_text_rows(texts: dict[str, str]) -> list[dict[str, str]]:
     return rows
 
 
-def tags_payload(episode: study_pb2.Episode) -> dict[str, Any]:
-    """Tags and state of the episode as stored now, with a version string that changes when any of them do."""
+def tags_payload(
+    episode: study_pb2.Episode, locked: tuple[list[str], dict[int, list[str]]] | None = None
+) -> dict[str, Any]:
+    """Tags and state of the episode as stored now, with a version string that changes when any of them do.
+    `locked` (`Repository.locked_tags`): the tags the viewer may not remove, which the player shows with no ✕."""
     steps = {
         str(index): [t.label for t in meta.tags]
         for index, meta in sorted(episode.step_metadata.items())
@@ -161,6 +164,8 @@ def tags_payload(episode: study_pb2.Episode) -> dict[str, Any]:
         "state": study_pb2.Episode.State.Name(episode.state),
         "notes_length": len(episode.notes),
     }
+    if locked is not None:
+        body["locked"] = {"episode_tags": locked[0], "step_tags": {str(i): v for i, v in sorted(locked[1].items())}}
     body["version"] = tags_payload_version(body)
     return body
 

@@ -31,12 +31,14 @@ from annotator.web.routes_common import (
     Where,
     check_step,
     episode_ref,
+    error_response,
     guarded,
     json_body,
     whole_number,
     with_body,
 )
 from pipelines.store.audit import describe
+from pipelines.store.errors import PermissionDenied
 
 PREFIX = "/api/replay/{study}/{session}/{episode}"
 LABELS = "/api/labels/{study}/{session}/{episode}"
@@ -54,7 +56,7 @@ def _meta(request: Request, claims: context.Claims, where: Where) -> Response:
         "rewards": reader.rewards(),
         "palette": palette,
         "user": claims.user,
-        **player_data.tags_payload(episode),
+        **_tags(where, episode, ref, claims.user),
     }
     return JSONResponse(body, headers={"cache-control": "no-store"})
 
@@ -82,8 +84,14 @@ def _frame(request: Request, claims: context.Claims, where: Where) -> Response:
 
 
 def _tags_now(request: Request, claims: context.Claims, where: Where) -> Response:
-    episode = where.repo().get_episode(episode_ref(request))
-    return JSONResponse(player_data.tags_payload(episode), headers={"cache-control": "no-store"})
+    ref = episode_ref(request)
+    episode = where.repo().get_episode(ref)
+    return JSONResponse(_tags(where, episode, ref, claims.user), headers={"cache-control": "no-store"})
+
+
+def _tags(where: Where, episode, ref, user: str) -> dict[str, Any]:
+    """The player's tags of the episode, with those `user` may not remove (no ✕ on them)."""
+    return player_data.tags_payload(episode, where.repo().locked_tags(ref, user))
 
 
 def _evaluation(request: Request, claims: context.Claims, where: Where) -> Response:
@@ -116,6 +124,16 @@ def _change_tags(request: Request, claims: context.Claims, where: Where) -> Resp
     if op not in ("add", "remove") or scope not in ("step", "segment", "episode"):
         raise RequestError("op must be add/remove and scope step/segment/episode")
     user = claims.user
+    try:
+        ok, message = _apply_tag_change(repo, ref, op, scope, label, user, body)
+    except PermissionDenied:  # the store's reason is long; the player shows one line
+        return error_response(403, f"You may not remove another annotator's tag {label!r}: ask a reviewer")
+    episode = repo.get_episode(ref)
+    return JSONResponse({"ok": bool(ok), "message": message, **_tags(where, episode, ref, user)})
+
+
+def _apply_tag_change(repo, ref, op: str, scope: str, label: str, user: str, body: dict[str, Any]):
+    """(changed, the message the player shows) of one add/remove."""
     if scope == "episode":
         ok = (repo.add_episode_tag if op == "add" else repo.remove_episode_tag)(ref, label, user)
         message = f"{'Tagged' if op == 'add' else 'Removed from'} the episode: {label}"
@@ -131,8 +149,7 @@ def _change_tags(request: Request, claims: context.Claims, where: Where) -> Resp
         message = f"{'Tagged' if op == 'add' else 'Removed from'} steps {start}–{end} ({count} changed): {label}"
     if not ok:
         message = f"Nothing changed ({label} was {'already there' if op == 'add' else 'not there'})"
-    episode = repo.get_episode(ref)
-    return JSONResponse({"ok": bool(ok), "message": message, **player_data.tags_payload(episode)})
+    return ok, message
 
 
 def _undo_or_redo(redo: bool):
@@ -147,7 +164,7 @@ def _undo_or_redo(redo: bool):
         episode = repo.get_episode(ref)
         return JSONResponse(
             {"ok": entry is not None, "message": message, "step": getattr(entry, "step_index", None),
-             **player_data.tags_payload(episode)}  # fmt: skip
+             **_tags(where, episode, ref, claims.user)}  # fmt: skip
         )
 
     return handler

@@ -677,6 +677,11 @@ class Repository(StudyRoles):
             by_id = {row.id: row for row in rows}
             return [(mapping.episode_proto(by_id[i]), cursor) for i, cursor in ids if i in by_id]
 
+    def tag_counts(self, episode_ids: Iterable[str]) -> dict[str, listing.TagCounts]:
+        """Episode and step tags of a page's episodes, counted in SQL (`listing.tag_counts`)."""
+        with self._read() as s:
+            return listing.tag_counts(s, list(episode_ids))
+
     def iter_stored(self, study_id: str, batch: int = listing.BATCH) -> Iterator[Episode]:
         """The study's episodes that have files of their own (envlogger or Pickle storage), as protos holding only
         their id and storage, `batch` rows at a time: what deleting one episode checks for shared files. UI

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from pipelines.store.audit import AuditAction
 from pipelines.store.errors import PermissionDenied, StoreError
-from pipelines.store.models import EpisodeRow, StudyReviewerRow, StudyRow
+from pipelines.store.models import EpisodeRow, EpisodeTagRow, StepTagRow, StudyReviewerRow, StudyRow
 from protos.rlds_creator.client_pb2 import EpisodeRef
 
 PALETTE_SIZE = 9  # labels for the digit keys 1-9
@@ -55,6 +55,27 @@ class StudyRoles:
         """May `user` change the state of this episode and remove tags others added to it?"""
         with self._read() as s:
             return self._may_review(s, self._episode_row(s, ref), user)
+
+    def locked_tags(self, ref: EpisodeRef, user: str) -> tuple[list[str], dict[int, list[str]]]:
+        """The episode's tags `user` may not remove (episode labels; step index -> labels): none for who may
+        review it (`can_review`), else those someone else (or nobody known) added, as `_remove_tag` refuses."""
+        with self._read() as s:
+            row = self._episode_row(s, ref)
+            if self._may_review(s, row, user):
+                return [], {}
+            others = sa.or_(EpisodeTagRow.user.is_(None), EpisodeTagRow.user != user)
+            episode = list(s.scalars(
+                sa.select(EpisodeTagRow.label).where(EpisodeTagRow.episode_id == row.id, others)
+                .order_by(EpisodeTagRow.id)
+            ))  # fmt: skip
+            steps: dict[int, list[str]] = {}
+            others = sa.or_(StepTagRow.user.is_(None), StepTagRow.user != user)
+            for index, label in s.execute(
+                sa.select(StepTagRow.step_index, StepTagRow.label).where(StepTagRow.episode_id == row.id, others)
+                .order_by(StepTagRow.step_index, StepTagRow.id)
+            ):  # fmt: skip
+                steps.setdefault(index, []).append(label)
+            return episode, steps
 
     # -- tag palettes and reviewers ---------------------------------------------------------------------------
 

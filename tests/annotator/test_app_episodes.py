@@ -3,6 +3,7 @@ notes search, selection for replay/export/delete, permissions and the per-episod
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -235,3 +236,76 @@ def test_filter_by_the_failed_episodes_of_an_evaluation_run(tmp_path, monkeypatc
     assert "No episode matches" in at.info[0].value
     at.selectbox(key="f_run").set_value("(any)").run()
     assert len(table(at)) == 7
+
+
+def test_ui_episodes_have_no_reward_or_success_columns(data, monkeypatch):
+    """A study of UI episodes shows no reward or success; an environment study keeps them; a page of both shows
+    them for the environment episodes only (UI cells empty)."""
+    env, ui_study = data
+    at = episodes_page(env.data_dir, ALICE, monkeypatch)
+    mixed = table(at)
+    assert {"total reward", "success"} <= set(mixed.columns)
+    ui_rows = mixed[mixed["kind"] == "ui"]
+    assert len(ui_rows) and ui_rows["total reward"].isna().all() and (ui_rows["success"] == "").all()
+    env_rows = mixed[mixed["kind"] == "env"]
+    assert env_rows["total reward"].notna().all() and env_rows["success"].isin(["yes", "no"]).all()
+    at.selectbox(key="f_study").set_value(ui_study.id).run()
+    assert "total reward" not in table(at).columns and "success" not in table(at).columns
+    at.selectbox(key="f_study").set_value(env.study.id).run()
+    assert {"total reward", "success"} <= set(table(at).columns)
+
+
+def test_the_tags_column_counts_step_tags_too(data, monkeypatch):
+    env, _ = data
+    second = ref_of(env.episodes[2])
+    env.repo.add_segment_tag(second, 1, 3, "slow", BOB)
+    env.repo.add_episode_tag(second, "hard", BOB)
+    at = episodes_page(env.data_dir, ALICE, monkeypatch)
+    rows = table(at).set_index("episode")
+    assert rows.loc[ref_key(ref_of(env.episodes[0])), "tags"] == "1 step tag on 1 step"  # "crash" on step 3
+    assert rows.loc[ref_key(second), "tags"] == "hard; 3 step tags on 3 steps"
+    assert rows.loc[ref_key(ref_of(env.episodes[1])), "tags"] == ""
+
+
+def test_every_episode_has_a_title_beside_its_id(data, monkeypatch):
+    """UI: the app (and the goal, when the trace has one); environment: environment, seed and start date."""
+    env, ui_study = data
+    at = episodes_page(env.data_dir, ALICE, monkeypatch)
+    rows = table(at).set_index("episode")
+    first = env.repo.get_episode(ref_of(env.episodes[0]))
+    started = first.start_time.ToDatetime().strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert rows.loc[ref_key(ref_of(first)), "title"] == f"coinrun · seed 3 · {started}"
+    ui = open_store(None, env.data_dir).list_episodes(study_id=ui_study.id)
+    assert ui and all(rows.loc[ref_key(ref_of(e)), "title"] == "com.yelp.android" for e in ui)  # droidbot: no goal
+    at.selectbox(key="f_study").set_value(env.study.id).run()
+    at.session_state[TABLE] = {"selection": {"rows": [0], "columns": []}}
+    at.run()
+    at.button(key="ep_replay").click().run()
+    assert at.title[0].value == "Replay"
+    assert md_unescape(at.subheader[0].value) in set(table_titles(env))
+
+
+def table_titles(env) -> list[str]:
+    from annotator.operations import episode_title
+
+    return [episode_title(env.repo.get_episode(ref_of(e))) for e in env.episodes]
+
+
+def test_a_goal_becomes_the_ui_episodes_title(tmp_path):
+    """convert-ui records carry `goal` (AndroidControl, AITW): the import keeps it (bounded) in the episode's
+    metadata, the title shows it after the app."""
+    from annotator.operations import episode_title
+    from pipelines import ui_import
+    from protos.stepmark import ui_episode_pb2
+
+    record = ui_episode_pb2.UiEpisode(episode_id="e1", app_package="com.android.settings", source="android_control",
+                                      goal="Turn on airplane mode")  # fmt: skip
+    header = ui_import.record_header(record.SerializeToString(), "shard", 0)
+    assert (header.app_package, header.goal) == ("com.android.settings", "Turn on airplane mode")
+    repo = open_store(None, tmp_path)
+    study = ui_import.find_or_create_study(repo, "UI", ALICE)
+    session = repo.create_session(study.id, ALICE)
+    stored = repo.add_episode(ui_import.ui_episode(study.id, session, header))
+    assert episode_title(repo.get_episode(ref_of(stored))) == "com.android.settings — Turn on airplane mode"
+    long = ui_import.ui_episode(study.id, session, replace(header, goal="x" * 2000))
+    assert len(long.metadata["goal"]) == ui_import.MAX_GOAL and len(episode_title(long)) <= 120

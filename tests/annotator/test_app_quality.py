@@ -3,6 +3,8 @@ settings) and the Quality page (figures equal to the store's, plots, agreement t
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs, urlsplit
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -107,6 +109,10 @@ def test_queue_label_page_agreement_and_adjudication(data, monkeypatch):
     assert "Disagreements (1)" in [h.value for h in at.subheader]
     disputes = frame(at, "majority")
     assert disputes[["step", "labels"]].values.tolist() == [[4, f"{ALICE}: -; {BOB}: fall"]]
+    # each disputed step links to itself in Replay (the page reads `episode` and `step` from the URL's query)
+    link = urlsplit(disputes["open"].tolist()[0])
+    assert link.path == "replay"
+    assert parse_qs(link.query) == {"episode": [ref_key(ref_of(first))], "step": ["4"]}
 
     at.selectbox(key="adj_pick").set_value(f"{first.id}/4").run()
     at.multiselect(key=f"adj_labels_{first.id}/4").set_value(["fall"]).run()

@@ -268,3 +268,26 @@ def test_the_evaluation_route_serves_a_runs_rows_of_the_episode(client, store, t
     assert first["reason"] == "type" and first["recorded"]["action_type"] == "click"
     assert all(row["reason"] == "missing" for step, row in body["steps"].items() if step != "0")
     assert len(body["steps"]) == summary["steps"]
+
+
+def test_the_player_is_told_which_tags_the_viewer_may_not_remove_and_a_refusal_is_one_short_line(client, store):
+    _, env, _ = store
+    a = env.episodes[0]  # Alice's episode
+    post = lambda body, user: client.post(url(a, "tags"), json=body, headers=auth(user))  # noqa: E731
+    assert post({"op": "add", "scope": "step", "step": 7, "label": "alices"}, ALICE).json()["ok"]
+    assert post({"op": "add", "scope": "episode", "label": "alices"}, ALICE).json()["ok"]
+    mine = post({"op": "add", "scope": "step", "step": 7, "label": "bobs"}, BOB).json()
+    assert mine["step_tags"]["7"] == ["alices", "bobs"]
+    assert mine["locked"]["step_tags"]["7"] == ["alices"] and mine["locked"]["episode_tags"] == ["alices"]
+    for path in ("meta", "tags"):
+        bob = client.get(url(a, path), headers=auth(BOB)).json()
+        assert bob["locked"] == mine["locked"]
+        alice = client.get(url(a, path), headers=auth(ALICE)).json()  # her episode: she may remove any
+        assert alice["locked"] == {"episode_tags": [], "step_tags": {}}
+    refused = post({"op": "remove", "scope": "step", "step": 7, "label": "alices"}, BOB)
+    assert refused.status_code == 403
+    error = refused.json()["error"]
+    assert "\n" not in error and len(error) <= 100 and "alices" in error and "Traceback" not in error
+    assert post({"op": "remove", "scope": "step", "step": 7, "label": "bobs"}, BOB).json()["ok"]
+    assert post({"op": "remove", "scope": "episode", "label": "alices"}, ALICE).json()["ok"]
+    assert post({"op": "remove", "scope": "step", "step": 7, "label": "alices"}, ALICE).json()["ok"]

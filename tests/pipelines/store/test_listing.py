@@ -418,3 +418,26 @@ def test_the_reports_margins_agree_with_the_full_listing(listed) -> None:
         assert margins == expected, include
         assert whole == (45, sum(e.num_steps for e in every))
     assert len(episodes) == 40 and sum(margins[0].values()) == 45
+
+
+def test_tag_counts_count_episode_and_step_tags_of_a_page(listed) -> None:
+    repo, study_id, episodes = listed
+    first = Repository.ref(episodes[0])
+    repo.add_segment_tag(first, 2, 5, "slow", "alice@example.com")  # 4 more step tags on 4 more steps
+    repo.add_step_tag(first, 2, "odd", "alice@example.com")  # a second tag on step 2
+    repo.add_episode_tag(first, "hard", "alice@example.com")
+    ids = [e.id for e in episodes[:12]]
+    counts = repo.tag_counts(ids)
+    expected = {}
+    for e in repo.list_episodes(study_id=study_id):
+        if e.id in ids:
+            step = sum(len(m.tags) for m in e.step_metadata.values())
+            steps = sum(1 for m in e.step_metadata.values() if len(m.tags))
+            if len(e.tags) or step:
+                expected[e.id] = (len(e.tags), step, steps)
+    assert {i: (c.episode, c.steps, c.tagged_steps) for i, c in counts.items()} == expected
+    assert counts[episodes[0].id] == type(counts[episodes[0].id])(episode=1, steps=6, tagged_steps=5)
+    assert counts[episodes[10].id].episode == 1 and counts[episodes[10].id].steps == 0
+    assert repo.tag_counts([]) == {}
+    with pytest.raises(StoreError, match="at most"):
+        repo.tag_counts([f"e{i}" for i in range(501)])

@@ -113,3 +113,22 @@ def test_study_names_are_unique_per_creator(repo: Repository, study) -> None:
         repo.save_study(renamed, CREATOR)
     assert [s.id for s in repo.find_study_by_name("Maze study")] == [study.id, other.id]
     assert [s.id for s in repo.find_study_by_name("Maze study", creator=OWNER)] == [other.id]
+
+
+def test_locked_tags_are_exactly_those_the_user_may_not_remove(repo: Repository, study, ref) -> None:
+    repo.set_reviewers(study.id, [REVIEWER], CREATOR)
+    repo.add_step_tag(ref, 2, "owners", OWNER)
+    repo.add_step_tag(ref, 2, "mine", OTHER)
+    repo.add_segment_tag(ref, 4, 5, "span", OWNER)
+    repo.add_episode_tag(ref, "owners", OWNER)
+    repo.add_episode_tag(ref, "mine", OTHER)
+    assert repo.locked_tags(ref, OTHER) == (["owners"], {2: ["owners"], 4: ["span"], 5: ["span"]})
+    for who in (OWNER, CREATOR, REVIEWER):
+        assert repo.locked_tags(ref, who) == ([], {})
+    # what it says is what removing does: each locked tag is refused, each other one removed
+    for label in repo.locked_tags(ref, OTHER)[0]:
+        with pytest.raises(PermissionDenied):
+            repo.remove_episode_tag(ref, label, OTHER)
+    with pytest.raises(PermissionDenied):
+        repo.remove_step_tag(ref, 4, "span", OTHER)
+    assert repo.remove_step_tag(ref, 2, "mine", OTHER) and repo.remove_episode_tag(ref, "mine", OTHER)
