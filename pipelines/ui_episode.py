@@ -462,19 +462,9 @@ class EpisodeFacts:
             self.by_image.setdefault(s.image_size, Counter())[(o.screen_width, o.screen_height)] += 1
 
 
-def facts_of(steps: Iterable[ConvertedStep]) -> EpisodeFacts:
-    facts = EpisodeFacts()
-    for s in steps:
-        facts.add(s)
-    return facts
-
-
-def assemble(
-    raw: RawEpisode, steps: list[ConvertedStep], facts: EpisodeFacts | None = None
-) -> ui_episode_pb2.UiEpisode:
-    """The UiEpisode record from converted steps (in order) and the episode's raw facts. With `facts` (of
-    every step of the episode), `steps` may be only the last of them (the episode's last record part)."""
-    facts = facts if facts is not None else facts_of(steps)
+def assemble(raw: RawEpisode, steps: list[ConvertedStep], facts: EpisodeFacts) -> ui_episode_pb2.UiEpisode:
+    """The UiEpisode record from converted steps (in order) and `facts` of every step of the episode: `steps`
+    may be only the last of them (the episode's last record part)."""
     out = ui_episode_pb2.UiEpisode(
         episode_id=raw.source.episode_id,
         source=raw.source.layout,
@@ -504,14 +494,10 @@ def add_steps(out: ui_episode_pb2.UiEpisode, steps: Iterable[ConvertedStep]) -> 
         out.step_info.append(s.info)
 
 
-def mixed_sizes(steps: list[ConvertedStep]) -> str:
+def _mixed(by_image: dict[tuple[int, int], Counter]) -> str:
     """An episode warning when steps whose screenshots share one size still ended in different output spaces
     (the fit rule kept a dump's own space on some: `screenshot_mismatch`), naming the sizes; "" otherwise.
     Different screenshot sizes (a rotation) are not a contradiction."""
-    return _mixed(facts_of(steps).by_image)
-
-
-def _mixed(by_image: dict[tuple[int, int], Counter]) -> str:
     parts = []
     for (iw, ih), sizes in by_image.items():
         if len(sizes) > 1:
@@ -691,18 +677,16 @@ def converted_steps(
             continue
         position += 1
         is_guess = guessed(observed)
-        if waiting or (is_guess and display.display_for(observed) is None):
-            waiting.append(_Waiting(step, raw_step, observed if is_guess else None))
-            if len(waiting) < MAX_WAITING and not all(
-                w.observed is None or display.display_for(w.observed) is not None for w in waiting
-            ):
-                continue
-            yield from _resize_guesses(waiting, display, eid, beside)
-            waiting = []
-        elif is_guess:
-            yield from _resize_guesses([_Waiting(step, raw_step, observed)], display, eid, beside)
-        else:
+        if not (waiting or is_guess):
             yield step
+            continue
+        waiting.append(_Waiting(step, raw_step, observed if is_guess else None))
+        if len(waiting) < MAX_WAITING and not all(
+            w.observed is None or display.display_for(w.observed) is not None for w in waiting
+        ):
+            continue  # a guess the steps seen so far cannot size yet: wait for one that shows the display
+        yield from _resize_guesses(waiting, display, eid, beside)
+        waiting = []
     yield from _resize_guesses(waiting, display, eid, beside)
 
 
