@@ -23,7 +23,7 @@ from pathlib import Path
 from pipelines import protowire
 from pipelines.errors import StepmarkError
 from pipelines.store import AlreadyExists, NotFound, PermissionDenied, Repository, StoreError
-from pipelines.ui_records import RecordRef
+from pipelines.ui_records import RecordRef, episode_steps
 from protos.rlds_creator import study_pb2
 
 UI_ENV_ID = "android-ui"
@@ -39,8 +39,8 @@ class ImportResult:
 
 
 # UiEpisode (protos/stepmark/ui_episode.proto): episode_id = 1, episode = 2, app_package = 5, source = 6,
-# goal = 8; llm4mobile Episode: time_steps = 4.
-_ID, _EPISODE, _APP, _SOURCE, _GOAL, _TIME_STEPS = 1, 2, 5, 6, 8, 4
+# goal = 8.
+_ID, _EPISODE, _APP, _SOURCE, _GOAL = 1, 2, 5, 6, 8
 MAX_GOAL = 500  # characters of a goal kept in the episode's metadata (its title); the record keeps all
 
 
@@ -56,9 +56,7 @@ def record_header(data: bytes, shard: str, offset: int) -> RecordRef:
             if number in (_ID, _APP, _SOURCE, _GOAL):
                 found[number] = data[start:end].decode("utf-8")
             elif number == _EPISODE:
-                steps += sum(
-                    n == _TIME_STEPS and w == 2 for n, w, _, _ in protowire.fields(data, start, end)
-                )
+                steps += episode_steps(data, start, end)
     except (ValueError, UnicodeDecodeError) as exc:
         raise StepmarkError(f"{shard} at byte {offset}: not a serialized UiEpisode ({exc})") from exc
     return RecordRef(found.get(_ID, ""), shard, offset, steps, found.get(_APP, ""), found.get(_SOURCE, ""),

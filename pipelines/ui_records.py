@@ -117,13 +117,19 @@ def merge_part(merged: ui_episode_pb2.UiEpisode | None, part: ui_episode_pb2.UiE
     return merged
 
 
+def episode_steps(data: bytes, start: int, end: int) -> int:
+    """Time steps of the serialized llm4mobile Episode at `data[start:end]`, counted off the wire
+    (Episode.time_steps = 4), nothing parsed."""
+    return sum(n == 4 and w == 2 for n, w, _, _ in protowire.fields(data, start, end))
+
+
 def _steps_in(data: bytes) -> int:
-    """Time steps of a serialized UiEpisode, counted off the wire (episode = 2, Episode.time_steps = 4)."""
-    count = 0
-    for number, wire, start, end in protowire.fields(data, 0, len(data)):
-        if number == 2 and wire == 2:
-            count += sum(n == 4 and w == 2 for n, w, _, _ in protowire.fields(data, start, end))
-    return count
+    """Time steps of a serialized UiEpisode (its episode = 2), counted off the wire."""
+    return sum(
+        episode_steps(data, start, end)
+        for number, wire, start, end in protowire.fields(data, 0, len(data))
+        if number == 2 and wire == 2
+    )
 
 
 def _open(path: str):
