@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -202,7 +203,7 @@ class ConvertShard(storage.FileSystemsDoFn, beam.DoFn):
         with (
             storage.create(path) as out,
             # A long episode's record parts wait here until written (`convert_guarded`, ui_episode.PART_BYTES).
-            storage.scratch_folder("stepmark-parts-") as scratch,
+            tempfile.TemporaryDirectory(prefix="stepmark-parts-", ignore_cleanup_errors=True) as scratch,
             GuardedConverter(self.policy, self.drop_invisible, self.timeout, scratch=scratch) as convert,
             # Episodes in a bucket: the next ones' files are fetched while this one converts (`files.Prefetch`).
             files.Prefetch([getattr(s, "files", ()) for s in ordered], self._read) as prefetch,

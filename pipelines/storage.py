@@ -607,17 +607,6 @@ def local_folder(dest: str, prefix: str = "stepmark-spool-") -> Iterator[str]:
         shutil.rmtree(local, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def scratch_folder(prefix: str = "stepmark-scratch-") -> Iterator[str]:
-    """A local folder for a worker's intermediate files (the record parts of a long episode, written once and
-    read back once), removed with everything in it when the block ends."""
-    local = tempfile.mkdtemp(prefix=prefix)
-    try:
-        yield local
-    finally:
-        shutil.rmtree(local, ignore_errors=True)
-
-
 # --- checks before any work ---------------------------------------------------------------------------------------
 
 
