@@ -162,11 +162,16 @@ def parse_fields(data: Any, source: str) -> list[FieldDef]:
 
 
 def _check_prompt(where: str, prompt: str) -> None:
-    """A prompt's placeholders are the known ones ({options}, {guideline}, ...); a stray brace is refused."""
+    """A prompt's placeholders are the known ones ({options}, {guideline}, ...), plain: a stray brace, a format
+    spec or a conversion (`{goal:d}`, `{goal!x}`) is refused here, not met when the prompt is filled in."""
     try:
-        names = [name for _, name, _, _ in string.Formatter().parse(prompt) if name is not None]
+        parsed = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(prompt) if name is not None]
     except ValueError as exc:
         raise InvalidSpec(f"{where}: prompt: {exc} (write a literal brace as {{{{ or }}}})") from None
+    styled = sorted({name for name, spec, conv in parsed if spec or conv})
+    if styled:
+        raise InvalidSpec(f"{where}: prompt: placeholder(s) {styled} with a format spec or conversion; write them plain")
+    names = [name for name, _, _ in parsed]
     unknown = sorted({n for n in names if n not in PROMPT_PLACEHOLDERS})
     if unknown:
         raise InvalidSpec(f"{where}: prompt: unknown placeholder(s) {unknown}; known: {', '.join(PROMPT_PLACEHOLDERS)}")

@@ -281,6 +281,14 @@ def test_a_prompt_with_an_unknown_placeholder_is_refused() -> None:
     assert field.to_json()["prompt"] == "Why {action}?"
 
 
+@pytest.mark.parametrize("placeholder", ["{goal:d}", "{goal!x}", "{goal:{zzz}}", "{goal!r}"])
+def test_a_prompt_placeholder_with_a_format_spec_is_refused_when_the_file_is_read(placeholder: str) -> None:
+    """Filling these in raises (ValueError/KeyError) in the middle of a run; the fields file is refused instead."""
+    bad = f"fields:\n - {{name: why, scope: step, kind: text, prompt: 'Why {placeholder}?'}}\n"
+    with pytest.raises(InvalidSpec, match=r"f.yaml: fields\[0\] \(why\): prompt: placeholder\(s\) \['goal'\] with a"):
+        parse_text(bad, "f.yaml")
+
+
 @pytest.mark.slow
 def test_suggest_on_a_dask_cluster_of_processes(yelp: Study, server: str) -> None:
     distributed = pytest.importorskip("distributed")
