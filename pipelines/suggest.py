@@ -517,9 +517,3 @@ def format_summary(s: Summary, dead_path: str) -> str:
     return (f"suggest {s.author} on study {s.study}: {s.episodes} episode(s), {s.steps_asked} step(s) asked, "
             f"{s.suggestions_stored} suggestion(s) stored, {s.places_skipped} place(s) already suggested, "
             f"{s.dead_letters} dead letter(s){f' ({reasons})' if reasons else ''} -> {dead_path}")  # fmt: skip
-
-
-def iter_dead_letters(path: str) -> Iterable[dict[str, Any]]:
-    with storage.open_read(path) as f:
-        for line in f:
-            yield json.loads(line)

@@ -110,7 +110,7 @@ class ExportEpisodeMeta:
     ui: dict[str, str] = field(default_factory=dict)
     # The episode's position among its dataset's selected episodes (the driver's count, before the workers
     # left some out: skipped, dead letters). `episode_index` starts as it and is made the position in the
-    # written dataset by the last step (`pipelines/export.py` `_Positions`); -1: the same as `episode_index`.
+    # written dataset by the last step (`pipelines/export.py` `_count_outcome`); -1: the same as `episode_index`.
     selection_index: int = -1
 
     def to_dict(self) -> dict[str, Any]:

@@ -9,7 +9,6 @@ reason, which the pipeline dead-letters; nothing unchecked reaches the store.
 
 from __future__ import annotations
 
-import base64
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,11 +84,6 @@ class StepRequest:
         if isinstance(index, int) and 0 <= index < len(self.objects):
             return self.objects[index]
         return None
-
-    def image_bytes(self) -> bytes | None:
-        image = (self.screen or {}).get("image") or {}
-        data = image.get("base64")
-        return base64.b64decode(data) if isinstance(data, str) else None
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import sqlalchemy as sa
 
 from pipelines.store import field_values as fv
 from pipelines.store import listing
-from pipelines.store.field_agreement import PLACE_KEY, Alpha, alpha_for, jaccard, text_distance
+from pipelines.store.field_agreement import PLACE_KEY, alpha_for, jaccard, text_distance
 from pipelines.store.field_defs import FieldDef
 from pipelines.store.models import EpisodeRow, FieldPlaceRow, FieldSuggestionRow, FieldValueRow
 
@@ -80,11 +80,6 @@ def answer_kind(definition: FieldDef, suggested: Any, value: Any) -> str:
 
 def _same(table: Any, other: Any) -> sa.ColumnElement[bool]:
     return sa.and_(*(getattr(table, c) == getattr(other, c) for c in PLACE_KEY))
-
-
-def _answer(value: Any, suggestion: Any) -> sa.ColumnElement[bool]:
-    """`value` is a person's answer to `suggestion` (module docstring)."""
-    return sa.and_(_same(value, suggestion), value.origin != "imported", value.created_time >= suggestion.created_time)
 
 
 def _json_text(column: Any) -> Any:
@@ -181,8 +176,6 @@ def study_field_review(repo: Any, study_id: str) -> list[SourceReview]:
     repo.get_study(study_id)  # NotFound names the study
     defs = {d.name: d for d in fv.definitions(repo, study_id, include_removed=True)}
     tallies: dict[tuple[str, str], _Tally] = {}
-    people: dict[str, Alpha] = {}
-    people_units: dict[str, int] = {}
     with repo._read() as s:
         valid = listing.valid_only(s, listing.EpisodeQuery(study_id=study_id))
         for name, source, suggested_text, given_text, answered, shared, n in _by_pair(s, study_id, valid):
