@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from pipelines import protowire
 from pipelines.errors import StepmarkError
 from pipelines.exporters.transform import (
     KIND_UI,
@@ -464,62 +465,47 @@ def write_episode(serializer: EpisodeSerializer, episode: ExportEpisode, work_di
     return len(data)
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        byte = data[pos]
-        value |= (byte & 0x7F) << shift
-        pos += 1
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
 _INDEX_KEY = b"episode_index"
 
 
 def _index_entry(position: int) -> bytes:
     """The `tf.train.Features` map entry `episode_index` -> int64_list [position], as the serializer writes it."""
-    values = b"\x0a" + _varint(len(_varint(position))) + _varint(position)  # Int64List: packed `value`
-    feature = b"\x1a" + _varint(len(values)) + values  # Feature.int64_list
-    entry = b"\x0a" + _varint(len(_INDEX_KEY)) + _INDEX_KEY + b"\x12" + _varint(len(feature)) + feature
-    return b"\x0a" + _varint(len(entry)) + entry  # Features.feature: one map entry
+    varint = protowire.varint
+    values = b"\x0a" + varint(len(varint(position))) + varint(position)  # Int64List: packed `value`
+    feature = b"\x1a" + varint(len(values)) + values  # Feature.int64_list
+    entry = b"\x0a" + varint(len(_INDEX_KEY)) + _INDEX_KEY + b"\x12" + varint(len(feature)) + feature
+    return b"\x0a" + varint(len(entry)) + entry  # Features.feature: one map entry
 
 
 def renumbered_example(example: bytes, position: int) -> bytes:
     """A serialized `tf.train.Example` of an episode with its `episode_index` feature set to `position`, the rest
     byte for byte (only the map entry and the enclosing lengths change: the steps are not parsed). The
     serializer writes the Example deterministically: one `features` field, one entry per feature."""
-    if not example.startswith(b"\x0a"):
-        raise StepmarkError("not a serialized tf.train.Example of an episode (no features field first)")
-    length, start = _read_varint(example, 1)
-    if start + length != len(example):
-        raise StepmarkError("not a serialized tf.train.Example of an episode (fields after its features)")
-    entries: list[bytes] = []
-    pos, found = start, False
-    while pos < len(example):
-        if example[pos] != 0x0A:
-            raise StepmarkError(f"unexpected field in the episode's tf.train.Features at byte {pos}")
-        size, body = _read_varint(example, pos + 1)
-        entry = example[pos : body + size]
-        key_len, key_start = _read_varint(example, body + 1)
-        if example[key_start : key_start + key_len] == _INDEX_KEY:
-            entry, found = _index_entry(position), True
-        entries.append(entry)
-        pos = body + size
+    try:
+        outer = list(protowire.fields(example))
+        if not outer or outer[0][:2] != (1, 2):
+            raise StepmarkError("not a serialized tf.train.Example of an episode (no features field first)")
+        if len(outer) > 1:
+            raise StepmarkError("not a serialized tf.train.Example of an episode (fields after its features)")
+        _, _, start, end = outer[0]
+        entries: list[bytes] = []
+        pos, found = start, False
+        for number, wire, body, after in protowire.fields(example, start, end):
+            if (number, wire) != (1, 2):
+                raise StepmarkError(f"unexpected field in the episode's tf.train.Features at byte {pos}")
+            key = next(protowire.fields(example, body, after), None)  # the map entry's key comes first
+            if key is not None and key[:2] == (1, 2) and example[key[2] : key[3]] == _INDEX_KEY:
+                entries.append(_index_entry(position))
+                found = True
+            else:
+                entries.append(example[pos:after])
+            pos = after
+    except ValueError as exc:  # not protobuf wire format (truncated)
+        raise StepmarkError(f"not a serialized tf.train.Example of an episode ({exc})") from exc
     if not found:
         raise StepmarkError("the episode's tf.train.Example has no episode_index feature")
     features = b"".join(entries)
-    return b"\x0a" + _varint(len(features)) + features
+    return b"\x0a" + protowire.varint(len(features)) + features
 
 
 def _move_renumbered(src: str, dest: str, position: int) -> None:
