@@ -4,7 +4,8 @@
 It answers from the request's own text, so a wrong prompt gives a wrong answer: "exactly one of: A, B" -> the
 option the prompt's other lines name (else the first), "a JSON list of any of: ..." -> [that option], "true or
 false" -> true, "a number" -> 7, "the text only" -> the prompt's `Action:` line. A prompt holding "[bad]" gets a
-reply that fits no field; the model named "down" gets HTTP 503. `--latency S` waits that long per request (the
+reply that fits no field, one holding "[refuse]" HTTP 400 (a request the server will not serve); the model named
+"down" gets HTTP 503. `--latency S` waits that long per request (the
 benchmark). GET /stats -> {"requests", "images", "by_model", "prompts", "first", "last"}; POST /reset zeroes them.
 
 Run: python tests/chat_server.py [--port 0] [--latency 0] ; prints the port on its first line.
@@ -107,6 +108,8 @@ class Handler(BaseHTTPRequestHandler):
             STATS["last"] = time.time() if STATS["last"] is None else max(STATS["last"], time.time())
         if model == "down":
             return self._send(503, {"error": "model is loading"})
+        if "[refuse]" in prompt:
+            return self._send(400, {"error": "this request is refused"})
         self._send(200, {"id": "chat-1", "object": "chat.completion", "model": model, "choices": [
             {"index": 0, "message": {"role": "assistant", "content": reply_to(prompt)}, "finish_reason": "stop"}]})
 

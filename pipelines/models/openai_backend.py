@@ -146,8 +146,8 @@ class OpenAIBackend:
         values, problems = [], []
         for name in request.wanted:
             definition = request.definition(name)
-            reply = self._post(self.body(request, definition), timeout)
-            try:
+            try:  # a refused request or a bad reply is this field's problem: the fields answered are kept
+                reply = self._post(self.body(request, definition), timeout)
                 values.append(FieldAnswer(name, parse_reply(definition, reply)))
             except ContractError as exc:
                 problems.append((name, str(exc)))

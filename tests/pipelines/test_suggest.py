@@ -149,6 +149,22 @@ def test_openai_backend_end_to_end(yelp: Study, server: str, capsys: pytest.Capt
                      "notes": {}}  # fmt: skip
 
 
+def test_a_refused_request_loses_only_its_own_field(tmp_path: Path, converted: dict[str, Path], server: str) -> None:
+    """An HTTP 400 for one field's prompt is that field's dead letter; the step's other fields, answered before
+    it, are stored."""
+    fields = FIELDS.replace("Did this step help the goal? Reply yes or no.", "[refuse] Did this step help?")
+    study = Study(tmp_path / "data", converted["yelp"], fields=fields)
+    try:
+        assert study.suggest("--backend", f"openai:{server}/v1", "--model", "echo@3") == 0
+        got = study.suggestions("model:echo@3")
+        assert sum(name == "instruction" for name, _ in got) == 32 and sum(name == "pressed" for name, _ in got) == 32
+        dead = study.dead("model:echo@3")
+        assert len(dead) == 32 and {d["field"] for d in dead} == {"goal_met"}
+        assert all("HTTP 400" in d["detail"] for d in dead), dead[0]
+    finally:
+        study.repo.close()
+
+
 def test_a_run_again_asks_only_what_is_missing(yelp: Study, server: str, capsys: pytest.CaptureFixture) -> None:
     """Resumable: places holding this model's suggestion are never asked again (counted at the server)."""
     backend = ["--backend", f"openai:{server}", "--model", "echo@2", "--field", "instruction"]
