@@ -103,7 +103,8 @@ class StudyFields:
         episode_ids = [e.id for e in episodes]
         defs, mode, user = self._names, self.mode, self.user
         by_episode: dict[str, dict[str, list[tuple[datetime, int, int, Any, str, str]]]] = {}
-        suggested: dict[str, list[Any]] | None = None  # read once a batch has an accepted value
+        suggested: dict[tuple[str, str, int, int], list[Any]] | None = None  # by place, read once a batch
+        # has an accepted value
         for episode_id, given in fv.values(self.repo, episode_ids).items():
             places: dict[tuple[str, int, int], list[Any]] = {}
             for v in given:
@@ -117,8 +118,8 @@ class StudyFields:
                 value, origin, time, source = chosen
                 if origin == "accepted":
                     if suggested is None:
-                        suggested = fv.suggestions(self.repo, episode_ids)
-                    source = _accepted_from(suggested.get(episode_id, ()), name, start, end, value)
+                        suggested = _by_place(fv.suggestions(self.repo, episode_ids))
+                    source = _accepted_from(suggested.get((episode_id, name, start, end), ()), value)
                 out.setdefault(name, []).append((time, start, end, value, origin, source))
         for episode_id in dict.fromkeys(episode_ids):  # adjudicated places nobody holds now
             for name, start, end, value, time, decider in self._decided_of.get(episode_id, ()):
@@ -156,11 +157,20 @@ _NONE = object()
 _EPOCH = datetime.min.replace(tzinfo=UTC)
 
 
-def _accepted_from(suggestions: Iterable[Any], name: str, start: int, end: int, value: Any) -> str:
-    """The source of the oldest suggestion at the place equal to an accepted value (`field_values.origin_of`'s
+def _by_place(suggestions: dict[str, list[Any]]) -> dict[tuple[str, str, int, int], list[Any]]:
+    """Episodes' suggestions (oldest first) by place (episode, field, step, end), oldest first at each."""
+    out: dict[tuple[str, str, int, int], list[Any]] = {}
+    for episode_id, listed in suggestions.items():
+        for s in listed:
+            out.setdefault((episode_id, s.field, s.step, s.end), []).append(s)
+    return out
+
+
+def _accepted_from(suggestions: Iterable[Any], value: Any) -> str:
+    """The source of the oldest of a place's suggestions equal to an accepted value (`field_values.origin_of`'s
     equality); none stored: the converted episode's step text, the other suggestion a value is accepted from."""
     for s in suggestions:  # oldest first
-        if (s.field, s.step, s.end) == (name, start, end) and s.value == value:
+        if s.value == value:
             return s.user
     return STEP_TEXT
 
